@@ -1,0 +1,65 @@
+// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), as zlib.crc32 computes it.
+//
+// crc32_update(crc, p, n) continues a CRC the way zlib.crc32(data, crc) does:
+// start from 0, feed pieces in order. This portable version (slicing-by-8) runs
+// on host and device; icrc.h picks faster paths where the target has them.
+#pragma once
+
+#include "rt/protocol/byte_order.h"
+
+namespace rt {
+
+constexpr uint32_t kCrc32Poly = 0xEDB88320u;  // x^32 + x^26 + ... + 1, bit-reversed
+
+struct Crc32Tables {
+  uint32_t t[8][256];  // t[k][b]: CRC of byte b followed by k zero bytes
+};
+
+RT_HD constexpr Crc32Tables make_crc32_tables() {
+  Crc32Tables tables{};
+  for (uint32_t b = 0; b < 256; ++b) {
+    uint32_t c = b;
+    for (int i = 0; i < 8; ++i) c = (c & 1) ? (c >> 1) ^ kCrc32Poly : c >> 1;
+    tables.t[0][b] = c;
+  }
+  for (uint32_t b = 0; b < 256; ++b)
+    for (int k = 1; k < 8; ++k)
+      tables.t[k][b] = (tables.t[k - 1][b] >> 8) ^ tables.t[0][tables.t[k - 1][b] & 0xFF];
+  return tables;
+}
+
+namespace detail {
+#if defined(__CUDACC__)
+// One copy per translation unit (static): device code cannot see host globals,
+// and the persistent kernel lives in a single translation unit anyway.
+static __device__ const Crc32Tables kCrc32DeviceTables = make_crc32_tables();
+#endif
+inline constexpr Crc32Tables kCrc32HostTables = make_crc32_tables();
+
+RT_HD inline const Crc32Tables& crc32_tables() {
+#if RT_DEVICE_CODE
+  return kCrc32DeviceTables;
+#else
+  return kCrc32HostTables;
+#endif
+}
+}  // namespace detail
+
+// zlib-compatible: crc32_update(0, p, n) == zlib.crc32(bytes(p[:n])).
+RT_HD inline uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n) {
+  const Crc32Tables& tb = detail::crc32_tables();
+  uint32_t c = ~crc;
+  while (n >= 8) {
+    const uint32_t lo = c ^ load_le32(p);
+    const uint32_t hi = load_le32(p + 4);
+    c = tb.t[7][lo & 0xFF] ^ tb.t[6][(lo >> 8) & 0xFF] ^ tb.t[5][(lo >> 16) & 0xFF] ^
+        tb.t[4][lo >> 24] ^ tb.t[3][hi & 0xFF] ^ tb.t[2][(hi >> 8) & 0xFF] ^
+        tb.t[1][(hi >> 16) & 0xFF] ^ tb.t[0][hi >> 24];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) c = tb.t[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+  return ~c;
+}
+
+}  // namespace rt

@@ -1,0 +1,69 @@
+// Combining CRC-32s of pieces computed apart (in parallel lanes, say).
+//
+// CRC-32 is linear over GF(2): feeding n more bytes multiplies the register by
+// x^(8n) modulo the polynomial. With that product, CRCs of consecutive pieces
+// combine without touching the bytes again. Polynomials are in zlib's
+// reflected form: bit 31 is x^0.
+#pragma once
+
+#include "rt/protocol/crc32.h"
+
+namespace rt {
+
+// a * b modulo the CRC polynomial.
+RT_HD constexpr uint32_t crc32_mulmod(uint32_t a, uint32_t b) {
+  uint32_t p = 0;
+  for (int i = 0; i < 32; ++i) {
+    if (a & (0x80000000u >> i)) p ^= b;
+    b = (b & 1) ? (b >> 1) ^ kCrc32Poly : b >> 1;
+  }
+  return p;
+}
+
+struct Crc32Powers {
+  uint32_t x2k[32];  // x^(2^k) modulo the polynomial
+};
+
+RT_HD constexpr Crc32Powers make_crc32_powers() {
+  Crc32Powers pw{};
+  pw.x2k[0] = 0x40000000u;  // x^1
+  for (int k = 1; k < 32; ++k) pw.x2k[k] = crc32_mulmod(pw.x2k[k - 1], pw.x2k[k - 1]);
+  return pw;
+}
+
+namespace detail {
+#if defined(__CUDACC__)
+static __device__ const Crc32Powers kCrc32DevicePowers = make_crc32_powers();
+#endif
+inline constexpr Crc32Powers kCrc32HostPowers = make_crc32_powers();
+
+RT_HD inline const Crc32Powers& crc32_powers() {
+#if RT_DEVICE_CODE
+  return kCrc32DevicePowers;
+#else
+  return kCrc32HostPowers;
+#endif
+}
+}  // namespace detail
+
+// x^(8n) modulo the polynomial: what feeding n zero bytes multiplies by.
+RT_HD inline uint32_t crc32_x8n(uint64_t n) {
+  const Crc32Powers& pw = detail::crc32_powers();
+  uint32_t p = 0x80000000u;  // x^0
+  for (int k = 3; n; n >>= 1, ++k)
+    if (n & 1) p = crc32_mulmod(pw.x2k[k & 31], p);
+  return p;
+}
+
+// The register left by raw CRC of `len` bytes, starting from a zero register
+// and without zlib's final inversion: what each lane computes for its piece.
+RT_HD inline uint32_t crc32_raw(const uint8_t* p, size_t len) {
+  return ~crc32_update(0xFFFFFFFFu, p, len);
+}
+
+// zlib's crc32_combine: CRC of A||B from crc(A), crc(B) and len(B).
+RT_HD inline uint32_t crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return crc32_mulmod(crc32_x8n(len_b), crc_a) ^ crc_b;
+}
+
+}  // namespace rt

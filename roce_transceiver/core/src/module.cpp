@@ -1,0 +1,10 @@
+// roce_transceiver._core: the C++ core as seen from Python. A table of contents.
+#include <pybind11/pybind11.h>
+
+#include "register.h"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "roce_transceiver C++/CUDA core (private; use the roce_transceiver package)";
+  rt::py::register_protocol(m);
+  rt::py::register_build_info(m);
+}

@@ -1,0 +1,11 @@
+// One register_* function per concept of the core, called from module.cpp.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace rt::py {
+
+void register_protocol(pybind11::module_& m);
+void register_build_info(pybind11::module_& m);
+
+}  // namespace rt::py
