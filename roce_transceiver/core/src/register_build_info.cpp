@@ -3,28 +3,11 @@
 #include <pybind11/stl.h>
 
 #include "register.h"
-#include "rt/cuda/protocol_device.h"
 #include "rt/cuda/runtime_info.h"
-#include "rt/protocol/crc32_fast.h"
 
 #ifndef RT_VERSION
 #define RT_VERSION "0.0.0"
 #endif
-
-namespace rt::cuda {
-#if !defined(RT_WITH_CUDA)
-RuntimeInfo runtime_info() {
-  RuntimeInfo info;
-  info.error = "this build has no CUDA support (built without nvcc, or with RT_CUDA=OFF)";
-  return info;
-}
-void icrc_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>&,
-                    const std::vector<uint32_t>&, std::vector<uint32_t>&,
-                    std::vector<uint32_t>&) {
-  throw std::runtime_error("this build has no CUDA support");
-}
-#endif
-}  // namespace rt::cuda
 
 namespace rt::py {
 
@@ -55,20 +38,6 @@ void register_build_info(pybind11::module_& m) {
     d["gpus"] = gpus;
     return d;
   });
-  m.def(
-      "icrc_on_device",
-      [](const pybind11::bytes& frames, const std::vector<uint32_t>& offsets,
-         const std::vector<uint32_t>& lengths) {
-        const std::string buf = frames;
-        std::vector<uint8_t> bytes(buf.begin(), buf.end());
-        std::vector<uint32_t> per_thread, per_warp;
-        {
-          pybind11::gil_scoped_release nogil;
-          cuda::icrc_on_device(bytes, offsets, lengths, per_thread, per_warp);
-        }
-        return pybind11::make_tuple(per_thread, per_warp);
-      },
-      pybind11::arg("frames"), pybind11::arg("offsets"), pybind11::arg("lengths"));
 }
 
 }  // namespace rt::py

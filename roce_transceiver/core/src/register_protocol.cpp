@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "register.h"
+#include "rt/protocol/crc32_combine.h"
 #include "rt/protocol/describe.h"
 #include "rt/protocol/encode.h"
 #include "rt/protocol/hsb.h"
@@ -330,6 +331,8 @@ void register_protocol(pybind11::module_& m) {
       },
       pybind11::arg("data"), pybind11::arg("crc") = 0, "zlib-compatible CRC-32.");
   m.def("crc32_impl", &crc32_host_impl);
+  m.def("crc32_combine", &crc32_combine, pybind11::arg("crc_a"), pybind11::arg("crc_b"),
+        pybind11::arg("len_b"), "CRC of A||B from crc(A), crc(B), len(B) (the warp ICRC's math).");
   m.def("psn_add", &psn_add);
   m.def("psn_diff", &psn_diff);
   m.def("psn_before", &psn_before);

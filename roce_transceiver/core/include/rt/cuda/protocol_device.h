@@ -17,4 +17,18 @@ void icrc_on_device(const std::vector<uint8_t>& frames, const std::vector<uint32
                     const std::vector<uint32_t>& lengths, std::vector<uint32_t>& per_thread,
                     std::vector<uint32_t>& per_warp);
 
+// Decode each frame on the GPU and encode it again from what was decoded
+// (spec_from_frame, then encode). out[offsets[i]..] receives frame i, and
+// out_lengths[i] its length (0 when it did not decode).
+void reencode_on_device(const std::vector<uint8_t>& frames, const std::vector<uint32_t>& offsets,
+                        const std::vector<uint32_t>& lengths, std::vector<uint8_t>& out,
+                        std::vector<uint32_t>& out_lengths);
+
+// For each 128-byte HSB metadata record: decode and encode it again on the
+// GPU, and also return hsb_imm_encode(psn, page) and psn_diff(b, a) for the
+// given inputs, so the host can compare with its own build.
+void hsb_psn_on_device(const std::vector<uint8_t>& records, const std::vector<uint32_t>& a,
+                       const std::vector<uint32_t>& b, std::vector<uint8_t>& records_out,
+                       std::vector<uint32_t>& imm_out, std::vector<int32_t>& diff_out);
+
 }  // namespace rt::cuda

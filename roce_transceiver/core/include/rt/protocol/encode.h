@@ -200,4 +200,79 @@ RT_HD inline EncodeResult encode(const FrameSpec& s, ByteSpan payload, MutByteSp
   return r;
 }
 
+// The spec that re-encodes a decoded frame to the same bytes (when its
+// derived fields were right). Starting point for replies: swap the ends,
+// change the opcode, encode.
+RT_HD inline FrameSpec spec_from_frame(const FrameView& f) {
+  FrameSpec s;
+  const EthHdr& eth = f.eth_hdr();
+  for (int i = 0; i < 6; ++i) {
+    s.dst_mac[i] = eth.dst[i];
+    s.src_mac[i] = eth.src[i];
+  }
+  s.vlan = f.has_vlan;
+  s.vlan_tci = f.vlan_tci;
+  s.ip_version = f.ip_version;
+  if (f.ip_version == 4) {
+    const Ipv4Hdr& ip = f.ipv4_hdr();
+    for (int i = 0; i < 4; ++i) {
+      s.src_ip[i] = ip.src[i];
+      s.dst_ip[i] = ip.dst[i];
+    }
+    s.ip_id = ip.id.get();
+    s.tos = ip.tos;
+    s.ttl = ip.ttl;
+    s.dont_fragment = ip.flags_fragment.get() & kIpv4DontFragment;
+  } else {
+    const Ipv6Hdr& ip = f.ipv6_hdr();
+    for (int i = 0; i < 16; ++i) {
+      s.src_ip[i] = ip.src[i];
+      s.dst_ip[i] = ip.dst[i];
+    }
+    s.tos = ip.traffic_class();
+    s.ttl = ip.hop_limit;
+    s.flow_label = ip.flow_label();
+  }
+  const UdpHdr& udp = f.udp_hdr();
+  s.src_port = udp.src_port.get();
+  s.dst_port = udp.dst_port.get();
+  s.udp_checksum = udp.checksum.get();
+  const Bth& bth = f.bth_hdr();
+  s.opcode = bth.opcode;
+  s.se = bth.se();
+  s.mig_req = bth.mig_req();
+  s.tver = bth.tver();
+  s.pkey = bth.pkey.get();
+  s.fecn = bth.fecn();
+  s.becn = bth.becn();
+  s.dest_qp = bth.dest_qp.get();
+  s.ack_req = bth.ack_requested();
+  s.psn = bth.psn.get();
+  if (f.op.has(kDeth)) {
+    s.qkey = f.ext_hdr<Deth>(kDeth).qkey.get();
+    s.src_qp = f.ext_hdr<Deth>(kDeth).src_qp.get();
+  }
+  if (f.op.has(kReth)) {
+    const Reth& h = f.ext_hdr<Reth>(kReth);
+    s.va = h.va.get();
+    s.rkey = h.rkey.get();
+    s.dma_len = h.dma_len.get();
+  }
+  if (f.op.has(kAtomicEth)) {
+    const AtomicEth& h = f.ext_hdr<AtomicEth>(kAtomicEth);
+    s.va = h.va.get();
+    s.rkey = h.rkey.get();
+    s.swap_add = h.swap_add.get();
+    s.compare = h.compare.get();
+  }
+  if (f.op.has(kAeth)) {
+    s.syndrome = f.ext_hdr<Aeth>(kAeth).syndrome();
+    s.msn = f.ext_hdr<Aeth>(kAeth).msn();
+  }
+  if (f.op.has(kAtomicAckEth)) s.orig = f.ext_hdr<AtomicAckEth>(kAtomicAckEth).orig.get();
+  if (f.op.has(kImmDt)) s.imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
+  if (f.op.has(kIeth)) s.inval_rkey = f.ext_hdr<Ieth>(kIeth).rkey.get();
+  return s;
+}
+
 }  // namespace rt

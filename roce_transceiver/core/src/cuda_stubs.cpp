@@ -1,0 +1,39 @@
+// Stand-ins for the CUDA translation units in a build without nvcc (or with
+// RT_CUDA=OFF): every entry point reports that no CUDA code was built.
+#include <stdexcept>
+
+#include "rt/cuda/protocol_device.h"
+#include "rt/cuda/runtime_info.h"
+
+namespace rt::cuda {
+namespace {
+[[noreturn]] void no_cuda() {
+  throw std::runtime_error("this build has no CUDA support (built without nvcc, or RT_CUDA=OFF)");
+}
+}  // namespace
+
+RuntimeInfo runtime_info() {
+  RuntimeInfo info;
+  info.error = "this build has no CUDA support (built without nvcc, or RT_CUDA=OFF)";
+  return info;
+}
+
+void icrc_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>&,
+                    const std::vector<uint32_t>&, std::vector<uint32_t>&,
+                    std::vector<uint32_t>&) {
+  no_cuda();
+}
+
+void reencode_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>&,
+                        const std::vector<uint32_t>&, std::vector<uint8_t>&,
+                        std::vector<uint32_t>&) {
+  no_cuda();
+}
+
+void hsb_psn_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>&,
+                       const std::vector<uint32_t>&, std::vector<uint8_t>&,
+                       std::vector<uint32_t>&, std::vector<int32_t>&) {
+  no_cuda();
+}
+
+}  // namespace rt::cuda
