@@ -118,11 +118,17 @@ RT_HD inline bool decode_from_bth(DecodeResult& r, uint32_t bth, uint32_t end) {
   f.payload = f.ext + f.op.ext_bytes();
   if (!fits(r, f.payload, kIcrcBytes, end, "icrc")) return false;
   const uint32_t body = body_end - f.payload;
-  f.pad = h.pad_count();
-  if (f.pad > body) return fail(r, DecodeStatus::kBadValue, "bth.pad_count", bth + 1, f.pad, body);
+  if (f.op.transport == Transport::CNP) {
+    // A CNP carries 16 reserved bytes and no pad (its PadCnt is reserved).
+    if (body != kCnpReservedBytes)
+      return fail(r, DecodeStatus::kBadValue, "cnp.length", f.payload, body, kCnpReservedBytes);
+    f.pad = 0;
+  } else {
+    f.pad = h.pad_count();
+    if (f.pad > body)
+      return fail(r, DecodeStatus::kBadValue, "bth.pad_count", bth + 1, f.pad, body);
+  }
   f.payload_len = body - f.pad;
-  if (f.op.transport == Transport::CNP && body != kCnpReservedBytes)
-    return fail(r, DecodeStatus::kBadValue, "cnp.length", f.payload, body, kCnpReservedBytes);
   f.icrc = body_end;
   f.end = end;
   return true;
