@@ -7,5 +7,6 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "roce_transceiver C++/CUDA core (private; use the roce_transceiver package)";
   rt::py::register_protocol(m);
   rt::py::register_build_info(m);
+  rt::py::register_device_checks(m);
   rt::py::register_bench(m);
 }

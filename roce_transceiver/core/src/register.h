@@ -7,6 +7,7 @@ namespace rt::py {
 
 void register_protocol(pybind11::module_& m);
 void register_build_info(pybind11::module_& m);
+void register_device_checks(pybind11::module_& m);
 void register_bench(pybind11::module_& m);
 
 }  // namespace rt::py
