@@ -252,14 +252,13 @@ def parse(frame: bytes | bytearray | memoryview) -> Packet:
     )
 
 
-# build() keyword -> core field. Names match Packet's where Packet has them.
+# build() keywords the core takes as they are; names match Packet's fields.
 _SCALAR_FIELDS = {
     "vlan", "ip_id", "ip_tos", "ip_ttl", "ip_flow_label", "ip_dont_fragment", "ip_checksum",
     "udp_sport", "udp_dport", "udp_checksum", "se", "mig_req", "tver", "pkey", "fecn", "becn",
     "dest_qp", "ack_req", "psn", "va", "rkey", "dma_len", "imm", "syndrome", "msn", "swap_add",
-    "compare", "qkey", "src_qp", "pad_count", "icrc",
+    "compare", "qkey", "src_qp", "pad_count", "icrc", "atomic_ack_orig", "ieth_rkey",
 }  # fmt: skip
-_RENAMED = {"atomic_ack_orig": "orig", "ieth_rkey": "inval_rkey"}
 
 
 def build(
@@ -293,9 +292,7 @@ def build(
     core["ip_src"] = src.packed
     core["ip_dst"] = dst.packed
     for key, value in fields.items():
-        if key in _RENAMED:
-            core[_RENAMED[key]] = value
-        elif key in _SCALAR_FIELDS:
+        if key in _SCALAR_FIELDS:
             core[key] = value
         else:
             raise ValueError(f"build(): unknown field {key!r}")

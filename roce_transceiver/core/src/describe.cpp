@@ -33,10 +33,13 @@ std::string describe(const DecodeError& e) {
       return fmt("truncated %s at offset %u: need %u bytes, %u left", upper(e.field).c_str(),
                  e.offset, e.need, e.have);
     case DecodeStatus::kBadValue:
-      if (e.have)
+      if (e.have != kNoLimit)
         return fmt("bad %s at offset %u: %u (limit %u)", e.field, e.offset, e.need, e.have);
       return fmt("bad %s at offset %u: 0x%X", e.field, e.offset, e.need);
     case DecodeStatus::kNotRoce:
+      if (e.have == kNoLimit)  // the ethertype: two values would do
+        return fmt("not RoCEv2: %s at offset %u is 0x%X, expected 0x%X (IPv4) or 0x%X (IPv6)",
+                   e.field, e.offset, e.need, kEtherTypeIpv4, kEtherTypeIpv6);
       return fmt("not RoCEv2: %s at offset %u is 0x%X, expected 0x%X", e.field, e.offset, e.need,
                  e.have);
     case DecodeStatus::kUnsupported:

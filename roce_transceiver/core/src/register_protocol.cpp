@@ -138,12 +138,18 @@ void copy_bytes(const pybind11::handle& v, uint8_t (&dst)[N], size_t want, const
   std::memcpy(dst, s.data(), want);
 }
 
+// A Python int in 0..max as T; anything else is a ValueError naming the key.
 template <typename T>
 T checked_int(const pybind11::handle& v, const char* key, uint64_t max) {
-  const auto x = v.cast<long long>();
-  if (x < 0 || uint64_t(x) > max)
-    throw pybind11::value_error(std::string(key) + "=" + std::to_string(x) + ": out of range 0.." +
-                                std::to_string(max));
+  if (!PyLong_Check(v.ptr()))
+    throw pybind11::value_error(std::string(key) + "=" + pybind11::repr(v).cast<std::string>() +
+                                ": not an integer");
+  const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
+  if (PyErr_Occurred() || x > max) {
+    PyErr_Clear();
+    throw pybind11::value_error(std::string(key) + "=" + pybind11::str(v).cast<std::string>() +
+                                ": out of range 0.." + std::to_string(max));
+  }
   return T(x);
 }
 
@@ -192,10 +198,10 @@ FrameSpec spec_from_dict(const pybind11::dict& fields) {
     else if (key == "msn") s.msn = checked_int<uint32_t>(v, k, 0xFFFFFF);
     else if (key == "swap_add") s.swap_add = checked_int<uint64_t>(v, k, ~0ull);
     else if (key == "compare") s.compare = checked_int<uint64_t>(v, k, ~0ull);
-    else if (key == "orig") s.orig = checked_int<uint64_t>(v, k, ~0ull);
+    else if (key == "atomic_ack_orig") s.orig = checked_int<uint64_t>(v, k, ~0ull);
     else if (key == "qkey") s.qkey = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
     else if (key == "src_qp") s.src_qp = checked_int<uint32_t>(v, k, 0xFFFFFF);
-    else if (key == "inval_rkey") s.inval_rkey = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
+    else if (key == "ieth_rkey") s.inval_rkey = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
     else if (key == "pad_count") s.pad_count = checked_int<int16_t>(v, k, 3);
     else if (key == "icrc") {
       s.icrc_given = true;

@@ -27,9 +27,12 @@ struct DecodeError {
   DecodeStatus status = DecodeStatus::kOk;
   const char* field = nullptr;  // dotted name, e.g. "reth", "ipv4.total_length"
   uint32_t offset = 0;          // byte offset of that field in the frame
-  uint32_t need = 0;            // kTruncated: bytes needed; kBadValue: the value found
-  uint32_t have = 0;            // kTruncated: bytes left; kBadValue: a limit, if any
+  uint32_t need = 0;            // kTruncated: bytes needed; otherwise the value found
+  uint32_t have = 0;            // kTruncated: bytes left; otherwise the limit or the
+                                // expected value, kNoLimit when there is none
 };
+
+constexpr uint32_t kNoLimit = 0xFFFFFFFFu;
 
 constexpr uint32_t kIcrcBytes = 4;
 
@@ -86,7 +89,7 @@ RT_HD inline bool fits(DecodeResult& r, uint32_t offset, uint32_t need, uint32_t
   return false;
 }
 RT_HD inline bool fail(DecodeResult& r, DecodeStatus s, const char* field, uint32_t offset,
-                       uint32_t value, uint32_t limit = 0) {
+                       uint32_t value, uint32_t limit = kNoLimit) {
   r.error = {s, field, offset, value, limit};
   return false;
 }
@@ -209,7 +212,7 @@ RT_HD inline DecodeResult decode(ByteSpan frame) {
     }
     ip_end = f.l3 + f.l3_len + plen;
   } else {
-    fail(r, DecodeStatus::kNotRoce, "eth.ethertype", off, ethertype);
+    fail(r, DecodeStatus::kNotRoce, "eth.ethertype", off, ethertype);  // describe() names both
     return r;
   }
 
