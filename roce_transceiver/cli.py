@@ -1,0 +1,78 @@
+"""The ``roce-transceiver`` command line: decode, craft, info, bench.
+
+Every failure the user can cause (bad arguments, a file that is not a pcap, a
+field out of range) is one line on stderr, ``roce-transceiver: error: ...``,
+and exit status 2; a traceback means a bug in this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from roce_transceiver import __version__
+from roce_transceiver.commands import CommandError, bench, craft, decode, info
+from roce_transceiver.pcap import PcapError
+
+__all__ = ["PROG", "build_parser", "main"]
+
+PROG = "roce-transceiver"
+EXIT_OK = 0
+EXIT_ERROR = 2  # usage errors and unreadable input, as argparse uses for usage errors
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: argparse's usage block would bury the message."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{PROG}: error: {message} (see: {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="GPU RoCEv2 transceiver for Holoscan: decode and craft RoCEv2 captures, "
+        "report what this build supports, and benchmark the protocol core.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in (decode, craft, info, bench):
+        command.register(sub)
+    return parser
+
+
+def _error(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version and usage errors end here
+        return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
+    try:
+        status: int = args.run(args)
+    except (CommandError, PcapError) as e:
+        return _error(str(e))
+    except KeyboardInterrupt:
+        return 130  # the shell's status for SIGINT; a traceback would say nothing useful
+    except BrokenPipeError:
+        # The reader went away (`decode | head`): stop quietly, and keep Python from
+        # complaining again when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        return _error(f"{where}{e.strerror or e}")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
