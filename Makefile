@@ -7,8 +7,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+CXX_SOURCES := $(shell find roce_transceiver/core -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh')
 
-.PHONY: demo test install clean
+.PHONY: demo test install format clean
 
 demo: install
 	$(BIN)/roce-transceiver info
@@ -21,6 +22,9 @@ demo: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@if command -v clang-format >/dev/null; then \
+	  clang-format --dry-run --Werror $(CXX_SOURCES) && echo "clang-format: clean"; \
+	else echo "clang-format not found: C++ format check skipped (apt-get install clang-format)"; fi
 	$(BIN)/pytest
 
 install: $(BIN)/python
@@ -28,6 +32,10 @@ install: $(BIN)/python
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+format:
+	clang-format -i $(CXX_SOURCES)
+	$(BIN)/ruff format .
 
 clean:
 	rm -rf $(VENV) build

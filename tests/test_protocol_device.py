@@ -55,7 +55,7 @@ def _pack(frames: list[bytes]) -> tuple[bytes, list[int], list[int]]:
         lengths.append(len(f))
         pos += len(f) + 5  # odd gaps: frames start unaligned, as in a real rx ring
     buf = bytearray(pos)
-    for off, f in zip(offsets, frames):
+    for off, f in zip(offsets, frames, strict=True):
         buf[off : off + len(f)] = f
     return bytes(buf), offsets, lengths
 
@@ -82,7 +82,7 @@ def test_device_decode_then_encode_reproduces_every_frame() -> None:
     buf, offsets, lengths = _pack(frames)
     out, out_lengths = _core.reencode_on_device(buf, offsets, lengths)
     assert out_lengths == lengths
-    for off, f in zip(offsets, frames):
+    for off, f in zip(offsets, frames, strict=True):
         assert out[off : off + len(f)] == f
 
 

@@ -12,8 +12,8 @@
 #include "rt/protocol/encode.h"
 #include "rt/protocol/hsb.h"
 #include "rt/protocol/icrc.h"
-#include "rt/protocol/psn.h"
 #include "rt/protocol/icrc_warp.cuh"
+#include "rt/protocol/psn.h"
 
 namespace rt::cuda {
 namespace {
@@ -75,7 +75,8 @@ __global__ void hsb_psn_kernel(const uint8_t* records, const uint32_t* a, const 
                                int32_t* diff_out) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const auto& in = *reinterpret_cast<const HsbFrameMetadata*>(records + i * sizeof(HsbFrameMetadata));
+  const auto& in =
+      *reinterpret_cast<const HsbFrameMetadata*>(records + i * sizeof(HsbFrameMetadata));
   auto* out = reinterpret_cast<HsbFrameMetadata*>(records_out + i * sizeof(HsbFrameMetadata));
   hsb_metadata_encode(hsb_metadata_decode(in), out);
   imm_out[i] = hsb_imm_encode(b[i], a[i]);
@@ -84,16 +85,19 @@ __global__ void hsb_psn_kernel(const uint8_t* records, const uint32_t* a, const 
 
 template <typename T>
 void upload(DeviceBuffer<T>& d, const std::vector<T>& h) {
-  check(cudaMemcpy(d.ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  check(cudaMemcpy(d.ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice),
+        "cudaMemcpy H2D");
 }
 template <typename T>
 void download(std::vector<T>& h, const DeviceBuffer<T>& d) {
-  check(cudaMemcpy(h.data(), d.ptr, h.size() * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  check(cudaMemcpy(h.data(), d.ptr, h.size() * sizeof(T), cudaMemcpyDeviceToHost),
+        "cudaMemcpy D2H");
 }
 
 void check_ranges(const std::vector<uint8_t>& frames, const std::vector<uint32_t>& offsets,
                   const std::vector<uint32_t>& lengths) {
-  if (lengths.size() != offsets.size()) throw std::invalid_argument("offsets and lengths differ in size");
+  if (lengths.size() != offsets.size())
+    throw std::invalid_argument("offsets and lengths differ in size");
   for (size_t i = 0; i < offsets.size(); ++i)
     if (uint64_t(offsets[i]) + lengths[i] > frames.size())
       throw std::invalid_argument("frame " + std::to_string(i) + " runs past the buffer");
@@ -139,8 +143,8 @@ void hsb_psn_on_device(const std::vector<uint8_t>& records, const std::vector<ui
   upload(d_rec, records);
   upload(d_a, a);
   upload(d_b, b);
-  hsb_psn_kernel<<<(n + 127) / 128, 128>>>(d_rec.ptr, d_a.ptr, d_b.ptr, n, d_rec_out.ptr,
-                                           d_imm.ptr, d_diff.ptr);
+  hsb_psn_kernel<<<(n + 127) / 128, 128>>>(d_rec.ptr, d_a.ptr, d_b.ptr, n, d_rec_out.ptr, d_imm.ptr,
+                                           d_diff.ptr);
   check(cudaGetLastError(), "hsb_psn_kernel launch");
   check(cudaDeviceSynchronize(), "hsb_psn_kernel");
   download(records_out, d_rec_out);
@@ -183,8 +187,7 @@ void icrc_on_device(const std::vector<uint8_t>& frames, const std::vector<uint32
   upload(d_frames, frames);
   upload(d_off, offsets);
   upload(d_len, lengths);
-  icrc_thread_kernel<<<(n + 127) / 128, 128>>>(d_frames.ptr, d_off.ptr, d_len.ptr, n,
-                                               d_thread.ptr);
+  icrc_thread_kernel<<<(n + 127) / 128, 128>>>(d_frames.ptr, d_off.ptr, d_len.ptr, n, d_thread.ptr);
   check(cudaGetLastError(), "icrc_thread_kernel launch");
   icrc_warp_kernel<<<(n + 3) / 4, 128>>>(d_frames.ptr, d_off.ptr, d_len.ptr, n, d_warp.ptr);
   check(cudaGetLastError(), "icrc_warp_kernel launch");

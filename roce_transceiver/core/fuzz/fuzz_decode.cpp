@@ -31,9 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Re-encoding what was decoded must succeed and decode again.
     const rt::FrameSpec spec = rt::spec_from_frame(f);
     std::vector<uint8_t> out(rt::encoded_size(spec, f.payload_len));
-    const rt::EncodeResult e =
-        rt::encode(spec, rt::ByteSpan(f.base + f.payload, f.payload_len),
-                   rt::MutByteSpan(out.data(), out.size()));
+    const rt::EncodeResult e = rt::encode(spec, rt::ByteSpan(f.base + f.payload, f.payload_len),
+                                          rt::MutByteSpan(out.data(), out.size()));
     check(e.ok());
     check(rt::decode(rt::ByteSpan(out.data(), e.len)).ok());
   }

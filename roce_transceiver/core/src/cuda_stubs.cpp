@@ -19,8 +19,7 @@ RuntimeInfo runtime_info() {
 }
 
 void icrc_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>&,
-                    const std::vector<uint32_t>&, std::vector<uint32_t>&,
-                    std::vector<uint32_t>&) {
+                    const std::vector<uint32_t>&, std::vector<uint32_t>&, std::vector<uint32_t>&) {
   no_cuda();
 }
 
@@ -31,8 +30,8 @@ void reencode_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>
 }
 
 void hsb_psn_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>&,
-                       const std::vector<uint32_t>&, std::vector<uint8_t>&,
-                       std::vector<uint32_t>&, std::vector<int32_t>&) {
+                       const std::vector<uint32_t>&, std::vector<uint8_t>&, std::vector<uint32_t>&,
+                       std::vector<int32_t>&) {
   no_cuda();
 }
 

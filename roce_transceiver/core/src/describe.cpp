@@ -27,8 +27,7 @@ std::string fmt(const char* f, ...) {
 
 std::string describe(const DecodeError& e) {
   switch (e.status) {
-    case DecodeStatus::kOk:
-      return "ok";
+    case DecodeStatus::kOk: return "ok";
     case DecodeStatus::kTruncated:
       return fmt("truncated %s at offset %u: need %u bytes, %u left", upper(e.field).c_str(),
                  e.offset, e.need, e.have);

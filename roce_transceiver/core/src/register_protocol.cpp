@@ -5,7 +5,9 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "register.h"
@@ -37,7 +39,7 @@ pybind11::dict error_dict(const DecodeError& e) {
 }
 
 pybind11::list header_names(uint16_t hdrs) {
-  static const char* names[kNumHdrs] = {"DETH", "RETH",  "AtomicETH", "AETH",
+  static const char* names[kNumHdrs] = {"DETH",         "RETH",  "AtomicETH", "AETH",
                                         "AtomicAckETH", "ImmDt", "IETH"};
   pybind11::list out;
   for (int bit = 0; bit < kNumHdrs; ++bit)
@@ -106,7 +108,8 @@ pybind11::dict frame_dict(const FrameView& f) {
     const Aeth& h = f.ext_hdr<Aeth>(kAeth);
     d["aeth"] = pybind11::make_tuple(h.syndrome(), h.msn());
   }
-  if (op.has(kAtomicAckEth)) d["atomic_ack_eth"] = f.ext_hdr<AtomicAckEth>(kAtomicAckEth).orig.get();
+  if (op.has(kAtomicAckEth))
+    d["atomic_ack_eth"] = f.ext_hdr<AtomicAckEth>(kAtomicAckEth).orig.get();
   if (op.has(kImmDt)) d["imm"] = f.ext_hdr<ImmDt>(kImmDt).imm.get();
   if (op.has(kIeth)) d["ieth"] = f.ext_hdr<Ieth>(kIeth).rkey.get();
   d["headers"] = header_names(op.hdrs);
@@ -153,61 +156,96 @@ T checked_int(const pybind11::handle& v, const char* key, uint64_t max) {
   return T(x);
 }
 
+// build() keywords, one setter each. Integers are range-checked against
+// the field's wire width; an unknown keyword is an error naming it.
+using FieldSetter = void (*)(FrameSpec&, pybind11::handle, const char*);
+
+template <auto Member, uint64_t Max>
+void set_int(FrameSpec& s, pybind11::handle v, const char* key) {
+  using T = std::remove_reference_t<decltype(s.*Member)>;
+  s.*Member = checked_int<T>(v, key, Max);
+}
+
+template <auto Member>
+void set_bool(FrameSpec& s, pybind11::handle v, const char*) {
+  s.*Member = v.cast<bool>();
+}
+
+// A derived field the caller overrides: store the value, mark it given.
+template <auto Member, auto Given, uint64_t Max>
+void set_override(FrameSpec& s, pybind11::handle v, const char* key) {
+  set_int<Member, Max>(s, v, key);
+  s.*Given = true;
+}
+
+template <auto Member>
+void set_mac(FrameSpec& s, pybind11::handle v, const char* key) {
+  copy_bytes(v, s.*Member, 6, key);
+}
+
+void set_vlan(FrameSpec& s, pybind11::handle v, const char* key) {
+  s.vlan = !v.is_none();
+  if (s.vlan) s.vlan_tci = checked_int<uint16_t>(v, key, 0xFFFF);
+}
+
+const std::map<std::string, FieldSetter, std::less<>>& frame_fields() {
+  static const std::map<std::string, FieldSetter, std::less<>> fields = {
+      {"eth_dst", &set_mac<&FrameSpec::dst_mac>},
+      {"eth_src", &set_mac<&FrameSpec::src_mac>},
+      {"vlan", &set_vlan},
+      {"ip_version", &set_int<&FrameSpec::ip_version, 0xFF>},
+      {"ip_id", &set_int<&FrameSpec::ip_id, 0xFFFF>},
+      {"ip_tos", &set_int<&FrameSpec::tos, 0xFF>},
+      {"ip_ttl", &set_int<&FrameSpec::ttl, 0xFF>},
+      {"ip_flow_label", &set_int<&FrameSpec::flow_label, 0xFFFFF>},
+      {"ip_dont_fragment", &set_bool<&FrameSpec::dont_fragment>},
+      {"ip_checksum",
+       &set_override<&FrameSpec::ip_checksum, &FrameSpec::ip_checksum_given, 0xFFFF>},
+      {"udp_sport", &set_int<&FrameSpec::src_port, 0xFFFF>},
+      {"udp_dport", &set_int<&FrameSpec::dst_port, 0xFFFF>},
+      {"udp_checksum", &set_int<&FrameSpec::udp_checksum, 0xFFFF>},
+      {"opcode", &set_int<&FrameSpec::opcode, 0xFF>},
+      {"se", &set_bool<&FrameSpec::se>},
+      {"mig_req", &set_bool<&FrameSpec::mig_req>},
+      {"tver", &set_int<&FrameSpec::tver, 0xF>},
+      {"pkey", &set_int<&FrameSpec::pkey, 0xFFFF>},
+      {"fecn", &set_bool<&FrameSpec::fecn>},
+      {"becn", &set_bool<&FrameSpec::becn>},
+      {"dest_qp", &set_int<&FrameSpec::dest_qp, 0xFFFFFF>},
+      {"ack_req", &set_bool<&FrameSpec::ack_req>},
+      {"psn", &set_int<&FrameSpec::psn, 0xFFFFFF>},
+      {"va", &set_int<&FrameSpec::va, ~0ull>},
+      {"rkey", &set_int<&FrameSpec::rkey, 0xFFFFFFFF>},
+      {"dma_len", &set_int<&FrameSpec::dma_len, 0xFFFFFFFF>},
+      {"imm", &set_int<&FrameSpec::imm, 0xFFFFFFFF>},
+      {"syndrome", &set_int<&FrameSpec::syndrome, 0xFF>},
+      {"msn", &set_int<&FrameSpec::msn, 0xFFFFFF>},
+      {"swap_add", &set_int<&FrameSpec::swap_add, ~0ull>},
+      {"compare", &set_int<&FrameSpec::compare, ~0ull>},
+      {"atomic_ack_orig", &set_int<&FrameSpec::orig, ~0ull>},
+      {"qkey", &set_int<&FrameSpec::qkey, 0xFFFFFFFF>},
+      {"src_qp", &set_int<&FrameSpec::src_qp, 0xFFFFFF>},
+      {"ieth_rkey", &set_int<&FrameSpec::inval_rkey, 0xFFFFFFFF>},
+      {"pad_count", &set_int<&FrameSpec::pad_count, 3>},
+      {"icrc", &set_override<&FrameSpec::icrc, &FrameSpec::icrc_given, 0xFFFFFFFF>},
+  };
+  return fields;
+}
+
 FrameSpec spec_from_dict(const pybind11::dict& fields) {
   FrameSpec s;
   // IP addresses are copied after ip_version is known.
   pybind11::object src_ip, dst_ip;
   for (const auto& item : fields) {
     const std::string key = item.first.cast<std::string>();
-    const pybind11::handle v = item.second;
-    const char* k = key.c_str();
-    if (key == "eth_dst") copy_bytes(v, s.dst_mac, 6, k);
-    else if (key == "eth_src") copy_bytes(v, s.src_mac, 6, k);
-    else if (key == "vlan") {
-      s.vlan = !v.is_none();
-      if (s.vlan) s.vlan_tci = checked_int<uint16_t>(v, k, 0xFFFF);
-    } else if (key == "ip_version") s.ip_version = checked_int<uint8_t>(v, k, 0xFF);
-    else if (key == "ip_src") src_ip = pybind11::reinterpret_borrow<pybind11::object>(v);
-    else if (key == "ip_dst") dst_ip = pybind11::reinterpret_borrow<pybind11::object>(v);
-    else if (key == "ip_id") s.ip_id = checked_int<uint16_t>(v, k, 0xFFFF);
-    else if (key == "ip_tos") s.tos = checked_int<uint8_t>(v, k, 0xFF);
-    else if (key == "ip_ttl") s.ttl = checked_int<uint8_t>(v, k, 0xFF);
-    else if (key == "ip_flow_label") s.flow_label = checked_int<uint32_t>(v, k, 0xFFFFF);
-    else if (key == "ip_dont_fragment") s.dont_fragment = v.cast<bool>();
-    else if (key == "ip_checksum") {
-      s.ip_checksum_given = true;
-      s.ip_checksum = checked_int<uint16_t>(v, k, 0xFFFF);
-    } else if (key == "udp_sport") s.src_port = checked_int<uint16_t>(v, k, 0xFFFF);
-    else if (key == "udp_dport") s.dst_port = checked_int<uint16_t>(v, k, 0xFFFF);
-    else if (key == "udp_checksum") s.udp_checksum = checked_int<uint16_t>(v, k, 0xFFFF);
-    else if (key == "opcode") s.opcode = checked_int<uint8_t>(v, k, 0xFF);
-    else if (key == "se") s.se = v.cast<bool>();
-    else if (key == "mig_req") s.mig_req = v.cast<bool>();
-    else if (key == "tver") s.tver = checked_int<uint8_t>(v, k, 0xF);
-    else if (key == "pkey") s.pkey = checked_int<uint16_t>(v, k, 0xFFFF);
-    else if (key == "fecn") s.fecn = v.cast<bool>();
-    else if (key == "becn") s.becn = v.cast<bool>();
-    else if (key == "dest_qp") s.dest_qp = checked_int<uint32_t>(v, k, 0xFFFFFF);
-    else if (key == "ack_req") s.ack_req = v.cast<bool>();
-    else if (key == "psn") s.psn = checked_int<uint32_t>(v, k, 0xFFFFFF);
-    else if (key == "va") s.va = checked_int<uint64_t>(v, k, ~0ull);
-    else if (key == "rkey") s.rkey = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "dma_len") s.dma_len = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "imm") s.imm = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "syndrome") s.syndrome = checked_int<uint8_t>(v, k, 0xFF);
-    else if (key == "msn") s.msn = checked_int<uint32_t>(v, k, 0xFFFFFF);
-    else if (key == "swap_add") s.swap_add = checked_int<uint64_t>(v, k, ~0ull);
-    else if (key == "compare") s.compare = checked_int<uint64_t>(v, k, ~0ull);
-    else if (key == "atomic_ack_orig") s.orig = checked_int<uint64_t>(v, k, ~0ull);
-    else if (key == "qkey") s.qkey = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "src_qp") s.src_qp = checked_int<uint32_t>(v, k, 0xFFFFFF);
-    else if (key == "ieth_rkey") s.inval_rkey = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "pad_count") s.pad_count = checked_int<int16_t>(v, k, 3);
-    else if (key == "icrc") {
-      s.icrc_given = true;
-      s.icrc = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    } else
-      throw pybind11::value_error("unknown field '" + key + "'");
+    if (key == "ip_src" || key == "ip_dst") {
+      (key == "ip_src" ? src_ip : dst_ip) =
+          pybind11::reinterpret_borrow<pybind11::object>(item.second);
+      continue;
+    }
+    const auto it = frame_fields().find(key);
+    if (it == frame_fields().end()) throw pybind11::value_error("unknown field '" + key + "'");
+    it->second(s, item.second, key.c_str());
   }
   const size_t ip_len = s.ip_version == 6 ? 16 : 4;
   if (src_ip) copy_bytes(src_ip, s.src_ip, ip_len, "ip_src");
@@ -226,8 +264,7 @@ pybind11::bytes encode_frame(const pybind11::dict& fields, const pybind11::buffe
   const EncodeResult r =
       encode(s, pl, MutByteSpan(reinterpret_cast<uint8_t*>(out.data()), out.size()));
   switch (r.status) {
-    case EncodeStatus::kOk:
-      break;
+    case EncodeStatus::kOk: break;
     case EncodeStatus::kBadOpcode:
       throw pybind11::value_error("opcode 0x" + [&] {
         char h[8];
@@ -276,22 +313,44 @@ pybind11::list opcode_table() {
   return rows;
 }
 
+// The HSB metadata record's fields, their Python names and widths: one list
+// drives both pack and unpack.
+struct MetadataField {
+  const char* name;
+  uint64_t max;
+  uint64_t (*get)(const HsbMetadataFields&);
+  void (*set)(HsbMetadataFields&, uint64_t);
+};
+
+template <auto Member>
+constexpr MetadataField metadata_field(const char* name, uint64_t max) {
+  using T = std::remove_reference_t<decltype(HsbMetadataFields{}.*Member)>;
+  return {name, max, [](const HsbMetadataFields& f) { return uint64_t(f.*Member); },
+          [](HsbMetadataFields& f, uint64_t v) { f.*Member = T(v); }};
+}
+
+constexpr uint64_t kU32 = 0xFFFFFFFFull, kU48 = 0xFFFFFFFFFFFFull, kU64 = ~0ull;
+const MetadataField kMetadataFields[] = {
+    metadata_field<&HsbMetadataFields::flags>("flags", kU32),
+    metadata_field<&HsbMetadataFields::psn>("psn", kU32),
+    metadata_field<&HsbMetadataFields::crc32>("crc32", kU32),
+    metadata_field<&HsbMetadataFields::ptp_s>("ptp_s", kU48),
+    metadata_field<&HsbMetadataFields::ptp_ns>("ptp_ns", kU32),
+    metadata_field<&HsbMetadataFields::bytes_written>("bytes_written", kU64),
+    metadata_field<&HsbMetadataFields::frame_number>("frame_number", kU32),
+    metadata_field<&HsbMetadataFields::meta_ptp_s>("meta_ptp_s", kU48),
+    metadata_field<&HsbMetadataFields::meta_ptp_ns>("meta_ptp_ns", kU32),
+};
+
 pybind11::bytes hsb_metadata_pack(const pybind11::dict& d) {
   HsbMetadataFields f;
   for (const auto& item : d) {
     const std::string key = item.first.cast<std::string>();
-    const char* k = key.c_str();
-    const pybind11::handle v = item.second;
-    if (key == "flags") f.flags = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "psn") f.psn = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "crc32") f.crc32 = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "ptp_s") f.ptp_s = checked_int<uint64_t>(v, k, 0xFFFFFFFFFFFFull);
-    else if (key == "ptp_ns") f.ptp_ns = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "bytes_written") f.bytes_written = checked_int<uint64_t>(v, k, ~0ull);
-    else if (key == "frame_number") f.frame_number = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else if (key == "meta_ptp_s") f.meta_ptp_s = checked_int<uint64_t>(v, k, 0xFFFFFFFFFFFFull);
-    else if (key == "meta_ptp_ns") f.meta_ptp_ns = checked_int<uint32_t>(v, k, 0xFFFFFFFF);
-    else throw pybind11::value_error("unknown metadata field '" + key + "'");
+    const MetadataField* field = nullptr;
+    for (const MetadataField& candidate : kMetadataFields)
+      if (key == candidate.name) field = &candidate;
+    if (!field) throw pybind11::value_error("unknown metadata field '" + key + "'");
+    field->set(f, checked_int<uint64_t>(item.second, field->name, field->max));
   }
   HsbFrameMetadata m;
   hsb_metadata_encode(f, &m);
@@ -304,17 +363,10 @@ pybind11::dict hsb_metadata_unpack(const pybind11::buffer& buf) {
   if (s.size < sizeof(HsbFrameMetadata))
     throw pybind11::value_error("truncated HSB metadata at offset 0: need 128 bytes, " +
                                 std::to_string(s.size) + " left");
-  const HsbMetadataFields f = hsb_metadata_decode(*reinterpret_cast<const HsbFrameMetadata*>(s.data));
+  const HsbMetadataFields f =
+      hsb_metadata_decode(*reinterpret_cast<const HsbFrameMetadata*>(s.data));
   pybind11::dict d;
-  d["flags"] = f.flags;
-  d["psn"] = f.psn;
-  d["crc32"] = f.crc32;
-  d["ptp_s"] = f.ptp_s;
-  d["ptp_ns"] = f.ptp_ns;
-  d["bytes_written"] = f.bytes_written;
-  d["frame_number"] = f.frame_number;
-  d["meta_ptp_s"] = f.meta_ptp_s;
-  d["meta_ptp_ns"] = f.meta_ptp_ns;
+  for (const MetadataField& field : kMetadataFields) d[field.name] = field.get(f);
   return d;
 }
 

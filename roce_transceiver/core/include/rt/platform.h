@@ -35,9 +35,7 @@ struct ByteSpan {
   RT_HD constexpr ByteSpan() = default;
   RT_HD constexpr ByteSpan(const uint8_t* d, size_t n) : data(d), size(n) {}
   RT_HD constexpr const uint8_t& operator[](size_t i) const { return data[i]; }
-  RT_HD constexpr ByteSpan sub(size_t offset, size_t n) const {
-    return ByteSpan(data + offset, n);
-  }
+  RT_HD constexpr ByteSpan sub(size_t offset, size_t n) const { return ByteSpan(data + offset, n); }
 };
 
 // A writable byte range.

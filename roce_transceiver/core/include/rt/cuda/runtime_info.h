@@ -16,11 +16,11 @@ struct GpuInfo {
 };
 
 struct RuntimeInfo {
-  bool built = false;      // this build has CUDA code in it
+  bool built = false;  // this build has CUDA code in it
   int runtime_version = 0;
   int driver_version = 0;  // 0 when no driver is loaded
   std::vector<GpuInfo> gpus;
-  std::string error;       // why no GPU is usable, empty otherwise
+  std::string error;  // why no GPU is usable, empty otherwise
 };
 
 // Never throws: a machine without a driver or GPU yields an empty gpus list

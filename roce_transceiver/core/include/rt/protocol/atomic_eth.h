@@ -7,10 +7,10 @@
 namespace rt {
 
 struct AtomicEth {
-  Be64 va;            // 8-byte aligned remote address
+  Be64 va;  // 8-byte aligned remote address
   Be32 rkey;
-  Be64 swap_add;      // add operand (FETCH_ADD) or swap value (COMPARE_SWAP)
-  Be64 compare;       // compare operand, COMPARE_SWAP only
+  Be64 swap_add;  // add operand (FETCH_ADD) or swap value (COMPARE_SWAP)
+  Be64 compare;   // compare operand, COMPARE_SWAP only
 };
 static_assert(sizeof(AtomicEth) == 28, "AtomicETH is 28 bytes");
 

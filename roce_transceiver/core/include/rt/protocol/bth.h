@@ -7,7 +7,7 @@ namespace rt {
 
 struct Bth {
   uint8_t opcode;
-  uint8_t flags;   // SE (bit 7) | MigReq (6) | PadCnt (5:4) | TVer (3:0)
+  uint8_t flags;  // SE (bit 7) | MigReq (6) | PadCnt (5:4) | TVer (3:0)
   Be16 pkey;
   uint8_t becn_fecn;  // FECN (7) | BECN (6) | reserved; the byte the ICRC masks
   Be24 dest_qp;

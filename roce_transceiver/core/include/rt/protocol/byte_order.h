@@ -39,8 +39,7 @@ static_assert(sizeof(Be64) == 8, "wire fields have no padding");
 // Little-endian loads and stores, for the one little-endian field on the
 // wire (the ICRC) and for CRC arithmetic.
 RT_HD constexpr uint32_t load_le32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
-         uint32_t(p[3]) << 24;
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
 RT_HD constexpr void store_le32(uint8_t* p, uint32_t v) {
   p[0] = uint8_t(v);

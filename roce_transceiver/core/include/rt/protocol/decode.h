@@ -45,17 +45,17 @@ struct FrameView {
   bool has_eth = false;
   bool has_vlan = false;
   uint16_t vlan_tci = 0;
-  uint8_t ip_version = 0;  // 0 when decoded from the BTH on (UDP socket mode)
-  uint32_t l3 = 0;         // IP header
-  uint32_t l3_len = 0;     // IP header bytes (with IPv4 options)
-  uint32_t l4 = 0;         // UDP header
-  uint32_t bth = 0;        // BTH
-  uint32_t ext = 0;        // first extension header
-  uint32_t payload = 0;    // first payload byte
+  uint8_t ip_version = 0;    // 0 when decoded from the BTH on (UDP socket mode)
+  uint32_t l3 = 0;           // IP header
+  uint32_t l3_len = 0;       // IP header bytes (with IPv4 options)
+  uint32_t l4 = 0;           // UDP header
+  uint32_t bth = 0;          // BTH
+  uint32_t ext = 0;          // first extension header
+  uint32_t payload = 0;      // first payload byte
   uint32_t payload_len = 0;  // without pad
   uint32_t pad = 0;
-  uint32_t icrc = 0;         // the 4 ICRC bytes
-  uint32_t end = 0;          // one past the ICRC: where the IP packet ends
+  uint32_t icrc = 0;  // the 4 ICRC bytes
+  uint32_t end = 0;   // one past the ICRC: where the IP packet ends
   OpcodeInfo op{};
 
   template <typename H>
@@ -105,8 +105,8 @@ RT_HD inline bool decode_from_bth(DecodeResult& r, uint32_t bth, uint32_t end) {
   if (!f.op.valid) {
     const Transport t = transport_of(h.opcode);
     const bool unsupported = t == Transport::RD || t == Transport::XRC;
-    return fail(r, unsupported ? DecodeStatus::kUnsupported : DecodeStatus::kBadValue,
-                "bth.opcode", bth, h.opcode);
+    return fail(r, unsupported ? DecodeStatus::kUnsupported : DecodeStatus::kBadValue, "bth.opcode",
+                bth, h.opcode);
   }
   f.ext = bth + sizeof(Bth);
   const uint32_t body_end = end >= kIcrcBytes ? end - kIcrcBytes : 0;
@@ -114,7 +114,7 @@ RT_HD inline bool decode_from_bth(DecodeResult& r, uint32_t bth, uint32_t end) {
   for (int bit = 0; bit < kNumHdrs; ++bit) {
     const Hdr hdr = Hdr(1u << bit);
     if (!f.op.has(hdr)) continue;
-    constexpr const char* names[kNumHdrs] = {"deth",         "reth",  "atomic_eth", "aeth",
+    constexpr const char* names[kNumHdrs] = {"deth",           "reth",  "atomic_eth", "aeth",
                                              "atomic_ack_eth", "immdt", "ieth"};
     if (!fits(r, f.ext + f.op.offset_of(hdr), hdr_bytes(bit), body_end, names[bit])) return false;
   }
@@ -185,8 +185,7 @@ RT_HD inline DecodeResult decode(ByteSpan frame) {
       return r;
     }
     if ((ip.flags_fragment.get() & 0x3FFF) != 0) {  // MF set or a non-zero offset
-      fail(r, DecodeStatus::kUnsupported, "ipv4.flags_fragment", f.l3 + 6,
-           ip.flags_fragment.get());
+      fail(r, DecodeStatus::kUnsupported, "ipv4.flags_fragment", f.l3 + 6, ip.flags_fragment.get());
       return r;
     }
     ip_end = f.l3 + total;
@@ -206,8 +205,7 @@ RT_HD inline DecodeResult decode(ByteSpan frame) {
       return r;
     }
     if (ip.next_header != kIpProtoUdp) {
-      fail(r, DecodeStatus::kNotRoce, "ipv6.next_header", f.l3 + 6, ip.next_header,
-           kIpProtoUdp);
+      fail(r, DecodeStatus::kNotRoce, "ipv6.next_header", f.l3 + 6, ip.next_header, kIpProtoUdp);
       return r;
     }
     ip_end = f.l3 + f.l3_len + plen;

@@ -20,9 +20,9 @@ struct FrameSpec {
   uint8_t src_ip[16] = {10, 0, 0, 1};
   uint8_t dst_ip[16] = {10, 0, 0, 2};
   uint16_t ip_id = 0;
-  uint8_t tos = 0;           // IPv4 TOS or IPv6 traffic class
-  uint8_t ttl = 64;          // IPv4 TTL or IPv6 hop limit
-  uint32_t flow_label = 0;   // IPv6 only
+  uint8_t tos = 0;            // IPv4 TOS or IPv6 traffic class
+  uint8_t ttl = 64;           // IPv4 TTL or IPv6 hop limit
+  uint32_t flow_label = 0;    // IPv6 only
   bool dont_fragment = true;  // IPv4 DF, as RoCE NICs set it
   // UDP
   uint16_t src_port = 49152;
@@ -53,8 +53,8 @@ struct FrameSpec {
   uint32_t src_qp = 0;
   uint32_t inval_rkey = 0;
   // Overrides of derived fields
-  int16_t pad_count = -1;      // -1: derived from the payload length
-  bool icrc_given = false;     // false: computed
+  int16_t pad_count = -1;   // -1: derived from the payload length
+  bool icrc_given = false;  // false: computed
   uint32_t icrc = 0;
   bool ip_checksum_given = false;
   uint16_t ip_checksum = 0;

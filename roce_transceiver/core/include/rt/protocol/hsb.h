@@ -28,8 +28,8 @@ struct HsbFrameMetadata {
   Be32 ptp_ns;         //   and nanoseconds
   Be64 bytes_written;  // data bytes in the frame
   Be32 frame_number;
-  Be48 meta_ptp_s;     // PTP time the metadata was written: seconds
-  Be32 meta_ptp_ns;    //   and nanoseconds
+  Be48 meta_ptp_s;   // PTP time the metadata was written: seconds
+  Be32 meta_ptp_ns;  //   and nanoseconds
   uint8_t reserved[84];
 };
 static_assert(sizeof(HsbFrameMetadata) == 128, "HSB metadata record is 128 bytes");

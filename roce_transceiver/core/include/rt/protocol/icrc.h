@@ -25,9 +25,9 @@ RT_HD inline uint32_t icrc_masked_prefix(const FrameView& f, uint8_t* out) {
   for (uint32_t i = 0; i < n; ++i) out[8 + i] = f.base[f.l3 + i];
   uint8_t* ip = out + 8;
   if (f.ip_version == 4) {
-    ip[1] = 0xFF;                  // TOS
-    ip[8] = 0xFF;                  // TTL
-    ip[10] = ip[11] = 0xFF;        // header checksum
+    ip[1] = 0xFF;            // TOS
+    ip[8] = 0xFF;            // TTL
+    ip[10] = ip[11] = 0xFF;  // header checksum
   } else {
     ip[0] |= 0x0F;                 // traffic class, high nibble
     ip[1] = ip[2] = ip[3] = 0xFF;  // traffic class low nibble + flow label

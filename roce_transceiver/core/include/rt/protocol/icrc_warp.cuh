@@ -22,8 +22,8 @@ __device__ inline uint32_t icrc_compute_warp(const FrameView& f, uint32_t lane) 
   const uint32_t slice = ((body_len + 31) / 32 + 7) & ~7u;
   const uint32_t begin = min(lane * slice, body_len);
   const uint32_t end = min(begin + slice, body_len);
-  uint32_t reg = crc32_mulmod(crc32_x8n(body_len - end), crc32_raw(f.base + body_off + begin,
-                                                                    end - begin));
+  uint32_t reg =
+      crc32_mulmod(crc32_x8n(body_len - end), crc32_raw(f.base + body_off + begin, end - begin));
   for (int step = 16; step >= 1; step >>= 1) reg ^= __shfl_xor_sync(0xFFFFFFFFu, reg, step);
 
   // The prefix starts from zlib's all-ones register; every lane computes it

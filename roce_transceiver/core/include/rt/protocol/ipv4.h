@@ -15,7 +15,7 @@ struct Ipv4Hdr {
   Be16 flags_fragment;  // flags (3 bits) | fragment offset in 8-byte units
   uint8_t ttl;          // masked to ones by the ICRC
   uint8_t protocol;
-  Be16 checksum;        // masked to ones by the ICRC
+  Be16 checksum;  // masked to ones by the ICRC
   uint8_t src[4];
   uint8_t dst[4];
 

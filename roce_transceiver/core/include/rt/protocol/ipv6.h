@@ -6,7 +6,8 @@
 namespace rt {
 
 struct Ipv6Hdr {
-  Be32 vtc_flow;  // version (4) | traffic class (8) | flow label (20); TC and flow label masked by the ICRC
+  Be32 vtc_flow;  // version (4) | traffic class (8) | flow label (20); TC and flow label masked by
+                  // the ICRC
   Be16 payload_length;
   uint8_t next_header;
   uint8_t hop_limit;  // masked to ones by the ICRC

@@ -32,9 +32,9 @@ enum Hdr : uint16_t {
 constexpr int kNumHdrs = 7;
 
 RT_HD constexpr uint32_t hdr_bytes(int bit) {
-  constexpr uint32_t sizes[kNumHdrs] = {sizeof(Deth),         sizeof(Reth),  sizeof(AtomicEth),
-                                        sizeof(Aeth),         sizeof(AtomicAckEth),
-                                        sizeof(ImmDt),        sizeof(Ieth)};
+  constexpr uint32_t sizes[kNumHdrs] = {sizeof(Deth), sizeof(Reth),         sizeof(AtomicEth),
+                                        sizeof(Aeth), sizeof(AtomicAckEth), sizeof(ImmDt),
+                                        sizeof(Ieth)};
   return sizes[bit];
 }
 
@@ -95,8 +95,7 @@ RT_HD constexpr OpRow operation_row(uint8_t operation) {
     case 0x08: return {"RDMA_WRITE_LAST", 0, kWriteReq | kLast};
     case 0x09: return {"RDMA_WRITE_LAST_WITH_IMMEDIATE", kImmDt, kWriteReq | kLast | kImm};
     case 0x0A: return {"RDMA_WRITE_ONLY", kReth, kWriteReq | kOnly};
-    case 0x0B:
-      return {"RDMA_WRITE_ONLY_WITH_IMMEDIATE", kReth | kImmDt, kWriteReq | kOnly | kImm};
+    case 0x0B: return {"RDMA_WRITE_ONLY_WITH_IMMEDIATE", kReth | kImmDt, kWriteReq | kOnly | kImm};
     case 0x0C: return {"RDMA_READ_REQUEST", kReth, kRequest | kRead | kOnly};
     case 0x0D: return {"RDMA_READ_RESPONSE_FIRST", kAeth, kReadResp | kFirst};
     case 0x0E: return {"RDMA_READ_RESPONSE_MIDDLE", 0, kReadResp | kMiddle};
