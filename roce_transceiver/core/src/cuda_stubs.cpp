@@ -2,6 +2,7 @@
 // RT_CUDA=OFF): every entry point reports that no CUDA code was built.
 #include <stdexcept>
 
+#include "rt/cuda/engine_launch.h"
 #include "rt/cuda/protocol_device.h"
 #include "rt/cuda/runtime_info.h"
 
@@ -34,5 +35,14 @@ void hsb_psn_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>&
                        std::vector<int32_t>&) {
   no_cuda();
 }
+
+struct EngineKernel::Impl {};
+EngineKernel::EngineKernel() { no_cuda(); }
+EngineKernel::~EngineKernel() = default;
+void EngineKernel::start(const EngineDesc&, EngineState*, bool, uint64_t*) { no_cuda(); }
+void EngineKernel::stop(double) {}
+void EngineKernel::check() const {}
+bool EngineKernel::running() const { return false; }
+void EngineKernel::run_far_end(const FarEndDesc&, double) { no_cuda(); }
 
 }  // namespace rt::cuda

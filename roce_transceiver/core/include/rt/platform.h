@@ -9,6 +9,13 @@
 #include <cstdint>
 
 #if defined(__CUDACC__)
+#include <cuda/atomic>
+#endif
+#if !defined(__CUDA_ARCH__)
+#include <time.h>
+#endif
+
+#if defined(__CUDACC__)
 #define RT_HD __host__ __device__
 #define RT_DEVICE __device__
 #else
@@ -32,7 +39,7 @@ struct ByteSpan {
   const uint8_t* data = nullptr;
   size_t size = 0;
 
-  RT_HD constexpr ByteSpan() = default;
+  constexpr ByteSpan() = default;
   RT_HD constexpr ByteSpan(const uint8_t* d, size_t n) : data(d), size(n) {}
   RT_HD constexpr const uint8_t& operator[](size_t i) const { return data[i]; }
   RT_HD constexpr ByteSpan sub(size_t offset, size_t n) const { return ByteSpan(data + offset, n); }
@@ -43,10 +50,98 @@ struct MutByteSpan {
   uint8_t* data = nullptr;
   size_t size = 0;
 
-  RT_HD constexpr MutByteSpan() = default;
+  constexpr MutByteSpan() = default;
   RT_HD constexpr MutByteSpan(uint8_t* d, size_t n) : data(d), size(n) {}
   RT_HD constexpr uint8_t& operator[](size_t i) const { return data[i]; }
   RT_HD constexpr operator ByteSpan() const { return ByteSpan(data, size); }
 };
+
+// Who else may touch a shared word. kSystem: the other side is across PCIe
+// (a CPU thread and a kernel, pinned memory); kDevice: both sides are on the
+// GPU (device memory). A word is always used under one scope (libcu++ rule).
+enum class Scope { kDevice, kSystem };
+
+// Acquire loads and release stores of 32-bit shared indices and flags. The
+// host build uses the compiler's builtins (same semantics as std::atomic_ref);
+// the device build uses libcu++ atomic_ref at the requested scope.
+template <Scope S>
+RT_HD inline uint32_t load_acquire(const uint32_t* p) {
+#if RT_DEVICE_CODE
+  uint32_t* q = const_cast<uint32_t*>(p);
+  if constexpr (S == Scope::kSystem)
+    return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*q).load(
+        cuda::memory_order_acquire);
+  else
+    return cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*q).load(
+        cuda::memory_order_acquire);
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+template <Scope S>
+RT_HD inline void store_release(uint32_t* p, uint32_t v) {
+#if RT_DEVICE_CODE
+  if constexpr (S == Scope::kSystem)
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
+  else
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*p).store(v, cuda::memory_order_release);
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+// 64-bit counters: one writer, readers anywhere. Relaxed, naturally aligned:
+// a reader sees some recent value, never a torn one.
+template <Scope S>
+RT_HD inline void store_relaxed(uint64_t* p, uint64_t v) {
+#if RT_DEVICE_CODE
+  if constexpr (S == Scope::kSystem)
+    cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_relaxed);
+  else
+    cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).store(v, cuda::memory_order_relaxed);
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+template <Scope S>
+RT_HD inline uint64_t load_relaxed(const uint64_t* p) {
+#if RT_DEVICE_CODE
+  uint64_t* q = const_cast<uint64_t*>(p);
+  if constexpr (S == Scope::kSystem)
+    return cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*q).load(
+        cuda::memory_order_relaxed);
+  else
+    return cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*q).load(
+        cuda::memory_order_relaxed);
+#else
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+#endif
+}
+
+// Back off inside a spin: the x86 pause hint on the host, a short sleep on the GPU.
+RT_HD inline void spin_pause() {
+#if RT_DEVICE_CODE
+  __nanosleep(32);
+#elif defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Nanoseconds of a clock that only moves forward. Host: CLOCK_MONOTONIC.
+// Device: %globaltimer. The two are different clocks: compare timestamps
+// only with timestamps taken on the same side.
+RT_HD inline uint64_t now_ns() {
+#if RT_DEVICE_CODE
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#else
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+#endif
+}
 
 }  // namespace rt

@@ -70,13 +70,17 @@ struct EncodeResult {
 };
 
 // Bytes the frame will take, Ethernet header to ICRC.
-RT_HD inline uint32_t encoded_size(const FrameSpec& s, uint32_t payload_len) {
-  const OpcodeInfo op = opcode_info(s.opcode);
-  const uint32_t pad = (4 - (payload_len & 3)) & 3;
+// Where the payload starts in the frame encode() writes for `s`.
+RT_HD inline uint32_t payload_offset(const FrameSpec& s) {
   return uint32_t(sizeof(EthHdr)) + (s.vlan ? 4u : 0u) +
          (s.ip_version == 6 ? uint32_t(sizeof(Ipv6Hdr)) : uint32_t(sizeof(Ipv4Hdr))) +
-         uint32_t(sizeof(UdpHdr)) + uint32_t(sizeof(Bth)) + op.ext_bytes() + payload_len + pad +
-         kIcrcBytes;
+         uint32_t(sizeof(UdpHdr)) + uint32_t(sizeof(Bth)) + opcode_info(s.opcode).ext_bytes();
+}
+
+// Bytes the frame will take, Ethernet header to ICRC.
+RT_HD inline uint32_t encoded_size(const FrameSpec& s, uint32_t payload_len) {
+  const uint32_t pad = (4 - (payload_len & 3)) & 3;
+  return payload_offset(s) + payload_len + pad + kIcrcBytes;
 }
 
 RT_HD inline EncodeResult encode(const FrameSpec& s, ByteSpan payload, MutByteSpan out) {
@@ -90,7 +94,11 @@ RT_HD inline EncodeResult encode(const FrameSpec& s, ByteSpan payload, MutByteSp
   if (payload.size > 0xFFFF || need - sizeof(EthHdr) - (s.vlan ? 4 : 0) > 0xFFFF)
     return {EncodeStatus::kTooLong, need, "payload"};
   if (out.size < need) return {EncodeStatus::kBufferTooSmall, need, "out"};
-  for (uint32_t i = 0; i < need; ++i) out.data[i] = 0;
+  // Zero the headers and the pad, not the payload: a handler may have written
+  // the payload in place already (payload.data == out.data + payload_offset).
+  const uint32_t payload_at = payload_offset(s);
+  for (uint32_t i = 0; i < payload_at; ++i) out.data[i] = 0;
+  for (uint32_t i = payload_at + uint32_t(payload.size); i < need; ++i) out.data[i] = 0;
 
   uint8_t* p = out.data;
   EthHdr& eth = *reinterpret_cast<EthHdr*>(p);
@@ -178,7 +186,8 @@ RT_HD inline EncodeResult encode(const FrameSpec& s, ByteSpan payload, MutByteSp
   if (op.has(kIeth)) reinterpret_cast<Ieth*>(p + ext + op.offset_of(kIeth))->rkey.set(s.inval_rkey);
 
   const uint32_t payload_off = ext + op.ext_bytes();
-  for (size_t i = 0; i < payload.size; ++i) p[payload_off + i] = payload.data[i];
+  if (payload.data != p + payload_off)
+    for (size_t i = 0; i < payload.size; ++i) p[payload_off + i] = payload.data[i];
 
   const uint32_t icrc_off = need - kIcrcBytes;
   uint32_t icrc = s.icrc;

@@ -1,0 +1,254 @@
+"""The transceiver's configuration: one schema for every key.
+
+A configuration comes from a dict, a YAML file (the mapping itself, or its
+``transceiver:`` section) and dotted overrides (``{"queues.rx_depth": 64}``).
+Every key has a default; unknown keys, wrong types and out-of-range values
+raise :class:`~roce_transceiver.schema.ConfigError` naming the key, and the
+file and line for YAML.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from roce_transceiver.schema import (
+    ConfigError,
+    Field,
+    LinedDict,
+    Section,
+    load_yaml_with_lines,
+    validate,
+)
+
+__all__ = ["SCHEMA", "ConfigError", "core_config", "load_config"]
+
+
+def _power_of_two(v: int) -> str | None:
+    return None if v & (v - 1) == 0 else "must be a power of two"
+
+
+def _multiple_of_64(v: int) -> str | None:
+    return None if v % 64 == 0 else "must be a multiple of 64"
+
+
+def _mac(v: str) -> str | None:
+    parts = v.replace("-", ":").split(":")
+    ok = len(parts) == 6 and all(len(p) == 2 for p in parts)
+    try:
+        bytes(int(p, 16) for p in parts)
+    except ValueError:
+        ok = False
+    return None if ok else "not a MAC address (aa:bb:cc:dd:ee:ff)"
+
+
+def _ip(v: str) -> str | None:
+    try:
+        ipaddress.ip_address(v)
+    except ValueError:
+        return "not an IPv4 or IPv6 address"
+    return None
+
+
+def _regions(v: list[Any]) -> str | None:
+    if len(v) > 8:
+        return "at most 8 regions"
+    rkeys = set()
+    for i, r in enumerate(v):
+        if not isinstance(r, Mapping) or set(r) != {"va", "rkey", "length"}:
+            return f"entry {i}: needs exactly the keys va, rkey, length"
+        for k, hi in (("va", 2**64 - 1), ("rkey", 2**32 - 1), ("length", 2**32 - 1)):
+            if not isinstance(r[k], int) or isinstance(r[k], bool) or not 0 <= r[k] <= hi:
+                return f"entry {i}: {k} must be an integer from 0 to {hi:#x}"
+        if r["length"] == 0:
+            return f"entry {i}: length must be > 0"
+        if r["rkey"] in rkeys:
+            return f"entry {i}: rkey {r['rkey']:#x} is used twice"
+        rkeys.add(r["rkey"])
+    return None
+
+
+_DEPTH = {"minimum": 2, "maximum": 65536, "check": _power_of_two}
+
+SCHEMA = Section(
+    "The transceiver: queues, executor, NIC and handler.",
+    {
+        "executor": Field(
+            str, "auto", "who runs the persistent loop", choices=("auto", "cpu", "cuda")
+        ),
+        "nic": Field(str, "loopback", "what the queues are joined to", choices=("loopback",)),
+        "far_end": Field(
+            str,
+            "cpu",
+            "loopback: where the far end of the wire runs (gpu needs executor cuda)",
+            choices=("cpu", "gpu"),
+        ),
+        "handler": Field(
+            str, "echo", "what runs on each message", choices=("echo", "sink", "qec")
+        ),
+        "qec": Section(
+            "The qec handler.",
+            {"distance": Field(int, 3, "rotated surface code distance", choices=(3, 5))},
+        ),
+        "qp": Section(
+            "Our queue pair.",
+            {
+                "transport": Field(str, "RC", "RC (ACK/NAK) or UC (no ACKs)", choices=("RC", "UC")),
+                "qpn": Field(int, 0x11, "our QP number", minimum=1, maximum=0xFFFFFF),
+                "peer_qpn": Field(int, 0x12, "the peer's QP number", minimum=1, maximum=0xFFFFFF),
+                "pkey": Field(int, 0xFFFF, "partition key", minimum=0, maximum=0xFFFF),
+                "rx_psn": Field(int, 0, "first PSN expected from the peer", minimum=0, maximum=0xFFFFFF),
+                "tx_psn": Field(int, 0, "first PSN we send", minimum=0, maximum=0xFFFFFF),
+            },
+        ),
+        "local": Section(
+            "Our addresses.",
+            {
+                "mac": Field(str, "02:00:00:00:00:01", "our MAC", check=_mac),
+                "ip": Field(str, "10.0.0.1", "our IPv4 or IPv6 address", check=_ip),
+                "udp_sport": Field(int, 49152, "UDP source port of what we send", minimum=1, maximum=65535),
+            },
+        ),
+        "peer": Section(
+            "The peer's addresses.",
+            {
+                "mac": Field(str, "02:00:00:00:00:02", "the peer's MAC", check=_mac),
+                "ip": Field(str, "10.0.0.2", "the peer's IP (same version as local.ip)", check=_ip),
+            },
+        ),
+        "vlan": Field(int, None, "802.1Q TCI to tag frames with; null: untagged", nullable=True, minimum=0, maximum=0xFFFF),
+        "queues": Section(
+            "Ring sizes (GPUNetIO-shaped queues).",
+            {
+                "rx_depth": Field(int, 256, "rx ring slots", **_DEPTH),
+                "tx_depth": Field(int, 256, "tx ring slots", **_DEPTH),
+                "slot_bytes": Field(int, 2048, "bytes per packet slot", minimum=128, maximum=65536, check=_multiple_of_64),
+                "batch": Field(int, 32, "rx packets per loop pass at most", minimum=1, maximum=1024),
+                "host_tx_depth": Field(int, 64, "slots for messages the host sends", **_DEPTH),
+                "completion_depth": Field(int, 1024, "completion records the host has not read yet", **_DEPTH),
+                "completion_slot_bytes": Field(int, 1024, "bytes per completion record (request and reply are truncated to fit)", minimum=128, maximum=65536, check=_multiple_of_64),
+                "max_message_bytes": Field(int, 65536, "largest multi-packet SEND assembled", minimum=64, maximum=1 << 24),
+            },
+        ),
+        "regions": Field(list, [], "memory regions RDMA WRITEs may land in: [{va, rkey, length}]", check=_regions),
+        "check_icrc": Field(bool, True, "drop frames whose ICRC is wrong"),
+        "completions": Field(bool, True, "record each message for the host (receive()); off for benchmarks"),
+        "cpu_core": Field(int, None, "pin the cpu executor's thread to this core; null: no pinning", nullable=True, minimum=0),
+        "stop_timeout_s": Field(float, 5.0, "how long stop() waits for the loop before it reports it stuck", minimum=0.1, maximum=600.0),
+    },
+)  # fmt: skip
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {} if nxt is None else dict(nxt)
+            node[part] = nxt
+        node = nxt
+    node[parts[-1]] = value
+
+
+def _copy(data: Mapping[str, Any]) -> LinedDict:
+    """A deep copy that keeps the YAML line numbers of every mapping."""
+    out = LinedDict()
+    out.update({k: _copy(v) if isinstance(v, Mapping) else v for k, v in data.items()})
+    out.lines.update(getattr(data, "lines", {}))
+    return out
+
+
+def load_config(
+    source: Mapping[str, Any] | str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Validated configuration with every default filled in.
+
+    ``source`` is a mapping, a YAML path or None (all defaults). A YAML file
+    may hold the keys at its top level or under ``transceiver:``.
+    ``overrides`` are dotted keys applied on top (CLI flags).
+    """
+    origin: str | None = None
+    if isinstance(source, (str, Path)):
+        origin = str(source)
+        data: Mapping[str, Any] = load_yaml_with_lines(source)
+        if "transceiver" in data:
+            section = data["transceiver"]
+            if not isinstance(section, Mapping):
+                raise ConfigError(
+                    "must be a mapping", key="transceiver", source=origin,
+                    line=getattr(data, "lines", {}).get("transceiver"),
+                )  # fmt: skip
+            data = section
+    else:
+        data = source or {}
+    if overrides:
+        merged = _copy(data)
+        for key, value in overrides.items():
+            _set_dotted(merged, key, value)
+        data = merged
+    cfg = validate(SCHEMA, data, source=origin)
+    _check_together(cfg, origin)
+    return cfg
+
+
+def _check_together(cfg: dict[str, Any], source: str | None) -> None:
+    """Rules that involve more than one key."""
+    if cfg["far_end"] == "gpu" and cfg["executor"] == "cpu":
+        raise ConfigError("far_end 'gpu' needs executor 'cuda' (or 'auto' on a GPU machine)",
+                          key="far_end", source=source)  # fmt: skip
+    local = ipaddress.ip_address(cfg["local"]["ip"])
+    peer = ipaddress.ip_address(cfg["peer"]["ip"])
+    if local.version != peer.version:
+        raise ConfigError(
+            f"{cfg['peer']['ip']} is IPv{peer.version}, local.ip is IPv{local.version}",
+            key="peer.ip",
+            source=source,
+        )
+
+
+def _mac_bytes(mac: str) -> bytes:
+    return bytes(int(p, 16) for p in mac.replace("-", ":").split(":"))
+
+
+def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> dict[str, Any]:
+    """The flat dict the C++ core takes (roce_transceiver/core/src/register_engine.cpp)."""
+    q = cfg["queues"]
+    local_ip = ipaddress.ip_address(cfg["local"]["ip"])
+    out: dict[str, Any] = {
+        "executor": executor,
+        "far_end": cfg["far_end"],
+        "rx_depth": q["rx_depth"],
+        "tx_depth": q["tx_depth"],
+        "slot_bytes": q["slot_bytes"],
+        "host_tx_depth": q["host_tx_depth"],
+        "completion_depth": q["completion_depth"],
+        "completion_slot_bytes": q["completion_slot_bytes"],
+        "batch": q["batch"],
+        "msg_buf_bytes": q["max_message_bytes"],
+        "check_icrc": cfg["check_icrc"],
+        "record_completions": cfg["completions"],
+        "qpn": cfg["qp"]["qpn"],
+        "peer_qpn": cfg["qp"]["peer_qpn"],
+        "transport": cfg["qp"]["transport"],
+        "pkey": cfg["qp"]["pkey"],
+        "rx_psn": cfg["qp"]["rx_psn"],
+        "tx_psn": cfg["qp"]["tx_psn"],
+        "local_mac": _mac_bytes(cfg["local"]["mac"]),
+        "peer_mac": _mac_bytes(cfg["peer"]["mac"]),
+        "ip_version": local_ip.version,
+        "local_ip": local_ip.packed,
+        "peer_ip": ipaddress.ip_address(cfg["peer"]["ip"]).packed,
+        "udp_sport": cfg["local"]["udp_sport"],
+        "vlan": cfg["vlan"],
+        "handler": cfg["handler"],
+        "regions": [(r["va"], r["rkey"], r["length"]) for r in cfg["regions"]],
+        "cpu_core": -1 if cfg["cpu_core"] is None else cfg["cpu_core"],
+        "stop_timeout_s": cfg["stop_timeout_s"],
+    }
+    if qec_blob is not None:
+        out["qec_blob"] = qec_blob
+    return out

@@ -1,0 +1,154 @@
+// The CUDA executor: a persistent kernel runs the same engine_step() as the
+// CPU thread, plus a far-end kernel for the GPU side of the loopback wire.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "rt/cuda/engine_launch.h"
+
+namespace rt::cuda {
+namespace {
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" +
+                             cudaGetErrorString(err) + ")");
+  }
+}
+
+// How often the loop reads its stop flag and publishes a heartbeat: reading
+// every pass would put a memory round trip on the critical path.
+constexpr uint32_t kControlEvery = 256;
+
+template <Scope S>
+__global__ void engine_kernel(EngineDesc d, EngineState* state, const uint32_t* stop,
+                              uint64_t* heartbeat) {
+  if (threadIdx.x != 0) return;
+  EngineState st = *state;  // registers and local memory, not a global round trip per field
+  uint64_t passes = 0;
+  for (;;) {
+    engine_step<S>(d, st);
+    if (++passes % kControlEvery == 0) {
+      store_relaxed<Scope::kSystem>(heartbeat, passes);
+      if (load_acquire<Scope::kSystem>(stop)) break;
+    }
+  }
+  store_relaxed<Scope::kSystem>(heartbeat, passes);
+  *state = st;
+}
+
+template <Scope S>
+__global__ void far_end_kernel(FarEndDesc d, const uint32_t* stop) {
+  if (threadIdx.x == 0) far_end_run<S>(d, stop);
+}
+
+}  // namespace
+
+struct EngineKernel::Impl {
+  cudaStream_t stream = nullptr;     // the engine's own non-blocking stream
+  cudaStream_t far_stream = nullptr; // the GPU far end's
+  cudaStream_t control = nullptr;    // stop requests, while both others are busy
+  uint32_t* stop = nullptr;          // device memory: polled by the kernels
+  uint64_t* heartbeat = nullptr;     // pinned: read by the host
+  bool launched = false;
+  bool stopped = false;
+};
+
+EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
+  check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaStreamCreateWithFlags(&impl_->far_stream, cudaStreamNonBlocking),
+             "cudaStreamCreate");
+  check_cuda(cudaStreamCreateWithFlags(&impl_->control, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaMalloc(&impl_->stop, sizeof(uint32_t)), "cudaMalloc(stop flag)");
+  check_cuda(cudaMemset(impl_->stop, 0, sizeof(uint32_t)), "cudaMemset(stop flag)");
+}
+
+EngineKernel::~EngineKernel() {
+  try {
+    if (impl_->launched && !impl_->stopped) stop(5.0);
+  } catch (...) {
+    // A kernel that cannot be stopped is reported by stop(); the destructor
+    // must not throw, and must not free memory the kernel may still use.
+    return;
+  }
+  cudaStreamDestroy(impl_->stream);
+  cudaStreamDestroy(impl_->far_stream);
+  cudaStreamDestroy(impl_->control);
+  cudaFree(impl_->stop);
+}
+
+void EngineKernel::start(const EngineDesc& desc, EngineState* state_device, bool wire_on_device,
+                         uint64_t* heartbeat_pinned) {
+  if (impl_->launched) throw std::logic_error("EngineKernel::start called twice");
+  impl_->heartbeat = heartbeat_pinned;
+  check_cuda(cudaMemset(impl_->stop, 0, sizeof(uint32_t)), "cudaMemset(stop flag)");
+  if (wire_on_device)
+    engine_kernel<Scope::kDevice>
+        <<<1, 32, 0, impl_->stream>>>(desc, state_device, impl_->stop, heartbeat_pinned);
+  else
+    engine_kernel<Scope::kSystem>
+        <<<1, 32, 0, impl_->stream>>>(desc, state_device, impl_->stop, heartbeat_pinned);
+  check_cuda(cudaGetLastError(), "engine_kernel launch");
+  impl_->launched = true;
+  impl_->stopped = false;
+}
+
+bool EngineKernel::running() const {
+  return impl_->launched && !impl_->stopped && cudaStreamQuery(impl_->stream) == cudaErrorNotReady;
+}
+
+void EngineKernel::check() const {
+  if (!impl_->launched || impl_->stopped) return;
+  const cudaError_t err = cudaStreamQuery(impl_->stream);
+  if (err == cudaErrorNotReady) return;
+  if (err == cudaSuccess)
+    throw std::runtime_error("the persistent engine kernel exited without being asked to stop");
+  check_cuda(err, "the persistent engine kernel failed");
+}
+
+void EngineKernel::stop(double timeout_s) {
+  if (!impl_->launched || impl_->stopped) return;
+  const uint32_t one = 1;
+  check_cuda(cudaMemcpyAsync(impl_->stop, &one, sizeof one, cudaMemcpyHostToDevice, impl_->control),
+             "stop request");
+  check_cuda(cudaStreamSynchronize(impl_->control), "stop request");
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const cudaError_t err = cudaStreamQuery(impl_->stream);
+    if (err == cudaSuccess) break;
+    if (err != cudaErrorNotReady) {
+      impl_->stopped = true;
+      check_cuda(err, "the persistent engine kernel failed");
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      const uint64_t beats = impl_->heartbeat ? *reinterpret_cast<volatile uint64_t*>(impl_->heartbeat) : 0;
+      throw std::runtime_error("the persistent engine kernel did not stop within " +
+                               std::to_string(timeout_s) + " s (heartbeat at " +
+                               std::to_string(beats) + " passes)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  impl_->stopped = true;
+}
+
+void EngineKernel::run_far_end(const FarEndDesc& desc, double timeout_s) {
+  far_end_kernel<Scope::kDevice><<<1, 32, 0, impl_->far_stream>>>(desc, impl_->stop);
+  check_cuda(cudaGetLastError(), "far_end_kernel launch");
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s + 5.0);
+  for (;;) {
+    const cudaError_t err = cudaStreamQuery(impl_->far_stream);
+    if (err == cudaSuccess) return;
+    if (err != cudaErrorNotReady) check_cuda(err, "the GPU far end failed");
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("the GPU far end did not finish within its timeout + 5 s");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+}  // namespace rt::cuda

@@ -1,0 +1,75 @@
+// The engine's counters: one enum, one name table, one array in memory the
+// host can read while the loop runs. Each counter has exactly one writer (the
+// engine, or the producer for ring drops), so updates are plain relaxed
+// stores of the writer's own running value: no read-modify-write across PCIe.
+#pragma once
+
+#include "rt/platform.h"
+
+namespace rt {
+
+enum class Counter : uint32_t {
+  kRxPackets,        // frames taken from the rx ring
+  kRxBytes,
+  kTxPackets,        // frames submitted to the tx ring (replies, ACKs, host sends)
+  kTxBytes,
+  kMessages,         // messages completed and handed to the handler
+  kReplies,          // handler replies sent
+  kIcrcErrors,       // dropped: ICRC mismatch
+  kMalformed,        // dropped: did not decode, or wrong transport for the QP
+  kWrongQp,          // dropped: dest QP is not ours
+  kBadPkey,          // dropped: P_Key mismatch
+  kPsnGaps,          // PSN jumps ahead (UC: counted and resynced; RC: NAKed once)
+  kDuplicates,       // RC: PSN behind the expected one (re-ACKed); UC: dropped
+  kOpcodeSequence,   // a Middle/Last without its First, or a First inside a message
+  kOutOfRange,       // RETH rkey unknown or [va, va+len) outside its region: nothing written
+  kUnsupported,      // opcodes this responder does not serve (READ, atomics): RC NAKs them
+  kHandlerErrors,    // the handler rejected a message
+  kTxRingFull,       // a reply or ACK dropped: the tx ring had no free slot
+  kCompletionDrops,  // the host fell behind: a completion record was dropped
+  kAcksSent,
+  kNaksSent,
+  kAcksReceived,     // RC ACKs for what we sent
+  kNaksReceived,
+  kHostSends,        // messages the host asked to transmit, sent
+  kRingDrops,        // written by the producer: rx ring full, packet dropped
+  kCount
+};
+
+constexpr uint32_t kNumCounters = uint32_t(Counter::kCount);
+
+constexpr const char* kCounterNames[] = {
+    "rx_packets",   "rx_bytes",     "tx_packets",        "tx_bytes",     "messages",
+    "replies",      "icrc_errors",  "malformed",         "wrong_qp",     "bad_pkey",
+    "psn_gaps",     "duplicates",   "opcode_sequence",   "out_of_range", "unsupported",
+    "handler_errors", "tx_ring_full", "completion_drops", "acks_sent",   "naks_sent",
+    "acks_received", "naks_received", "host_sends",       "ring_drops",
+};
+static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
+              "one name per counter");
+
+// Host-visible counter block, written only by publish().
+struct alignas(64) Counters {
+  uint64_t v[kNumCounters];
+};
+
+// The writer's own tally, in memory close to it (device memory for a kernel):
+// counting never reads host memory across PCIe; publish() pushes what changed.
+struct CounterTally {
+  uint64_t v[kNumCounters];
+  uint32_t dirty;  // bit i: v[i] changed since the last publish
+};
+static_assert(kNumCounters <= 32, "dirty is a 32-bit mask");
+
+RT_HD inline void count(CounterTally& t, Counter which, uint64_t n = 1) {
+  t.v[uint32_t(which)] += n;
+  t.dirty |= 1u << uint32_t(which);
+}
+
+template <Scope S>
+RT_HD inline void publish(CounterTally& t, Counters* out) {
+  for (uint32_t i = 0; t.dirty; ++i, t.dirty >>= 1)
+    if (t.dirty & 1u) store_relaxed<S>(&out->v[i], t.v[i]);
+}
+
+}  // namespace rt

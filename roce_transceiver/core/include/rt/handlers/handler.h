@@ -1,0 +1,39 @@
+// The handler interface: one message in, at most one reply out.
+//
+// Independent of the queue mode: the Ethernet-mode engine (engine.h) and the
+// Verbs mode both hand a Message to handle() and transmit what it writes. A
+// handler is picked by an enum switch (no virtual calls in RT_HD code).
+#pragma once
+
+#include "rt/handlers/qec.h"
+#include "rt/platform.h"
+
+namespace rt {
+
+enum class HandlerKind : uint32_t {
+  kEcho = 0,  // reply = request (the NVQLink latency loop)
+  kSink = 1,  // consume, never reply
+  kQec = 2,   // surface-code lookup-table decoder (handlers/qec.h)
+};
+
+struct HandlerDesc {
+  HandlerKind kind = HandlerKind::kEcho;
+  QecTable qec;  // kQec: sizes, and pointers into the table blob in memory the executor reads
+};
+
+struct Message {
+  const uint8_t* data;  // payload (a view: valid only during handle())
+  uint32_t len;
+  uint32_t imm;         // immediate data when has_imm
+  bool has_imm;
+  uint8_t opcode;       // the opcode that completed the message
+};
+
+constexpr int kNoReply = -1;
+constexpr int kHandlerError = -2;
+
+// Returns the reply length (0 or more bytes written to `reply`), kNoReply, or
+// kHandlerError (counted by the engine).
+RT_HD int handle(const HandlerDesc& h, const Message& m, uint8_t* reply, uint32_t capacity);
+
+}  // namespace rt

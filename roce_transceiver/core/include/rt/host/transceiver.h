@@ -1,0 +1,143 @@
+// The transceiver as the host owns it: memory for the queues, the engine's
+// configuration, the executor that runs the loop (a CPU thread or a
+// persistent kernel), and the loopback NIC's far end.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rt/engine/engine.h"
+#include "rt/engine/far_end.h"
+#include "rt/host/memory.h"
+
+namespace rt::cuda {
+class EngineKernel;
+}
+
+namespace rt::host {
+
+struct RegionConfig {
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+};
+
+struct TransceiverConfig {
+  std::string executor = "cpu";  // "cpu" | "cuda"
+  std::string far_end = "cpu";   // where the loopback's far end runs: "cpu" | "gpu" (cuda only)
+  uint32_t rx_depth = 256;       // powers of two
+  uint32_t tx_depth = 256;
+  uint32_t slot_bytes = 2048;
+  uint32_t host_tx_depth = 64;
+  uint32_t completion_depth = 1024;
+  uint32_t completion_slot_bytes = 1024;
+  uint32_t batch = 32;
+  uint32_t msg_buf_bytes = 65536;
+  bool check_icrc = true;
+  bool record_completions = true;
+  QpConfig qp{};
+  FrameSpec local{};  // our addresses (src_*) and the peer's (dst_*), as in our replies
+  HandlerKind handler = HandlerKind::kEcho;
+  std::vector<uint8_t> qec_blob;
+  std::vector<RegionConfig> regions;
+  int cpu_core = -1;  // pin the cpu executor's thread; -1: no pinning
+  double stop_timeout_s = 5.0;
+};
+
+// A completed message as the host reads it from the completion ring.
+struct Completion {
+  CompletionRecord record;
+  std::vector<uint8_t> request;  // up to the record slot's half
+  std::vector<uint8_t> reply;
+};
+
+struct FarEndParams {
+  std::vector<uint8_t> payloads;  // num x payload_len
+  uint32_t payload_len = 32;
+  std::vector<uint8_t> expected;  // num x expected_len, or empty: echo
+  uint32_t expected_len = 0;
+  uint32_t count = 1000;
+  uint32_t window = 1;
+  uint64_t interval_ns = 0;
+  double timeout_s = 10.0;
+  bool seq_in_payload = true;
+};
+
+struct FarEndRun {
+  FarEndResult result;
+  std::vector<uint64_t> rtt_ns;  // one per reply received, in order
+};
+
+// Where one ring sits in its Buffer: descriptors, slots, its two index words.
+struct RingOffsets {
+  size_t descs, slots, index_a, index_b, end;
+};
+
+class Transceiver {
+ public:
+  explicit Transceiver(TransceiverConfig config);  // validates and allocates; throws on errors
+  ~Transceiver();
+  Transceiver(const Transceiver&) = delete;
+  Transceiver& operator=(const Transceiver&) = delete;
+
+  void start();
+  void stop();  // idempotent; throws if the executor failed or would not stop
+  bool running() const;
+  void check() const;  // throws if the executor failed while running
+
+  std::vector<uint64_t> counters() const;
+  const TransceiverConfig& config() const { return cfg_; }
+
+  // Queue a payload for the engine to SEND to the peer. False when the host
+  // ring is full (nothing queued).
+  bool send(const uint8_t* data, size_t len);
+  std::vector<Completion> poll_completions(size_t max);
+
+  // The loopback far end, driven from the host (far_end "cpu" only).
+  bool inject(const uint8_t* frame, size_t len);  // false: engine rx ring full (counted)
+  std::vector<std::vector<uint8_t>> collect(size_t max);
+  // Requests out, replies back, timed at the far end (cpu or gpu).
+  FarEndRun run_far_end(const FarEndParams& params);
+
+  std::vector<uint8_t> read_region(size_t index, size_t offset, size_t len) const;
+
+ private:
+  void cpu_loop();
+  RxRing rx_view(bool far) const;
+  TxRing tx_view(bool far) const;
+
+  TransceiverConfig cfg_;
+  bool on_gpu_ = false;       // cuda executor
+  bool wire_device_ = false;  // rx/tx rings in device memory (GPU far end)
+  Buffer wire_;               // rx + tx rings and their indices
+  Buffer host_rings_;         // host_tx + completions and their indices (pinned or host)
+  Buffer counters_;           // Counters, host-visible
+  Buffer state_;              // EngineState
+  Buffer scratch_;            // msg_buf + reply_scratch
+  Buffer qec_;                // the QEC table blob
+  std::vector<Buffer> regions_;
+  EngineDesc desc_{};
+  struct Views {
+    RingOffsets rx, tx, ht, cp;
+    uint32_t rx_log2, tx_log2, ht_log2, cp_log2;
+  } desc_views_{};
+  uint32_t far_psn_ = 0;  // next PSN of the far end's requests
+  uint32_t host_prod_ = 0;  // host_tx producer index (host private)
+  uint32_t comp_ci_ = 0;    // completions consumer index (host private)
+  uint32_t inject_prod_ = 0;  // rx producer index of the far end (host private)
+  uint32_t collect_ci_ = 0;   // tx consumer index of the far end
+  uint64_t ring_drops_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> cpu_failed_{false};
+  std::string cpu_error_;
+  std::thread thread_;
+  std::unique_ptr<cuda::EngineKernel> kernel_;
+  Buffer heartbeat_;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace rt::host

@@ -1,0 +1,219 @@
+// Python view of the engine: the host Transceiver (queues, executor, loopback
+// far end) and the counter names. roce_transceiver/transceiver.py wraps it.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "register.h"
+#include "rt/host/transceiver.h"
+
+namespace rt::py {
+namespace {
+
+namespace pb = pybind11;
+
+template <size_t N>
+void take_bytes(const pb::handle& v, uint8_t (&dst)[N], size_t want, const std::string& key) {
+  const std::string s = v.cast<std::string>();
+  if (s.size() != want)
+    throw pb::value_error(key + ": need " + std::to_string(want) + " bytes, got " +
+                          std::to_string(s.size()));
+  std::memcpy(dst, s.data(), want);
+}
+
+// The flat config roce_transceiver/config.py produces; an unknown key is a
+// programming error on the Python side and is reported as such.
+host::TransceiverConfig config_from_dict(const pb::dict& d) {
+  static const std::set<std::string> known = {
+      "executor", "far_end", "rx_depth", "tx_depth", "slot_bytes", "host_tx_depth",
+      "completion_depth", "completion_slot_bytes", "batch", "msg_buf_bytes", "check_icrc",
+      "record_completions", "qpn", "peer_qpn", "transport", "pkey", "rx_psn", "tx_psn",
+      "local_mac", "peer_mac", "ip_version", "local_ip", "peer_ip", "udp_sport", "vlan",
+      "handler", "qec_blob", "regions", "cpu_core", "stop_timeout_s"};
+  for (const auto& item : d) {
+    const std::string key = item.first.cast<std::string>();
+    if (!known.count(key)) throw pb::value_error("engine config: unknown key '" + key + "'");
+  }
+  host::TransceiverConfig c;
+  auto get = [&](const char* key) { return d.contains(key) ? d[key] : pb::object(); };
+  if (auto v = get("executor")) c.executor = v.cast<std::string>();
+  if (auto v = get("far_end")) c.far_end = v.cast<std::string>();
+  if (auto v = get("rx_depth")) c.rx_depth = v.cast<uint32_t>();
+  if (auto v = get("tx_depth")) c.tx_depth = v.cast<uint32_t>();
+  if (auto v = get("slot_bytes")) c.slot_bytes = v.cast<uint32_t>();
+  if (auto v = get("host_tx_depth")) c.host_tx_depth = v.cast<uint32_t>();
+  if (auto v = get("completion_depth")) c.completion_depth = v.cast<uint32_t>();
+  if (auto v = get("completion_slot_bytes")) c.completion_slot_bytes = v.cast<uint32_t>();
+  if (auto v = get("batch")) c.batch = v.cast<uint32_t>();
+  if (auto v = get("msg_buf_bytes")) c.msg_buf_bytes = v.cast<uint32_t>();
+  if (auto v = get("check_icrc")) c.check_icrc = v.cast<bool>();
+  if (auto v = get("record_completions")) c.record_completions = v.cast<bool>();
+  if (auto v = get("qpn")) c.qp.qpn = v.cast<uint32_t>();
+  if (auto v = get("peer_qpn")) c.qp.peer_qpn = v.cast<uint32_t>();
+  c.qp.transport = Transport::RC;
+  if (auto v = get("transport")) {
+    const std::string t = v.cast<std::string>();
+    if (t == "UC") c.qp.transport = Transport::UC;
+    else if (t != "RC") throw pb::value_error("transport='" + t + "': must be RC or UC");
+  }
+  c.qp.pkey = 0xFFFF;
+  if (auto v = get("pkey")) c.qp.pkey = v.cast<uint16_t>();
+  if (auto v = get("rx_psn")) c.qp.rx_psn = v.cast<uint32_t>();
+  if (auto v = get("tx_psn")) c.qp.tx_psn = v.cast<uint32_t>();
+  FrameSpec& s = c.local;
+  if (auto v = get("local_mac")) take_bytes(v, s.src_mac, 6, "local_mac");
+  if (auto v = get("peer_mac")) take_bytes(v, s.dst_mac, 6, "peer_mac");
+  if (auto v = get("ip_version")) s.ip_version = v.cast<uint8_t>();
+  const size_t ip_len = s.ip_version == 6 ? 16 : 4;
+  if (auto v = get("local_ip")) take_bytes(v, s.src_ip, ip_len, "local_ip");
+  if (auto v = get("peer_ip")) take_bytes(v, s.dst_ip, ip_len, "peer_ip");
+  if (auto v = get("udp_sport")) s.src_port = v.cast<uint16_t>();
+  if (auto v = get("vlan"); v && !v.is_none()) {
+    s.vlan = true;
+    s.vlan_tci = v.cast<uint16_t>();
+  }
+  s.pkey = c.qp.pkey;
+  if (auto v = get("handler")) {
+    const std::string h = v.cast<std::string>();
+    if (h == "echo") c.handler = HandlerKind::kEcho;
+    else if (h == "sink") c.handler = HandlerKind::kSink;
+    else if (h == "qec") c.handler = HandlerKind::kQec;
+    else throw pb::value_error("handler='" + h + "': must be echo, sink or qec");
+  }
+  if (auto v = get("qec_blob")) {
+    const std::string b = v.cast<std::string>();
+    c.qec_blob.assign(b.begin(), b.end());
+  }
+  if (auto v = get("regions")) {
+    for (const auto& r : v) {
+      const auto t = r.cast<pb::tuple>();
+      c.regions.push_back({t[0].cast<uint64_t>(), t[1].cast<uint32_t>(), t[2].cast<uint32_t>()});
+    }
+  }
+  if (auto v = get("cpu_core")) c.cpu_core = v.cast<int>();
+  if (auto v = get("stop_timeout_s")) c.stop_timeout_s = v.cast<double>();
+  return c;
+}
+
+pb::dict completion_dict(const host::Completion& c) {
+  pb::dict d;
+  d["request_len"] = c.record.request_len;
+  d["reply_len"] = c.record.reply_len;
+  d["imm"] = (c.record.flags & kCompletionHasImm) ? pb::object(pb::int_(c.record.imm)) : pb::none();
+  d["opcode"] = c.record.opcode;
+  d["handler_error"] = bool(c.record.flags & kCompletionHandlerError);
+  d["reply_dropped"] = bool(c.record.flags & kCompletionReplyDropped);
+  d["psn"] = c.record.psn;
+  d["rx_timestamp_ns"] = c.record.rx_timestamp_ns;
+  d["done_timestamp_ns"] = c.record.done_timestamp_ns;
+  d["request"] = pb::bytes(reinterpret_cast<const char*>(c.request.data()), c.request.size());
+  d["reply"] = pb::bytes(reinterpret_cast<const char*>(c.reply.data()), c.reply.size());
+  return d;
+}
+
+const char* far_end_status_name(uint32_t s) {
+  switch (FarEndStatus(s)) {
+    case FarEndStatus::kRunning: return "running";
+    case FarEndStatus::kDone: return "done";
+    case FarEndStatus::kTimeout: return "timeout";
+    case FarEndStatus::kStopped: return "stopped";
+    case FarEndStatus::kBadConfig: return "bad_config";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+void register_engine(pb::module_& m) {
+  m.def("counter_names", [] {
+    pb::list names;
+    for (const char* n : kCounterNames) names.append(n);
+    return names;
+  });
+
+  using host::Transceiver;
+  pb::class_<Transceiver>(m, "Transceiver")
+      .def(pb::init([](const pb::dict& cfg) {
+             return std::make_unique<Transceiver>(config_from_dict(cfg));
+           }),
+           pb::arg("config"))
+      .def("start", &Transceiver::start, pb::call_guard<pb::gil_scoped_release>())
+      .def("stop", &Transceiver::stop, pb::call_guard<pb::gil_scoped_release>())
+      .def("running", &Transceiver::running)
+      .def("check", &Transceiver::check)
+      .def("counters",
+           [](const Transceiver& t) {
+             const std::vector<uint64_t> v = t.counters();
+             pb::dict d;
+             for (uint32_t i = 0; i < kNumCounters; ++i) d[kCounterNames[i]] = v[i];
+             return d;
+           })
+      .def("send",
+           [](Transceiver& t, const pb::bytes& data) {
+             const std::string s = data;
+             return t.send(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+           })
+      .def("poll_completions",
+           [](Transceiver& t, size_t max) {
+             pb::list out;
+             for (const host::Completion& c : t.poll_completions(max)) out.append(completion_dict(c));
+             return out;
+           })
+      .def("inject",
+           [](Transceiver& t, const pb::bytes& frame) {
+             const std::string s = frame;
+             return t.inject(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+           })
+      .def("collect",
+           [](Transceiver& t, size_t max) {
+             pb::list out;
+             for (const auto& f : t.collect(max))
+               out.append(pb::bytes(reinterpret_cast<const char*>(f.data()), f.size()));
+             return out;
+           })
+      .def(
+          "run_far_end",
+          [](Transceiver& t, const pb::bytes& payloads, uint32_t payload_len,
+             const pb::bytes& expected, uint32_t expected_len, uint32_t count, uint32_t window,
+             uint64_t interval_ns, double timeout_s, bool seq_in_payload) {
+            host::FarEndParams p;
+            const std::string pl = payloads, ex = expected;
+            p.payloads.assign(pl.begin(), pl.end());
+            p.payload_len = payload_len;
+            p.expected.assign(ex.begin(), ex.end());
+            p.expected_len = expected_len;
+            p.count = count;
+            p.window = window;
+            p.interval_ns = interval_ns;
+            p.timeout_s = timeout_s;
+            p.seq_in_payload = seq_in_payload;
+            host::FarEndRun run;
+            {
+              pb::gil_scoped_release nogil;
+              run = t.run_far_end(p);
+            }
+            pb::dict d;
+            d["status"] = far_end_status_name(run.result.status);
+            d["sent"] = run.result.sent;
+            d["received"] = run.result.received;
+            d["wrong"] = run.result.wrong;
+            d["bad_frames"] = run.result.bad_frames;
+            d["ring_full"] = run.result.ring_full;
+            d["elapsed_ns"] = run.result.elapsed_ns;
+            d["rtt_ns"] = pb::bytes(reinterpret_cast<const char*>(run.rtt_ns.data()),
+                                    run.rtt_ns.size() * sizeof(uint64_t));
+            return d;
+          },
+          pb::arg("payloads"), pb::arg("payload_len"), pb::arg("expected"),
+          pb::arg("expected_len"), pb::arg("count"), pb::arg("window"), pb::arg("interval_ns"),
+          pb::arg("timeout_s"), pb::arg("seq_in_payload"))
+      .def("read_region", [](const Transceiver& t, size_t index, size_t offset, size_t len) {
+        const std::vector<uint8_t> b = t.read_region(index, offset, len);
+        return pb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+      });
+}
+
+}  // namespace rt::py

@@ -1,0 +1,390 @@
+#include "rt/host/transceiver.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "rt/cuda/engine_launch.h"
+
+namespace rt::host {
+namespace {
+
+constexpr uint32_t kLine = 64;  // every shared index on its own cache line
+
+uint32_t log2_exact(uint32_t v, const char* key) {
+  if (v < 2 || v > (1u << 16) || (v & (v - 1)) != 0)
+    throw std::invalid_argument(std::string(key) + "=" + std::to_string(v) +
+                                ": must be a power of two from 2 to 65536");
+  uint32_t n = 0;
+  while ((1u << n) < v) ++n;
+  return n;
+}
+
+size_t round_up(size_t n) { return (n + kLine - 1) / kLine * kLine; }
+
+// Byte offsets of one ring inside a Buffer: descriptors, slots, index words.
+using RingLayout = RingOffsets;
+
+RingLayout lay_out(size_t at, uint32_t depth, uint32_t slot_bytes) {
+  RingLayout l{};
+  l.descs = at;
+  l.slots = round_up(l.descs + size_t(depth) * 16);
+  l.index_a = round_up(l.slots + size_t(depth) * slot_bytes);
+  l.index_b = l.index_a + kLine;
+  l.end = l.index_b + kLine;
+  return l;
+}
+
+RxRing rx_ring(uint8_t* base, const RingLayout& l, uint32_t log2_depth, uint32_t slot_bytes) {
+  return RxRing{base + l.slots, reinterpret_cast<RxDesc*>(base + l.descs),
+                reinterpret_cast<uint32_t*>(base + l.index_a), log2_depth, slot_bytes};
+}
+
+TxRing tx_ring(uint8_t* base, const RingLayout& l, uint32_t log2_depth, uint32_t slot_bytes) {
+  return TxRing{base + l.slots, reinterpret_cast<TxDesc*>(base + l.descs),
+                reinterpret_cast<uint32_t*>(base + l.index_a),
+                reinterpret_cast<uint32_t*>(base + l.index_b), log2_depth, slot_bytes};
+}
+
+void pin_to_core(int core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+}  // namespace
+
+Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
+  const TransceiverConfig& c = cfg_;
+  if (c.executor != "cpu" && c.executor != "cuda")
+    throw std::invalid_argument("executor='" + c.executor + "': must be 'cpu' or 'cuda'");
+  if (c.far_end != "cpu" && c.far_end != "gpu")
+    throw std::invalid_argument("far_end='" + c.far_end + "': must be 'cpu' or 'gpu'");
+  on_gpu_ = c.executor == "cuda";
+  if (c.far_end == "gpu" && !on_gpu_)
+    throw std::invalid_argument("far_end='gpu' needs executor='cuda'");
+  wire_device_ = c.far_end == "gpu";
+  std::string why;
+  if (on_gpu_ && !cuda_usable(&why))
+    throw std::runtime_error("executor='cuda' cannot run here: " + why);
+  if (c.qp.transport != Transport::RC && c.qp.transport != Transport::UC)
+    throw std::invalid_argument("qp.transport: must be RC or UC");
+  if (c.slot_bytes < 128 || c.slot_bytes % 64 || c.slot_bytes > 65536)
+    throw std::invalid_argument("slot_bytes=" + std::to_string(c.slot_bytes) +
+                                ": must be a multiple of 64 from 128 to 65536");
+  if (c.completion_slot_bytes < 128 || c.completion_slot_bytes % 64)
+    throw std::invalid_argument("completion_slot_bytes=" + std::to_string(c.completion_slot_bytes) +
+                                ": must be a multiple of 64, at least 128");
+  if (c.batch < 1 || c.batch > 1024)
+    throw std::invalid_argument("batch=" + std::to_string(c.batch) + ": must be 1 to 1024");
+  if (c.regions.size() > kMaxRegions)
+    throw std::invalid_argument("regions: at most " + std::to_string(kMaxRegions));
+  if (c.handler == HandlerKind::kQec && c.qec_blob.empty())
+    throw std::invalid_argument("handler 'qec' needs its table blob (qec_blob)");
+
+  const uint32_t rx_log2 = log2_exact(c.rx_depth, "rx_depth");
+  const uint32_t tx_log2 = log2_exact(c.tx_depth, "tx_depth");
+  const uint32_t host_log2 = log2_exact(c.host_tx_depth, "host_tx_depth");
+  const uint32_t comp_log2 = log2_exact(c.completion_depth, "completion_depth");
+
+  const Placement wire_at =
+      !on_gpu_ ? Placement::kHost : wire_device_ ? Placement::kDevice : Placement::kPinned;
+  const Placement host_facing = on_gpu_ ? Placement::kPinned : Placement::kHost;
+  const Placement engine_private = on_gpu_ ? Placement::kDevice : Placement::kHost;
+
+  const RingLayout rx = lay_out(0, c.rx_depth, c.slot_bytes);
+  const RingLayout tx = lay_out(rx.end, c.tx_depth, c.slot_bytes);
+  wire_ = Buffer(wire_at, tx.end);
+  const RingLayout ht = lay_out(0, c.host_tx_depth, c.slot_bytes);
+  const RingLayout cp = lay_out(ht.end, c.completion_depth, c.completion_slot_bytes);
+  host_rings_ = Buffer(host_facing, cp.end);
+  counters_ = Buffer(host_facing, sizeof(Counters));
+  state_ = Buffer(engine_private, sizeof(EngineState));
+  scratch_ = Buffer(engine_private, size_t(c.msg_buf_bytes) + c.slot_bytes);
+  if (on_gpu_) heartbeat_ = Buffer(Placement::kPinned, sizeof(uint64_t));
+
+  EngineDesc& d = desc_;
+  d.qp = c.qp;
+  d.reply_spec = c.local;
+  d.num_regions = uint32_t(c.regions.size());
+  for (size_t i = 0; i < c.regions.size(); ++i) {
+    const RegionConfig& r = c.regions[i];
+    if (r.length == 0) throw std::invalid_argument("regions[" + std::to_string(i) + "].length: must be > 0");
+    for (size_t j = 0; j < i; ++j)
+      if (c.regions[j].rkey == r.rkey)
+        throw std::invalid_argument("regions[" + std::to_string(i) + "].rkey=" +
+                                    std::to_string(r.rkey) + ": already used by regions[" +
+                                    std::to_string(j) + "]");
+    regions_.emplace_back(engine_private, r.length);
+    d.regions[i] = MemRegion{r.va, r.rkey, r.length, regions_.back().data()};
+  }
+  d.handler.kind = c.handler;
+  if (c.handler == HandlerKind::kQec) {
+    // Check the blob where the host can read it, then point the table at the
+    // executor's copy.
+    if (!qec_table_from_blob(c.qec_blob.data(), c.qec_blob.size(), &d.handler.qec))
+      throw std::invalid_argument("qec_blob: not a valid decoder table blob (" +
+                                  std::to_string(c.qec_blob.size()) + " bytes)");
+    qec_ = Buffer(engine_private, c.qec_blob.size());
+    qec_.write(0, c.qec_blob.data(), c.qec_blob.size());
+    qec_table_relocate(&d.handler.qec, qec_.data());
+  }
+  d.msg_buf = scratch_.data();
+  d.msg_buf_bytes = c.msg_buf_bytes;
+  d.reply_scratch = scratch_.data() + c.msg_buf_bytes;
+  d.reply_scratch_bytes = c.slot_bytes;
+  d.batch = c.batch;
+  d.check_icrc = c.check_icrc;
+  d.record_completions = c.record_completions;
+  uint8_t* wire = on_gpu_ ? wire_.device() : wire_.host();
+  d.rx = rx_ring(wire, rx, rx_log2, c.slot_bytes);
+  d.tx = tx_ring(wire, tx, tx_log2, c.slot_bytes);
+  uint8_t* hr = on_gpu_ ? host_rings_.device() : host_rings_.host();
+  d.host_tx = rx_ring(hr, ht, host_log2, c.slot_bytes);
+  d.completions = tx_ring(hr, cp, comp_log2, c.completion_slot_bytes);
+  d.counters = reinterpret_cast<Counters*>(on_gpu_ ? counters_.device() : counters_.host());
+  desc_views_.rx = rx;
+  desc_views_.tx = tx;
+  desc_views_.ht = ht;
+  desc_views_.cp = cp;
+  desc_views_.rx_log2 = rx_log2;
+  desc_views_.tx_log2 = tx_log2;
+  desc_views_.ht_log2 = host_log2;
+  desc_views_.cp_log2 = comp_log2;
+  far_psn_ = c.qp.rx_psn & kPsnMask;
+}
+
+Transceiver::~Transceiver() {
+  try {
+    stop();
+  } catch (...) {
+    // stop() already reported; a destructor must not throw.
+  }
+}
+
+RxRing Transceiver::rx_view(bool far) const {
+  uint8_t* base = far && wire_device_ ? wire_.device() : (wire_device_ ? nullptr : wire_.host());
+  return rx_ring(base, desc_views_.rx, desc_views_.rx_log2, cfg_.slot_bytes);
+}
+
+TxRing Transceiver::tx_view(bool far) const {
+  uint8_t* base = far && wire_device_ ? wire_.device() : (wire_device_ ? nullptr : wire_.host());
+  return tx_ring(base, desc_views_.tx, desc_views_.tx_log2, cfg_.slot_bytes);
+}
+
+void Transceiver::start() {
+  if (started_) throw std::logic_error("start(): already started (a Transceiver starts once)");
+  EngineState st;
+  engine_init(desc_, &st);
+  state_.write(0, &st, sizeof st);
+  started_ = true;
+  if (on_gpu_) {
+    kernel_ = std::make_unique<cuda::EngineKernel>();
+    kernel_->start(desc_, reinterpret_cast<EngineState*>(state_.device()), wire_device_,
+                   reinterpret_cast<uint64_t*>(heartbeat_.host()));
+    return;
+  }
+  stop_.store(false);
+  thread_ = std::thread([this] { cpu_loop(); });
+}
+
+void Transceiver::cpu_loop() {
+  if (cfg_.cpu_core >= 0) pin_to_core(cfg_.cpu_core);
+  EngineState& st = *reinterpret_cast<EngineState*>(state_.host());
+  while (!stop_.load(std::memory_order_acquire))
+    if (engine_step<Scope::kSystem>(desc_, st) == 0) spin_pause();
+}
+
+void Transceiver::stop() {
+  if (!started_ || stopped_) return;
+  stopped_ = true;
+  if (kernel_) {
+    kernel_->stop(cfg_.stop_timeout_s);
+    return;
+  }
+  stop_.store(true, std::memory_order_release);
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Transceiver::running() const {
+  if (!started_ || stopped_) return false;
+  return kernel_ ? kernel_->running() : true;
+}
+
+void Transceiver::check() const {
+  if (kernel_) kernel_->check();
+}
+
+std::vector<uint64_t> Transceiver::counters() const {
+  std::vector<uint64_t> out(kNumCounters);
+  const Counters* c = reinterpret_cast<const Counters*>(counters_.host());
+  for (uint32_t i = 0; i < kNumCounters; ++i) out[i] = load_relaxed<Scope::kSystem>(&c->v[i]);
+  return out;
+}
+
+bool Transceiver::send(const uint8_t* data, size_t len) {
+  FrameSpec spec = cfg_.local;
+  spec.opcode = make_opcode(cfg_.qp.transport, 0x04);
+  const size_t room = cfg_.slot_bytes - payload_offset(spec) - 3 - kIcrcBytes;
+  if (len > room)
+    throw std::invalid_argument("send: " + std::to_string(len) + " bytes do not fit a " +
+                                std::to_string(cfg_.slot_bytes) + "-byte slot (at most " +
+                                std::to_string(room) + ")");
+  const RxRing r = rx_ring(host_rings_.host(), desc_views_.ht, desc_views_.ht_log2,
+                           cfg_.slot_bytes);
+  return rx_produce<Scope::kSystem>(r, host_prod_, data, uint32_t(len), now_ns()) ==
+         ProduceResult::kOk;
+}
+
+std::vector<Completion> Transceiver::poll_completions(size_t max) {
+  const TxRing r = tx_ring(host_rings_.host(), desc_views_.cp, desc_views_.cp_log2,
+                           cfg_.completion_slot_bytes);
+  const uint32_t half = completion_data_bytes(cfg_.completion_slot_bytes);
+  std::vector<Completion> out;
+  while (out.size() < max && tx_poll<Scope::kSystem>(r, comp_ci_)) {
+    const uint8_t* slot = r.slot(comp_ci_);
+    Completion c;
+    std::memcpy(&c.record, slot, sizeof c.record);
+    const uint32_t req = c.record.request_len < half ? c.record.request_len : half;
+    const uint32_t rep =
+        c.record.reply_len > 0 ? (uint32_t(c.record.reply_len) < half ? c.record.reply_len : half)
+                               : 0;
+    c.request.assign(slot + sizeof c.record, slot + sizeof c.record + req);
+    c.reply.assign(slot + sizeof c.record + half, slot + sizeof c.record + half + rep);
+    out.push_back(std::move(c));
+    ++comp_ci_;
+    tx_consume<Scope::kSystem>(r, comp_ci_);
+  }
+  return out;
+}
+
+bool Transceiver::inject(const uint8_t* frame, size_t len) {
+  if (wire_device_)
+    throw std::logic_error("inject(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
+  if (len > cfg_.slot_bytes)
+    throw std::invalid_argument("inject: a " + std::to_string(len) + "-byte frame exceeds slot_bytes=" +
+                                std::to_string(cfg_.slot_bytes));
+  const ProduceResult r =
+      rx_produce<Scope::kSystem>(rx_view(false), inject_prod_, frame, uint32_t(len), now_ns());
+  if (r == ProduceResult::kOk) return true;
+  Counters* c = reinterpret_cast<Counters*>(counters_.host());
+  store_relaxed<Scope::kSystem>(&c->v[uint32_t(Counter::kRingDrops)], ++ring_drops_);
+  return false;
+}
+
+std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
+  if (wire_device_)
+    throw std::logic_error("collect(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
+  const TxRing r = tx_view(false);
+  std::vector<std::vector<uint8_t>> out;
+  while (out.size() < max) {
+    const TxDesc* d = tx_poll<Scope::kSystem>(r, collect_ci_);
+    if (!d) break;
+    const uint8_t* slot = r.slot(collect_ci_);
+    out.emplace_back(slot, slot + d->len);
+    ++collect_ci_;
+    tx_consume<Scope::kSystem>(r, collect_ci_);
+  }
+  return out;
+}
+
+FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
+  if (!running()) throw std::logic_error("run_far_end(): start() the transceiver first");
+  if (p.payload_len == 0 || p.payloads.empty() || p.payloads.size() % p.payload_len)
+    throw std::invalid_argument("far end payloads: need a whole number of payload_len-byte requests");
+  const uint32_t num = uint32_t(p.payloads.size() / p.payload_len);
+  if (!p.expected.empty() && p.expected.size() != size_t(num) * p.expected_len)
+    throw std::invalid_argument("far end expected replies: need one per request payload");
+  if (p.count == 0 || p.window == 0)
+    throw std::invalid_argument("far end: count and window must be at least 1");
+
+  FrameSpec spec;
+  std::memcpy(spec.src_mac, cfg_.local.dst_mac, 6);
+  std::memcpy(spec.dst_mac, cfg_.local.src_mac, 6);
+  spec.ip_version = cfg_.local.ip_version;
+  std::memcpy(spec.src_ip, cfg_.local.dst_ip, 16);
+  std::memcpy(spec.dst_ip, cfg_.local.src_ip, 16);
+  spec.src_port = cfg_.local.dst_port == kRoceV2Port ? 49152 : cfg_.local.dst_port;
+  spec.dst_port = kRoceV2Port;
+  spec.vlan = cfg_.local.vlan;
+  spec.vlan_tci = cfg_.local.vlan_tci;
+  spec.opcode = make_opcode(cfg_.qp.transport, 0x04);  // SEND_ONLY
+  spec.dest_qp = cfg_.qp.qpn;
+  spec.pkey = cfg_.qp.pkey;
+  spec.ack_req = cfg_.qp.transport == Transport::RC;
+  if (encoded_size(spec, p.payload_len) > cfg_.slot_bytes)
+    throw std::invalid_argument("far end: a " + std::to_string(p.payload_len) +
+                                "-byte request does not fit slot_bytes=" +
+                                std::to_string(cfg_.slot_bytes));
+
+  FarEndDesc d{};
+  d.spec = spec;
+  d.own_qpn = cfg_.qp.peer_qpn;
+  d.payload_len = p.payload_len;
+  d.num_payloads = num;
+  d.expected_len = p.expected_len;
+  d.count = p.count;
+  d.window = p.window;
+  d.interval_ns = p.interval_ns;
+  d.timeout_ns = uint64_t(p.timeout_s * 1e9);
+  d.first_psn = far_psn_;
+  d.rx_start = inject_prod_;
+  d.tx_start = collect_ci_;
+  d.seq_in_payload = p.seq_in_payload && p.expected.empty() ? 1 : 0;
+
+  FarEndRun run;
+  if (!wire_device_) {
+    std::vector<uint8_t> frame(cfg_.slot_bytes);
+    std::vector<uint64_t> times(p.count);
+    FarEndResult result{};
+    const uint32_t no_stop = 0;
+    d.rx = rx_view(true);
+    d.tx = tx_view(true);
+    d.payloads = p.payloads.data();
+    d.expected = p.expected.empty() ? nullptr : p.expected.data();
+    d.times = times.data();
+    d.frame = frame.data();
+    d.result = &result;
+    far_end_run<Scope::kSystem>(d, &no_stop);
+    run.result = result;
+    run.rtt_ns.assign(times.begin(), times.begin() + result.received);
+  } else {
+    Buffer payloads(Placement::kDevice, p.payloads.size());
+    payloads.write(0, p.payloads.data(), p.payloads.size());
+    Buffer expected(Placement::kDevice, p.expected.size());
+    if (!p.expected.empty()) expected.write(0, p.expected.data(), p.expected.size());
+    Buffer times(Placement::kDevice, size_t(p.count) * sizeof(uint64_t));
+    Buffer frame(Placement::kDevice, cfg_.slot_bytes);
+    Buffer result(Placement::kDevice, sizeof(FarEndResult));
+    d.rx = rx_view(true);
+    d.tx = tx_view(true);
+    d.payloads = payloads.device();
+    d.expected = p.expected.empty() ? nullptr : expected.device();
+    d.times = reinterpret_cast<uint64_t*>(times.device());
+    d.frame = frame.device();
+    d.result = reinterpret_cast<FarEndResult*>(result.device());
+    kernel_->check();
+    kernel_->run_far_end(d, p.timeout_s);
+    result.read(0, &run.result, sizeof run.result);
+    run.rtt_ns.resize(run.result.received);
+    times.read(0, run.rtt_ns.data(), run.rtt_ns.size() * sizeof(uint64_t));
+  }
+  inject_prod_ = run.result.rx_end;
+  collect_ci_ = run.result.tx_end;
+  far_psn_ = psn_add(far_psn_, run.result.sent);
+  return run;
+}
+
+std::vector<uint8_t> Transceiver::read_region(size_t index, size_t offset, size_t len) const {
+  if (index >= regions_.size())
+    throw std::out_of_range("region " + std::to_string(index) + ": only " +
+                            std::to_string(regions_.size()) + " configured");
+  std::vector<uint8_t> out(len);
+  regions_[index].read(offset, out.data(), len);
+  return out;
+}
+
+}  // namespace rt::host

@@ -1,0 +1,276 @@
+"""The Transceiver: queues, a persistent loop (CPU thread or CUDA kernel), a
+handler, and the loopback NIC's far end, behind one context manager.
+
+    with Transceiver({"handler": "echo"}) as t:
+        result = t.roundtrip(count=1000, size=32)
+        print(result.percentiles_us())
+
+The loop never waits for the host: completion records the host does not read
+in time are counted (``completion_drops``), never a stall.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from roce_transceiver import _core
+from roce_transceiver.config import core_config, load_config
+
+__all__ = ["Completion", "RoundTrip", "Transceiver", "TransceiverError", "pick_executor"]
+
+log = logging.getLogger(__name__)
+
+
+class TransceiverError(RuntimeError):
+    """The loop failed, would not stop, or was used in a way it cannot serve."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One message the loop completed: the request, the handler's reply, timestamps."""
+
+    request: bytes  # truncated to half the completion slot; request_len is the whole
+    reply: bytes
+    request_len: int
+    reply_len: int  # -1: the handler sent no reply; -2: the handler failed
+    imm: int | None
+    opcode: int
+    psn: int
+    handler_error: bool
+    reply_dropped: bool  # the handler answered but the tx ring was full
+    rx_timestamp_ns: int
+    done_timestamp_ns: int
+
+
+@dataclass(frozen=True)
+class RoundTrip:
+    """Requests from the far end, replies back, timed where they start and end."""
+
+    status: str  # "done", "timeout", "stopped"
+    sent: int
+    received: int
+    wrong: int  # replies whose payload was not the expected one
+    bad_frames: int
+    ring_full: int  # times the engine's rx ring was full and a request waited
+    elapsed_ns: int
+    rtt_ns: np.ndarray  # one per reply, in order
+
+    def percentiles_us(self) -> dict[str, float]:
+        """min, p50, p99, p99.9, max and mean of the round trips, in microseconds."""
+        if self.rtt_ns.size == 0:
+            return {}
+        us = self.rtt_ns.astype(np.float64) / 1e3
+        return {
+            "min": float(us.min()),
+            "p50": float(np.percentile(us, 50)),
+            "p99": float(np.percentile(us, 99)),
+            "p99.9": float(np.percentile(us, 99.9)),
+            "max": float(us.max()),
+            "mean": float(us.mean()),
+        }
+
+    @property
+    def messages_per_s(self) -> float:
+        return self.received / (self.elapsed_ns / 1e9) if self.elapsed_ns else 0.0
+
+
+def pick_executor(requested: str) -> tuple[str, str]:
+    """(executor, why): 'auto' becomes cuda when this build has CUDA and a GPU is visible."""
+    info = _core.cuda_runtime_info()
+    if requested == "cpu":
+        return "cpu", "executor: cpu (as configured)"
+    if requested == "cuda":
+        if not info["gpus"]:
+            raise TransceiverError(f"executor 'cuda' cannot run here: {info['error']}")
+        return "cuda", f"executor: cuda on {info['gpus'][0]['name']} (as configured)"
+    if info["gpus"]:
+        return "cuda", f"executor: auto picked cuda ({info['gpus'][0]['name']} visible)"
+    return "cpu", f"executor: auto picked cpu ({info['error'] or 'no GPU visible'})"
+
+
+class Transceiver:
+    """Owns the queues, the loop and the far end; ``stop()`` frees everything."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | str | Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.config = load_config(config, overrides)
+        self.executor, self.executor_reason = pick_executor(self.config["executor"])
+        if self.config["far_end"] == "gpu" and self.executor != "cuda":
+            raise TransceiverError("far_end 'gpu' needs the cuda executor; " + self.executor_reason)
+        log.info(self.executor_reason)
+        qec_blob = None
+        if self.config["handler"] == "qec":
+            from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode
+
+            decoder = LookupTableDecoder(RotatedSurfaceCode(self.config["qec"]["distance"]))
+            qec_blob = decoder.table_blob()
+        try:
+            self._core: Any = _core.Transceiver(core_config(self.config, self.executor, qec_blob))
+        except (ValueError, RuntimeError) as e:
+            raise TransceiverError(str(e)) from None
+        self._started = False
+        self._stopped = False
+
+    # -- life cycle -------------------------------------------------------
+    def start(self) -> Transceiver:
+        """Launch the persistent loop."""
+        if self._started:
+            raise TransceiverError("start(): already started; a Transceiver starts once")
+        self._started = True
+        try:
+            self._core.start()
+        except RuntimeError as e:
+            raise TransceiverError(f"start(): {e}") from None
+        return self
+
+    def stop(self) -> None:
+        """Stop the loop and free what it used. Safe to call twice and after errors."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._core.stop()
+        except RuntimeError as e:
+            raise TransceiverError(f"stop(): {e}") from None
+
+    def __enter__(self) -> Transceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return bool(self._core.running())
+
+    def _check(self) -> None:
+        try:
+            self._core.check()
+        except RuntimeError as e:
+            raise TransceiverError(str(e)) from None
+
+    def _require_running(self, what: str) -> None:
+        if not self._started or self._stopped:
+            raise TransceiverError(f"{what}: the transceiver is not running (use start())")
+        self._check()
+
+    # -- data -------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        """The loop's counters, read while it runs."""
+        self._check()
+        return {k: int(v) for k, v in self._core.counters().items()}
+
+    def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:
+        """Queue ``data`` to be sent to the peer as a SEND; waits up to ``timeout``
+        seconds for room in the host ring, then raises TransceiverError."""
+        self._require_running("send()")
+        payload = bytes(data)
+        deadline = time.monotonic() + timeout
+        while not self._core.send(payload):
+            if time.monotonic() > deadline:
+                raise TransceiverError(f"send(): the host ring stayed full for {timeout} s")
+            self._check()
+            time.sleep(50e-6)
+
+    def receive(self, timeout: float | None = 0.0, max_messages: int = 1024) -> list[Completion]:
+        """Completed messages, oldest first; waits up to ``timeout`` s for at least one."""
+        self._require_running("receive()")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            records = self._core.poll_completions(max_messages)
+            if records or (deadline is not None and time.monotonic() >= deadline):
+                return [Completion(**r) for r in records]
+            self._check()
+            time.sleep(20e-6)
+
+    def __iter__(self) -> Iterator[Completion]:
+        """Completed messages as they come, until the transceiver stops."""
+        while not self._stopped:
+            yield from self.receive(timeout=0.1)
+
+    # -- the loopback far end ----------------------------------------------
+    def inject(self, frame: bytes) -> bool:
+        """Put a raw frame on the wire towards the engine (far_end cpu). False when
+        the engine's rx ring is full: the frame is dropped and ``ring_drops`` counted."""
+        self._require_running("inject()")
+        try:
+            return bool(self._core.inject(bytes(frame)))
+        except (ValueError, RuntimeError) as e:
+            raise TransceiverError(f"inject(): {e}") from None
+
+    def collect(self, max_frames: int = 1024, timeout: float = 0.0, want: int = 1) -> list[bytes]:
+        """Frames the engine transmitted (far_end cpu); waits up to ``timeout`` s
+        until at least ``want`` have come."""
+        self._require_running("collect()")
+        deadline = time.monotonic() + timeout
+        frames: list[bytes] = []
+        while True:
+            try:
+                frames += self._core.collect(max_frames - len(frames))
+            except RuntimeError as e:
+                raise TransceiverError(f"collect(): {e}") from None
+            if len(frames) >= want or time.monotonic() >= deadline:
+                return frames
+            self._check()
+            time.sleep(20e-6)
+
+    def roundtrip(
+        self,
+        count: int = 1000,
+        size: int = 32,
+        *,
+        payloads: list[bytes] | None = None,
+        expected: list[bytes] | None = None,
+        window: int = 1,
+        rate: float | None = None,
+        timeout: float = 10.0,
+    ) -> RoundTrip:
+        """Run the far end: ``count`` requests (``size`` bytes, or ``payloads`` in
+        turn), at most ``window`` in flight, at ``rate`` requests/s (None: as fast
+        as the window allows); each reply is checked against ``expected`` (in the
+        same turn) or, without it, must echo its request."""
+        self._require_running("roundtrip()")
+        if payloads is None:
+            base = bytes((i * 7 + 1) & 0xFF for i in range(size))
+            payloads = [base]
+        if not payloads or len({len(p) for p in payloads}) != 1:
+            raise TransceiverError("roundtrip(): payloads must be non-empty and of one length")
+        if expected is not None and (
+            len(expected) != len(payloads) or len({len(e) for e in expected}) != 1
+        ):
+            raise TransceiverError("roundtrip(): one expected reply per payload, all one length")
+        interval_ns = 0 if not rate else int(1e9 / rate)
+        try:
+            r = self._core.run_far_end(
+                b"".join(payloads),
+                len(payloads[0]),
+                b"".join(expected) if expected else b"",
+                len(expected[0]) if expected else 0,
+                count,
+                window,
+                interval_ns,
+                timeout,
+                expected is None,
+            )
+        except (ValueError, RuntimeError) as e:
+            raise TransceiverError(f"roundtrip(): {e}") from None
+        rtt = np.frombuffer(r.pop("rtt_ns"), dtype=np.uint64).copy()
+        return RoundTrip(rtt_ns=rtt, **r)
+
+    def read_region(self, index: int, offset: int = 0, length: int | None = None) -> bytes:
+        """Bytes of a registered memory region (where RDMA WRITEs landed)."""
+        region = self.config["regions"][index] if index < len(self.config["regions"]) else None
+        if region is None:
+            raise TransceiverError(f"read_region({index}): no such region")
+        n = region["length"] - offset if length is None else length
+        return bytes(self._core.read_region(index, offset, n))
