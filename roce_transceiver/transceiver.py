@@ -159,6 +159,11 @@ class Transceiver:
         except RuntimeError as e:
             raise TransceiverError(str(e)) from None
 
+    def _require_open(self, what: str) -> None:
+        if self._stopped:
+            raise TransceiverError(f"{what}: the transceiver is stopped")
+        self._check()
+
     def _require_running(self, what: str) -> None:
         if not self._started or self._stopped:
             raise TransceiverError(f"{what}: the transceiver is not running (use start())")
@@ -201,8 +206,9 @@ class Transceiver:
     # -- the loopback far end ----------------------------------------------
     def inject(self, frame: bytes) -> bool:
         """Put a raw frame on the wire towards the engine (far_end cpu). False when
-        the engine's rx ring is full: the frame is dropped and ``ring_drops`` counted."""
-        self._require_running("inject()")
+        the engine's rx ring is full: the frame is dropped and ``ring_drops`` counted.
+        Allowed before start(), to fill the ring while the loop is not yet draining it."""
+        self._require_open("inject()")
         try:
             return bool(self._core.inject(bytes(frame)))
         except (ValueError, RuntimeError) as e:
@@ -211,7 +217,7 @@ class Transceiver:
     def collect(self, max_frames: int = 1024, timeout: float = 0.0, want: int = 1) -> list[bytes]:
         """Frames the engine transmitted (far_end cpu); waits up to ``timeout`` s
         until at least ``want`` have come."""
-        self._require_running("collect()")
+        self._require_open("collect()")
         deadline = time.monotonic() + timeout
         frames: list[bytes] = []
         while True:
