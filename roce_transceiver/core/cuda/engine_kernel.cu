@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "rt/cuda/engine_launch.h"
 
@@ -27,11 +28,15 @@ constexpr uint32_t kControlEvery = 256;
 template <Scope S>
 __global__ void engine_kernel(EngineDesc d, EngineState* state, const uint32_t* stop,
                               uint64_t* heartbeat) {
+  // Frames are staged in shared memory: read from the ring with wide loads
+  // once, then parsed and checksummed next to the SM.
+  extern __shared__ __align__(16) uint8_t staging[];
   if (threadIdx.x != 0) return;
+  const Staging stg{staging, staging + d.rx.slot_bytes};
   EngineState st = *state;  // registers and local memory, not a global round trip per field
   uint64_t passes = 0;
   for (;;) {
-    engine_step<S>(d, st);
+    engine_step<S>(d, st, &stg);
     if (++passes % kControlEvery == 0) {
       store_relaxed<Scope::kSystem>(heartbeat, passes);
       if (load_acquire<Scope::kSystem>(stop)) break;
@@ -43,7 +48,20 @@ __global__ void engine_kernel(EngineDesc d, EngineState* state, const uint32_t* 
 
 template <Scope S>
 __global__ void far_end_kernel(FarEndDesc d, const uint32_t* stop) {
+  extern __shared__ __align__(16) uint8_t staging[];
+  d.frame = staging;  // replies are staged next to the SM, not in global memory
   if (threadIdx.x == 0) far_end_run<S>(d, stop);
+}
+
+// Launch one block of one warp with `smem` bytes of dynamic shared memory,
+// raising the kernel's limit first when a large slot size needs more than 48 KiB.
+template <typename... KArgs, typename... Args>
+void launch_with_smem(void (*kernel)(KArgs...), size_t smem, cudaStream_t stream,
+                      Args&&... args) {
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+               "cudaFuncSetAttribute(shared memory)");
+  kernel<<<1, 32, smem, stream>>>(std::forward<Args>(args)...);
 }
 
 }  // namespace
@@ -86,12 +104,13 @@ void EngineKernel::start(const EngineDesc& desc, EngineState* state_device, bool
   if (impl_->launched) throw std::logic_error("EngineKernel::start called twice");
   impl_->heartbeat = heartbeat_pinned;
   check_cuda(cudaMemset(impl_->stop, 0, sizeof(uint32_t)), "cudaMemset(stop flag)");
+  const size_t staging = size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
   if (wire_on_device)
-    engine_kernel<Scope::kDevice>
-        <<<1, 32, 0, impl_->stream>>>(desc, state_device, impl_->stop, heartbeat_pinned);
+    launch_with_smem(engine_kernel<Scope::kDevice>, staging, impl_->stream, desc, state_device,
+                     impl_->stop, heartbeat_pinned);
   else
-    engine_kernel<Scope::kSystem>
-        <<<1, 32, 0, impl_->stream>>>(desc, state_device, impl_->stop, heartbeat_pinned);
+    launch_with_smem(engine_kernel<Scope::kSystem>, staging, impl_->stream, desc, state_device,
+                     impl_->stop, heartbeat_pinned);
   check_cuda(cudaGetLastError(), "engine_kernel launch");
   impl_->launched = true;
   impl_->stopped = false;
@@ -137,7 +156,8 @@ void EngineKernel::stop(double timeout_s) {
 }
 
 void EngineKernel::run_far_end(const FarEndDesc& desc, double timeout_s) {
-  far_end_kernel<Scope::kDevice><<<1, 32, 0, impl_->far_stream>>>(desc, impl_->stop);
+  launch_with_smem(far_end_kernel<Scope::kDevice>, size_t(desc.tx.slot_bytes), impl_->far_stream,
+                   desc, static_cast<const uint32_t*>(impl_->stop));
   check_cuda(cudaGetLastError(), "far_end_kernel launch");
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s + 5.0);

@@ -16,6 +16,7 @@
 #include "rt/handlers/dispatch.h"
 #include "rt/protocol/encode.h"
 #include "rt/protocol/psn.h"
+#include "rt/queues/copy_wide.h"
 #include "rt/queues/rx_ring.h"
 #include "rt/queues/tx_ring.h"
 
@@ -80,6 +81,15 @@ struct EngineState {
   CounterTally tally;
 };
 
+// Staging buffers for an executor whose rings sit across PCIe from it (a
+// kernel polling pinned host memory): each frame is copied in, and each reply
+// out, with 16-byte accesses issued together, instead of being read and written
+// byte by byte over the bus. Null: the engine works in the ring slots directly.
+struct Staging {
+  uint8_t* rx;  // slot_bytes, 16-byte aligned
+  uint8_t* tx;  // slot_bytes, 16-byte aligned
+};
+
 RT_HD inline void engine_init(const EngineDesc& d, EngineState* st) {
   *st = EngineState{};
   st->expected_psn = d.qp.rx_psn & kPsnMask;
@@ -93,18 +103,20 @@ enum class Verdict : uint8_t { kAccept, kDrop };
 // Transmit one frame of `spec` whose payload is already in place in the slot
 // (or is copied from `payload`). False when the tx ring is full (counted).
 template <Scope S>
-RT_HD inline bool transmit(const EngineDesc& d, EngineState& st, const FrameSpec& spec,
-                           ByteSpan payload) {
+RT_HD inline bool transmit(const EngineDesc& d, EngineState& st, const Staging* stg,
+                           const FrameSpec& spec, ByteSpan payload) {
   uint8_t* slot = tx_reserve<S>(d.tx, st.tx_pi);
   if (!slot) {
     count(st.tally, Counter::kTxRingFull);
     return false;
   }
-  const EncodeResult e = encode(spec, payload, MutByteSpan(slot, d.tx.slot_bytes));
+  uint8_t* out = stg ? stg->tx : slot;
+  const EncodeResult e = encode(spec, payload, MutByteSpan(out, d.tx.slot_bytes));
   if (!e.ok()) {
     count(st.tally, Counter::kHandlerErrors);
     return false;
   }
+  if (stg) copy_wide(slot, out, e.len);
   tx_submit<S>(d.tx, st.tx_pi, e.len, 0, now_ns());
   count(st.tally, Counter::kTxPackets);
   count(st.tally, Counter::kTxBytes, e.len);
@@ -113,7 +125,8 @@ RT_HD inline bool transmit(const EngineDesc& d, EngineState& st, const FrameSpec
 
 // RC ACK or NAK (IBA 9.7.5.1): AETH syndrome and our MSN, PSN of the packet acknowledged.
 template <Scope S>
-RT_HD inline void send_aeth(const EngineDesc& d, EngineState& st, uint8_t syndrome, uint32_t psn) {
+RT_HD inline void send_aeth(const EngineDesc& d, EngineState& st, const Staging* stg,
+                            uint8_t syndrome, uint32_t psn) {
   FrameSpec spec = d.reply_spec;
   spec.opcode = make_opcode(Transport::RC, 0x11);  // ACKNOWLEDGE
   spec.dest_qp = d.qp.peer_qpn;
@@ -121,13 +134,14 @@ RT_HD inline void send_aeth(const EngineDesc& d, EngineState& st, uint8_t syndro
   spec.syndrome = syndrome;
   spec.msn = st.msn & kPsnMask;
   spec.ack_req = false;
-  if (transmit<S>(d, st, spec, ByteSpan()))
+  if (transmit<S>(d, st, stg, spec, ByteSpan()))
     count(st.tally, syndrome == kAethAck ? Counter::kAcksSent : Counter::kNaksSent);
 }
 
 // PSN check of a request (IBA 9.7.5.1.1 for RC, 9.7.5.2.x for UC; DESIGN.md section 3).
 template <Scope S>
-RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const FrameView& f) {
+RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const Staging* stg,
+                               const FrameView& f) {
   const uint32_t psn = f.bth_hdr().psn.get();
   const int32_t diff = psn_diff(psn, st.expected_psn);
   if (d.qp.transport == Transport::RC) {
@@ -137,12 +151,12 @@ RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const Frame
     }
     if (diff < 0) {  // a duplicate: the ACK was lost; acknowledge again, do not execute
       count(st.tally, Counter::kDuplicates);
-      send_aeth<S>(d, st, kAethAck, psn);
+      send_aeth<S>(d, st, stg, kAethAck, psn);
       return Verdict::kDrop;
     }
     count(st.tally, Counter::kPsnGaps);  // ahead: packets lost; NAK once, then wait
     if (!st.nak_sent) {
-      send_aeth<S>(d, st, kAethNakPsnSeqError, st.expected_psn);
+      send_aeth<S>(d, st, stg, kAethNakPsnSeqError, st.expected_psn);
       st.nak_sent = true;
     }
     return Verdict::kDrop;
@@ -175,13 +189,14 @@ RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const Frame
 // needs a message in progress of the same kind; a First or Only may not
 // interrupt one.
 template <Scope S>
-RT_HD inline Verdict check_sequence(const EngineDesc& d, EngineState& st, const FrameView& f) {
+RT_HD inline Verdict check_sequence(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                    const FrameView& f) {
   const uint16_t kind = f.op.flags & (kSend | kWrite);
   const bool starts = f.op.is(kFirst);
   if (starts ? st.in_message == 0 : st.in_message == kind) return Verdict::kAccept;
   count(st.tally, Counter::kOpcodeSequence);
   if (d.qp.transport == Transport::RC) {
-    send_aeth<S>(d, st, kAethNakInvalidRequest, f.bth_hdr().psn.get());
+    send_aeth<S>(d, st, stg, kAethNakInvalidRequest, f.bth_hdr().psn.get());
     st.in_message = 0;
     return Verdict::kDrop;
   }
@@ -207,8 +222,8 @@ RT_HD inline void copy_bytes(uint8_t* dst, const uint8_t* src, uint32_t n) {
 
 // Hand a completed message to the handler, transmit its reply, record it.
 template <Scope S>
-RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Message& m, uint32_t psn,
-                          uint64_t rx_ts) {
+RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* stg,
+                          const Message& m, uint32_t psn, uint64_t rx_ts) {
   count(st.tally, Counter::kMessages);
   FrameSpec spec = d.reply_spec;
   spec.opcode = make_opcode(d.qp.transport, 0x04);  // SEND_ONLY
@@ -219,7 +234,8 @@ RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Message& m
   const uint32_t room = d.tx.slot_bytes > offset + 3 + kIcrcBytes
                             ? d.tx.slot_bytes - offset - 3 - kIcrcBytes
                             : 0;
-  uint8_t* out = slot ? slot + offset : d.reply_scratch;
+  uint8_t* frame_out = slot ? (stg ? stg->tx : slot) : nullptr;
+  uint8_t* out = frame_out ? frame_out + offset : d.reply_scratch;
   const int n = handle(d.handler, m, out, slot ? room : d.reply_scratch_bytes);
   uint8_t flags = m.has_imm ? kCompletionHasImm : 0;
   if (n == kHandlerError) {
@@ -232,8 +248,9 @@ RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Message& m
     } else {
       spec.psn = st.send_psn;
       const EncodeResult e =
-          encode(spec, ByteSpan(out, uint32_t(n)), MutByteSpan(slot, d.tx.slot_bytes));
+          encode(spec, ByteSpan(out, uint32_t(n)), MutByteSpan(frame_out, d.tx.slot_bytes));
       if (e.ok()) {
+        if (stg) copy_wide(slot, frame_out, e.len);
         st.send_psn = psn_add(st.send_psn, 1);
         tx_submit<S>(d.tx, st.tx_pi, e.len, 0, now_ns());
         count(st.tally, Counter::kTxPackets);
@@ -271,21 +288,21 @@ RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Message& m
 
 // SEND First/Middle/Last/Only: assemble, deliver on Last/Only.
 template <Scope S>
-RT_HD inline Verdict execute_send(const EngineDesc& d, EngineState& st, const FrameView& f,
-                                  uint64_t rx_ts) {
+RT_HD inline Verdict execute_send(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                  const FrameView& f, uint64_t rx_ts) {
   const uint8_t* payload = f.base + f.payload;
   const uint32_t psn = f.bth_hdr().psn.get();
   Message m{payload, f.payload_len, 0, f.op.has(kImmDt), f.bth_hdr().opcode};
   if (m.has_imm) m.imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
   if (f.op.is(kOnly)) {  // zero copy: the handler reads the rx slot
-    deliver<S>(d, st, m, psn, rx_ts);
+    deliver<S>(d, st, stg, m, psn, rx_ts);
     return Verdict::kAccept;
   }
   if (f.op.is(kFirst)) st.msg_len = 0;
   if (f.payload_len > d.msg_buf_bytes - st.msg_len) {
     count(st.tally, Counter::kMalformed);  // longer than the assembly buffer
     st.in_message = 0;
-    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, kAethNakInvalidRequest, psn);
+    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakInvalidRequest, psn);
     return Verdict::kDrop;
   }
   copy_bytes(d.msg_buf + st.msg_len, payload, f.payload_len);
@@ -297,15 +314,15 @@ RT_HD inline Verdict execute_send(const EngineDesc& d, EngineState& st, const Fr
   st.in_message = 0;
   m.data = d.msg_buf;
   m.len = st.msg_len;
-  deliver<S>(d, st, m, psn, rx_ts);
+  deliver<S>(d, st, stg, m, psn, rx_ts);
   return Verdict::kAccept;
 }
 
 // RDMA WRITE First/Middle/Last/Only: place by RETH into a registered region;
 // with immediate, deliver the written bytes to the handler.
 template <Scope S>
-RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const FrameView& f,
-                                   uint64_t rx_ts) {
+RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                   const FrameView& f, uint64_t rx_ts) {
   const uint32_t psn = f.bth_hdr().psn.get();
   if (f.op.has(kReth)) {
     const Reth& reth = f.ext_hdr<Reth>(kReth);
@@ -315,7 +332,7 @@ RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const F
     if (region < 0) {
       count(st.tally, Counter::kOutOfRange);
       st.in_message = 0;
-      if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, kAethNakRemoteAccessError, psn);
+      if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
       return Verdict::kDrop;
     }
     st.write_region = uint32_t(region);
@@ -325,7 +342,7 @@ RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const F
   } else if (f.payload_len > st.write_remaining) {  // Middle/Last beyond the RETH's length
     count(st.tally, Counter::kOutOfRange);
     st.in_message = 0;
-    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, kAethNakRemoteAccessError, psn);
+    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
     return Verdict::kDrop;
   }
   const MemRegion& r = d.regions[st.write_region];
@@ -337,7 +354,7 @@ RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const F
     const uint32_t written = uint32_t(st.write_next_va - st.write_start_va);
     const Message m{r.base + (st.write_start_va - r.va), written,
                     f.ext_hdr<ImmDt>(kImmDt).imm.get(), true, f.bth_hdr().opcode};
-    deliver<S>(d, st, m, psn, rx_ts);
+    deliver<S>(d, st, stg, m, psn, rx_ts);
   }
   return Verdict::kAccept;
 }
@@ -354,8 +371,8 @@ RT_HD inline void receive_response(EngineState& st, const FrameView& f) {
 }
 
 template <Scope S>
-RT_HD inline void receive_packet(const EngineDesc& d, EngineState& st, ByteSpan frame,
-                                 uint64_t rx_ts) {
+RT_HD inline void receive_packet(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                 ByteSpan frame, uint64_t rx_ts) {
   count(st.tally, Counter::kRxPackets);
   count(st.tally, Counter::kRxBytes, frame.size);
   const DecodeResult r = decode(frame);
@@ -389,25 +406,25 @@ RT_HD inline void receive_packet(const EngineDesc& d, EngineState& st, ByteSpan 
   }
   if (!(f.op.flags & (kSend | kWrite))) {  // READ and atomics: not served in this mode
     count(st.tally, Counter::kUnsupported);
-    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, kAethNakInvalidRequest, bth.psn.get());
+    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakInvalidRequest, bth.psn.get());
     return;
   }
-  if (check_psn<S>(d, st, f) == Verdict::kDrop) return;
-  if (check_sequence<S>(d, st, f) == Verdict::kDrop) return;
-  const Verdict v = (f.op.flags & kSend) ? execute_send<S>(d, st, f, rx_ts)
-                                         : execute_write<S>(d, st, f, rx_ts);
+  if (check_psn<S>(d, st, stg, f) == Verdict::kDrop) return;
+  if (check_sequence<S>(d, st, stg, f) == Verdict::kDrop) return;
+  const Verdict v = (f.op.flags & kSend) ? execute_send<S>(d, st, stg, f, rx_ts)
+                                         : execute_write<S>(d, st, stg, f, rx_ts);
   if (v == Verdict::kDrop) return;
   st.expected_psn = psn_add(bth.psn.get(), 1);
   if (d.qp.transport == Transport::RC) {
     if (f.op.is(kLast)) st.msn = psn_add(st.msn, 1);
-    if (bth.ack_requested()) send_aeth<S>(d, st, kAethAck, bth.psn.get());
+    if (bth.ack_requested()) send_aeth<S>(d, st, stg, kAethAck, bth.psn.get());
   }
 }
 
 // The host's queued payloads, sent as SEND Only to the peer. Stops, without
 // dropping, when the tx ring is full: the host ring is the backpressure.
 template <Scope S>
-RT_HD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st) {
+RT_HD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st, const Staging* stg) {
   uint32_t n = 0;
   for (; n < d.batch; ++n) {
     const RxDesc* desc = rx_poll<Scope::kSystem>(d.host_tx, st.host_ci);
@@ -418,7 +435,7 @@ RT_HD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st) {
     spec.dest_qp = d.qp.peer_qpn;
     spec.ack_req = d.qp.transport == Transport::RC;
     spec.psn = st.send_psn;
-    if (transmit<S>(d, st, spec, ByteSpan(d.host_tx.slot(st.host_ci), desc->len))) {
+    if (transmit<S>(d, st, stg, spec, ByteSpan(d.host_tx.slot(st.host_ci), desc->len))) {
       st.send_psn = psn_add(st.send_psn, 1);
       count(st.tally, Counter::kHostSends);
     }
@@ -435,17 +452,24 @@ RT_HD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st) {
 // tx): kSystem when the far side is a CPU thread, kDevice when it is a GPU
 // block. The host-facing rings and the counters are always kSystem.
 template <Scope S>
-RT_HD inline uint32_t engine_step(const EngineDesc& d, EngineState& st) {
+RT_HD inline uint32_t engine_step(const EngineDesc& d, EngineState& st,
+                                  const Staging* stg = nullptr) {
   uint32_t done = 0;
   for (; done < d.batch; ++done) {
     const RxDesc* desc = rx_poll<S>(d.rx, st.rx_ci);
     if (!desc) break;
-    engine_detail::receive_packet<S>(d, st, ByteSpan(d.rx.slot(st.rx_ci), desc->len),
-                                     desc->timestamp_ns);
+    const uint32_t len = desc->len < d.rx.slot_bytes ? desc->len : d.rx.slot_bytes;
+    const uint64_t ts = desc->timestamp_ns;
+    const uint8_t* frame = d.rx.slot(st.rx_ci);
+    if (stg) {
+      copy_wide(stg->rx, frame, len);
+      frame = stg->rx;
+    }
+    engine_detail::receive_packet<S>(d, st, stg, ByteSpan(frame, len), ts);
     ++st.rx_ci;
   }
   if (done) rx_release<S>(d.rx, st.rx_ci);
-  done += engine_detail::drain_host_tx<S>(d, st);
+  done += engine_detail::drain_host_tx<S>(d, st, stg);
   if (st.tally.dirty) publish<Scope::kSystem>(st.tally, d.counters);
   return done;
 }

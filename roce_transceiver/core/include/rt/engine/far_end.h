@@ -12,6 +12,7 @@
 #pragma once
 
 #include "rt/protocol/encode.h"
+#include "rt/queues/copy_wide.h"
 #include "rt/queues/rx_ring.h"
 #include "rt/queues/tx_ring.h"
 
@@ -50,7 +51,7 @@ struct FarEndDesc {
   uint32_t tx_start;        // our consumer index into tx where this run starts
   uint32_t seq_in_payload;  // 1: write the request number into payload bytes 0..3 (echo)
   uint64_t* times;          // count entries: send time, replaced by the round trip (ns)
-  uint8_t* frame;           // scratch for one request frame (rx.slot_bytes)
+  uint8_t* frame;           // scratch for one reply frame (tx.slot_bytes, 16-byte aligned)
   FarEndResult* result;
 };
 
@@ -89,7 +90,8 @@ RT_HD inline ReplyKind check_reply(const FarEndDesc& d, uint32_t i, const uint8_
     const uint8_t* src = d.payloads + size_t(i % d.num_payloads) * d.payload_len;
     bool ok = f.payload_len == d.payload_len;
     for (uint32_t k = 0; ok && k < d.payload_len; ++k) {
-      const uint8_t want = (d.seq_in_payload && k < 4) ? uint8_t(i >> (8 * k)) : src[k];
+      const bool seq_byte = d.seq_in_payload && d.payload_len >= 4 && k < 4;
+      const uint8_t want = seq_byte ? uint8_t(i >> (8 * k)) : src[k];
       ok = got[k] == want;
     }
     *payload_ok = ok;
@@ -137,32 +139,33 @@ RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
     }
     bool idle = true;
     if (res.sent < d.count && res.sent - res.received < d.window && now >= next_send) {
-      spec.psn = psn_add(d.first_psn, res.sent);
-      request_payload(d, res.sent, d.frame + payload_at);
-      const EncodeResult e = encode(spec, ByteSpan(d.frame + payload_at, d.payload_len),
-                                    MutByteSpan(d.frame, d.rx.slot_bytes));
-      if (!e.ok()) {
-        res.status = uint32_t(FarEndStatus::kBadConfig);
-        break;
-      }
-      const uint64_t t = now_ns();
-      const ProduceResult p = rx_produce<S>(d.rx, prod, d.frame, e.len, t);
-      if (p == ProduceResult::kOk) {
+      // Build the request in the slot itself: no second copy on the critical path.
+      if (uint8_t* slot = rx_reserve<S>(d.rx, prod)) {
+        spec.psn = psn_add(d.first_psn, res.sent);
+        request_payload(d, res.sent, slot + payload_at);
+        const EncodeResult e = encode(spec, ByteSpan(slot + payload_at, d.payload_len),
+                                      MutByteSpan(slot, d.rx.slot_bytes));
+        if (!e.ok()) {
+          res.status = uint32_t(FarEndStatus::kBadConfig);
+          break;
+        }
+        const uint64_t t = now_ns();
+        rx_publish<S>(d.rx, prod, e.len, t);
         d.times[res.sent] = t;
         ++res.sent;
         next_send = d.interval_ns ? next_send + d.interval_ns : t;
         idle = false;
-      } else if (p == ProduceResult::kFull) {
-        ++res.ring_full;
       } else {
-        res.status = uint32_t(FarEndStatus::kBadConfig);
-        break;
+        ++res.ring_full;
       }
     }
     if (const TxDesc* td = tx_poll<S>(d.tx, ci)) {
       const uint64_t t = now_ns();
       bool payload_ok = false;
-      const ReplyKind kind = check_reply(d, res.received, d.tx.slot(ci), td->len, &payload_ok);
+      const uint32_t len = td->len < d.tx.slot_bytes ? td->len : d.tx.slot_bytes;
+      // Stage the reply next to us (16-byte loads) before decoding it byte by byte.
+      copy_wide(d.frame, d.tx.slot(ci), len);
+      const ReplyKind kind = check_reply(d, res.received, d.frame, len, &payload_ok);
       if (kind == ReplyKind::kReply && res.received < res.sent) {
         d.times[res.received] = t - d.times[res.received];
         if (!payload_ok) ++res.wrong;

@@ -39,19 +39,34 @@ struct RxRing {
 
 enum class ProduceResult : uint8_t { kOk, kFull, kTooLong };
 
-// Producer: place one packet at its private index `prod`, advancing it.
+// Producer, in two steps for a producer that builds the packet in place:
+// the slot at its private index `prod`, or nullptr while the engine still owns
+// it (the ring is full)...
 template <Scope S>
-RT_HD inline ProduceResult rx_produce(const RxRing& r, uint32_t& prod, const uint8_t* data,
-                                      uint32_t len, uint64_t timestamp_ns) {
-  if (len > r.slot_bytes) return ProduceResult::kTooLong;
-  if (prod - load_acquire<S>(r.released) >= r.depth()) return ProduceResult::kFull;
-  uint8_t* dst = r.slot(prod);
-  for (uint32_t i = 0; i < len; ++i) dst[i] = data[i];
+RT_HD inline uint8_t* rx_reserve(const RxRing& r, uint32_t prod) {
+  return prod - load_acquire<S>(r.released) < r.depth() ? r.slot(prod) : nullptr;
+}
+
+// ...then publish it: descriptor fields, the status (phase) last, with release.
+template <Scope S>
+RT_HD inline void rx_publish(const RxRing& r, uint32_t& prod, uint32_t len,
+                             uint64_t timestamp_ns) {
   RxDesc& d = r.descs[prod & r.mask()];
   d.len = len;
   d.timestamp_ns = timestamp_ns;
   store_release<S>(&d.status, r.phase(prod));
   ++prod;
+}
+
+// Producer: copy one packet in at its private index `prod`, advancing it.
+template <Scope S>
+RT_HD inline ProduceResult rx_produce(const RxRing& r, uint32_t& prod, const uint8_t* data,
+                                      uint32_t len, uint64_t timestamp_ns) {
+  if (len > r.slot_bytes) return ProduceResult::kTooLong;
+  uint8_t* dst = rx_reserve<S>(r, prod);
+  if (!dst) return ProduceResult::kFull;
+  for (uint32_t i = 0; i < len; ++i) dst[i] = data[i];
+  rx_publish<S>(r, prod, len, timestamp_ns);
   return ProduceResult::kOk;
 }
 
