@@ -9,6 +9,7 @@ void register_protocol(pybind11::module_& m);
 void register_build_info(pybind11::module_& m);
 void register_device_checks(pybind11::module_& m);
 void register_bench(pybind11::module_& m);
+void register_floors(pybind11::module_& m);
 void register_handlers(pybind11::module_& m);
 
 }  // namespace rt::py

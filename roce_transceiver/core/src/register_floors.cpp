@@ -1,0 +1,62 @@
+// The latency floors (rt/bench/floors.h) for roce_transceiver.bench.floors.
+//
+// Each call measures with the GIL released, so a Python thread elsewhere (a
+// peer, a progress printer) neither stalls the measurement nor is stalled by
+// it. std::runtime_error arrives in Python as RuntimeError and
+// std::invalid_argument as ValueError, each with the C++ message.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <vector>
+
+#include "register.h"
+#include "rt/bench/floors.h"
+
+namespace rt::py {
+
+void register_floors(pybind11::module_& m) {
+  using pybind11::arg;
+  m.attr("FLOOR_WARMUP") = bench::kFloorWarmup;
+  m.attr("FLOOR_MAX_ITERATIONS") = bench::kFloorMaxIterations;
+  m.def(
+      "floor_cpu_thread_pingpong",
+      [](int64_t iterations, double timeout_s) {
+        pybind11::gil_scoped_release nogil;
+        return bench::cpu_thread_pingpong(iterations, timeout_s);
+      },
+      arg("iterations"), arg("timeout_s") = bench::kFloorDefaultTimeoutS,
+      "Round trips (ns) of two CPU threads ping-ponging through two cache lines, timed with "
+      "steady_clock, after a warm-up. Raises RuntimeError if a round trip takes over timeout_s.");
+  m.def(
+      "floor_pinned_pingpong",
+      [](int64_t iterations, double timeout_s) {
+        pybind11::gil_scoped_release nogil;
+        return bench::pinned_pingpong(iterations, timeout_s);
+      },
+      arg("iterations"), arg("timeout_s") = bench::kFloorDefaultTimeoutS,
+      "Round trips (ns) between the host and a persistent kernel through flags in mapped pinned "
+      "memory, timed on the host with steady_clock, after a warm-up. Raises RuntimeError without "
+      "a GPU, or naming the iteration the kernel did not answer within timeout_s.");
+  m.def(
+      "floor_device_block_pingpong",
+      [](int64_t iterations, double timeout_s) {
+        pybind11::gil_scoped_release nogil;
+        return bench::device_block_pingpong(iterations, timeout_s);
+      },
+      arg("iterations"), arg("timeout_s") = bench::kFloorDefaultTimeoutS,
+      "Round trips (ns) between two thread blocks of one kernel through device-memory flags, "
+      "timed on the GPU (SM cycles scaled by %globaltimer over the run), after a warm-up. Raises "
+      "RuntimeError without a GPU, or when the kernel makes no progress for timeout_s.");
+  m.def(
+      "floor_launch_per_message",
+      [](int64_t iterations, size_t size, bool graph) {
+        pybind11::gil_scoped_release nogil;
+        return bench::launch_per_message(iterations, size, graph);
+      },
+      arg("iterations"), arg("size") = 32, arg("graph") = false,
+      "Per message (ns): copy `size` bytes into pinned memory, launch an echo kernel (a CUDA "
+      "graph if graph=True), synchronise the stream; timed on the host with steady_clock, after "
+      "a warm-up; every echo is checked. Raises RuntimeError without a GPU.");
+}
+
+}  // namespace rt::py
