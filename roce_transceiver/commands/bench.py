@@ -35,13 +35,13 @@ def _seconds(text: str) -> float:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
-        help="run a benchmark (icrc)",
+        help="run a benchmark (icrc, roundtrip, qec)",
         description="Run a benchmark; each prints one summary line and can write JSON.",
     )
     benches = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
     icrc = benches.add_parser(
         "icrc",
-        help="ICRC throughput of the CPU and GPU implementations",
+        help="ICRC throughput of the host implementation against libz",
         description="Measure the ICRC throughput of the protocol core's implementations "
         "for frames of the given sizes.",
     )
@@ -57,6 +57,90 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     icrc.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     icrc.set_defaults(run=run)
+
+    rt = benches.add_parser(
+        "roundtrip",
+        help="echo loop round trip next to the latency floors",
+        description="Echo ping-pong through the loopback NIC, timed at the far end, printed "
+        "next to the floors of the same run (thread ping-pong, pinned ping-pong, device block "
+        "ping-pong, launch per message) and the ratios.",
+    )
+    _loop_options(rt)
+    rt.add_argument("--size", type=_positive, default=32, help="payload bytes (default 32)")
+    rt.add_argument("--count", type=_positive, default=10_000, help="round trips (default 10000)")
+    rt.set_defaults(run=run_roundtrip)
+
+    q = benches.add_parser(
+        "qec",
+        help="decoder loop throughput and round trip at an offered rate",
+        description="Syndromes from the far end, lookup-table decoding in the loop, "
+        "corrections back and checked; messages/s and round-trip percentiles.",
+    )
+    _loop_options(q)
+    q.add_argument("--distance", type=int, choices=(3, 5), default=5, help="code distance")
+    q.add_argument("--count", type=_positive, default=100_000, help="messages (default 100000)")
+    q.add_argument("--rate", type=float, default=None, help="offered messages/s (default: max)")
+    q.add_argument("--window", type=_positive, default=64, help="messages in flight at most")
+    q.set_defaults(run=run_qec)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
+    return value
+
+
+def _loop_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--executor", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--nic", choices=("loopback",), default="loopback")
+    p.add_argument("--far-end", choices=("cpu", "gpu"), default="cpu", dest="far_end")
+    p.add_argument("--transport", choices=("RC", "UC"), default="UC")
+    p.add_argument("--floor-iterations", type=_positive, default=10_000, dest="floor_iterations")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+
+
+def run_roundtrip(args: argparse.Namespace) -> int:
+    from roce_transceiver.bench.roundtrip import run_roundtrip as bench
+    from roce_transceiver.transceiver import TransceiverError
+
+    try:
+        r = bench(
+            executor=args.executor,
+            far_end=args.far_end,
+            size=args.size,
+            count=args.count,
+            transport=args.transport,
+            floor_iterations=args.floor_iterations,
+            json_path=args.json,
+        )
+    except (TransceiverError, ValueError) as e:
+        raise CommandError(f"bench roundtrip: {e}") from None
+    return 0 if r["status"] == "done" and r["wrong"] == 0 else 1
+
+
+def run_qec(args: argparse.Namespace) -> int:
+    from roce_transceiver.bench.roundtrip import run_qec as bench
+    from roce_transceiver.transceiver import TransceiverError
+
+    try:
+        r = bench(
+            executor=args.executor,
+            far_end=args.far_end,
+            distance=args.distance,
+            count=args.count,
+            rate=args.rate,
+            window=args.window,
+            transport=args.transport,
+            floor_iterations=args.floor_iterations,
+            json_path=args.json,
+        )
+    except (TransceiverError, ValueError) as e:
+        raise CommandError(f"bench qec: {e}") from None
+    return 0 if r["status"] == "done" and r["wrong"] == 0 else 1
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ namespace rt::py {
 void register_protocol(pybind11::module_& m);
 void register_build_info(pybind11::module_& m);
 void register_device_checks(pybind11::module_& m);
+void register_engine(pybind11::module_& m);
 void register_bench(pybind11::module_& m);
 void register_floors(pybind11::module_& m);
 void register_handlers(pybind11::module_& m);

@@ -1,0 +1,205 @@
+"""``roce-transceiver bench roundtrip`` and ``bench qec``: the echo and decoder
+loops through the loopback NIC, next to the latency floors of the same run.
+
+Round trips are timed by the far end (where a request starts and its reply
+ends): the host clock for a CPU far end, %globaltimer for a GPU one. Each
+figure is printed with the floor it should be read against and the ratio:
+
+- cpu executor                -> cpu_thread_pingpong (two threads, shared memory)
+- cuda executor, cpu far end  -> pinned_pingpong (host <-> persistent kernel)
+- cuda executor, gpu far end  -> device_block_pingpong (block <-> block)
+- any cuda run                -> launch_per_message (what a kernel per message costs)
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from roce_transceiver import __version__, _core
+from roce_transceiver.bench.floors import Percentiles, format_table, measure_floors
+from roce_transceiver.transceiver import RoundTrip, Transceiver
+
+__all__ = ["run_qec", "run_roundtrip"]
+
+
+def _reference_floor(executor: str, far_end: str) -> str:
+    if executor == "cpu":
+        return "cpu_thread_pingpong"
+    return "device_block_pingpong" if far_end == "gpu" else "pinned_pingpong"
+
+
+def _floors_for(executor: str, far_end: str) -> list[str]:
+    names = [_reference_floor(executor, far_end)]
+    if executor == "cuda":
+        names += ["launch_per_message", "launch_per_message_graph"]
+    return names
+
+
+def _loop_row(rt: RoundTrip) -> Percentiles | str:
+    if rt.rtt_ns.size == 0:
+        return f"no replies ({rt.status}, sent {rt.sent})"
+    return Percentiles.from_samples(rt.rtt_ns.astype(np.float64), "ns")
+
+
+def _report(
+    title: str,
+    rt: RoundTrip,
+    floors: dict[str, Percentiles | str],
+    executor: str,
+    far_end: str,
+    extra: dict[str, Any],
+    json_path: str | None,
+    out: TextIO,
+) -> dict[str, Any]:
+    loop = _loop_row(rt)
+    rows: dict[str, Percentiles | str] = {title: loop, **floors}
+    print(format_table(rows, "us"), file=out)
+    ratios: dict[str, float] = {}
+    ref = _reference_floor(executor, far_end)
+    if isinstance(loop, Percentiles):
+        if isinstance(floors.get(ref), Percentiles):
+            ratios[f"p50 / {ref} p50"] = loop.p50 / floors[ref].p50  # type: ignore[union-attr]
+        launch = floors.get("launch_per_message")
+        if isinstance(launch, Percentiles):
+            ratios["launch_per_message p50 / p50"] = launch.p50 / loop.p50
+    for k, v in ratios.items():
+        print(f"  {k}: {v:.2f}", file=out)
+    print(
+        f"  {rt.received}/{rt.sent} replies, {rt.wrong} wrong, {rt.bad_frames} bad frames, "
+        f"{rt.messages_per_s:,.0f} msgs/s, status {rt.status}",
+        file=out,
+    )
+    result: dict[str, Any] = {
+        "benchmark": title,
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "executor": executor,
+        "far_end": far_end,
+        **extra,
+        "loop": loop.as_dict() if isinstance(loop, Percentiles) else loop,
+        "floors": {k: v.as_dict() if isinstance(v, Percentiles) else v for k, v in floors.items()},
+        "ratios": ratios,
+        "replies": rt.received,
+        "sent": rt.sent,
+        "wrong": rt.wrong,
+        "bad_frames": rt.bad_frames,
+        "messages_per_s": rt.messages_per_s,
+        "status": rt.status,
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "roce_transceiver": __version__,
+            "gpus": [g["name"] for g in _core.cuda_runtime_info()["gpus"]],
+        },
+    }
+    if isinstance(loop, Percentiles):
+        p = loop.to("us")
+        print(
+            f"{title}: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us over {p.count} round trips "
+            + "; ".join(f"{k} {v:.2f}" for k, v in ratios.items()),
+            file=out,
+        )
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def run_roundtrip(
+    executor: str = "auto",
+    far_end: str = "cpu",
+    size: int = 32,
+    count: int = 10_000,
+    transport: str = "UC",
+    floor_iterations: int = 10_000,
+    json_path: str | None = None,
+    out: TextIO = sys.stdout,
+) -> dict[str, Any]:
+    """Echo ping-pong (window 1) of ``count`` ``size``-byte messages, then the floors."""
+    config = {
+        "executor": executor,
+        "far_end": far_end,
+        "handler": "echo",
+        "completions": False,
+        "qp": {"transport": transport},
+    }
+    with Transceiver(config) as t:
+        print(t.executor_reason, file=out)
+        t.roundtrip(count=min(count, 1000), size=size)  # warm-up: caches, clocks, first faults
+        rt = t.roundtrip(count=count, size=size, timeout=max(10.0, count * 1e-4))
+        used = t.executor
+    floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=size)
+    extra = {"size": size, "count": count, "transport": transport}
+    return _report("echo", rt, floors, used, far_end, extra, json_path, out)
+
+
+def run_qec(
+    executor: str = "auto",
+    far_end: str = "cpu",
+    distance: int = 5,
+    count: int = 100_000,
+    rate: float | None = None,
+    window: int = 64,
+    transport: str = "UC",
+    floor_iterations: int = 10_000,
+    seed: int = 1,
+    json_path: str | None = None,
+    out: TextIO = sys.stdout,
+) -> dict[str, Any]:
+    """The decoder loop at an offered ``rate`` (None: as fast as ``window`` allows);
+    every correction is checked against the Python decoder."""
+    from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode, pack_syndrome
+
+    code = RotatedSurfaceCode(distance)
+    decoder = LookupTableDecoder(code)
+    rng = np.random.default_rng(seed)
+    requests, expected = [], []
+    for _ in range(1024):
+        ex = (rng.random(code.num_data) < 0.03).astype(np.uint8)
+        ez = (rng.random(code.num_data) < 0.03).astype(np.uint8)
+        request = pack_syndrome(code.hx @ ez % 2, code.hz @ ex % 2)
+        requests.append(request)
+        expected.append(decoder.decode_packed(request))
+    config = {
+        "executor": executor,
+        "far_end": far_end,
+        "handler": "qec",
+        "qec": {"distance": distance},
+        "completions": False,
+        "qp": {"transport": transport},
+    }
+    with Transceiver(config) as t:
+        print(t.executor_reason, file=out)
+        t.roundtrip(count=min(count, 2000), payloads=requests, expected=expected, window=window)
+        rt = t.roundtrip(
+            count=count,
+            payloads=requests,
+            expected=expected,
+            window=window,
+            rate=rate,
+            timeout=max(10.0, count * 1e-4),
+        )
+        used = t.executor
+    floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=len(requests[0]))
+    extra = {"distance": distance, "count": count, "rate": rate, "window": window}
+    return _report("qec", rt, floors, used, far_end, extra, json_path, out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m roce_transceiver.bench.roundtrip [echo|qec]`` for quick runs."""
+    args = list(argv if argv is not None else sys.argv[1:])
+    if args and args[0] == "qec":
+        run_qec()
+    else:
+        run_roundtrip()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
