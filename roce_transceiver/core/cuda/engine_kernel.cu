@@ -56,8 +56,7 @@ __global__ void far_end_kernel(FarEndDesc d, const uint32_t* stop) {
 // Launch one block of one warp with `smem` bytes of dynamic shared memory,
 // raising the kernel's limit first when a large slot size needs more than 48 KiB.
 template <typename... KArgs, typename... Args>
-void launch_with_smem(void (*kernel)(KArgs...), size_t smem, cudaStream_t stream,
-                      Args&&... args) {
+void launch_with_smem(void (*kernel)(KArgs...), size_t smem, cudaStream_t stream, Args&&... args) {
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "cudaFuncSetAttribute(shared memory)");
@@ -67,11 +66,11 @@ void launch_with_smem(void (*kernel)(KArgs...), size_t smem, cudaStream_t stream
 }  // namespace
 
 struct EngineKernel::Impl {
-  cudaStream_t stream = nullptr;     // the engine's own non-blocking stream
-  cudaStream_t far_stream = nullptr; // the GPU far end's
-  cudaStream_t control = nullptr;    // stop requests, while both others are busy
-  uint32_t* stop = nullptr;          // device memory: polled by the kernels
-  uint64_t* heartbeat = nullptr;     // pinned: read by the host
+  cudaStream_t stream = nullptr;      // the engine's own non-blocking stream
+  cudaStream_t far_stream = nullptr;  // the GPU far end's
+  cudaStream_t control = nullptr;     // stop requests, while both others are busy
+  uint32_t* stop = nullptr;           // device memory: polled by the kernels
+  uint64_t* heartbeat = nullptr;      // pinned: read by the host
   bool launched = false;
   bool stopped = false;
 };
@@ -135,8 +134,7 @@ void EngineKernel::stop(double timeout_s) {
   check_cuda(cudaMemcpyAsync(impl_->stop, &one, sizeof one, cudaMemcpyHostToDevice, impl_->control),
              "stop request");
   check_cuda(cudaStreamSynchronize(impl_->control), "stop request");
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (;;) {
     const cudaError_t err = cudaStreamQuery(impl_->stream);
     if (err == cudaSuccess) break;
@@ -145,7 +143,8 @@ void EngineKernel::stop(double timeout_s) {
       check_cuda(err, "the persistent engine kernel failed");
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      const uint64_t beats = impl_->heartbeat ? *reinterpret_cast<volatile uint64_t*>(impl_->heartbeat) : 0;
+      const uint64_t beats =
+          impl_->heartbeat ? *reinterpret_cast<volatile uint64_t*>(impl_->heartbeat) : 0;
       throw std::runtime_error("the persistent engine kernel did not stop within " +
                                std::to_string(timeout_s) + " s (heartbeat at " +
                                std::to_string(beats) + " passes)");

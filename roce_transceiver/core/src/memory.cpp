@@ -18,17 +18,18 @@ namespace {
 void check(cudaError_t err, const char* what, size_t bytes) {
   if (err != cudaSuccess) {
     cudaGetLastError();
-    throw std::runtime_error(std::string(what) + "(" + std::to_string(bytes) +
-                             " bytes): " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
-                             ")");
+    throw std::runtime_error(std::string(what) + "(" + std::to_string(bytes) + " bytes): " +
+                             cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
   }
 }
 #endif
 
+#if !defined(RT_WITH_CUDA)
 [[noreturn]] void no_cuda(Placement p) {
   throw std::runtime_error(std::string("placement '") + placement_name(p) +
                            "' needs CUDA, and this build has no CUDA support");
 }
+#endif
 
 }  // namespace
 
@@ -46,7 +47,8 @@ Buffer::Buffer(Placement where, size_t bytes) : where_(where), bytes_(bytes) {
   switch (where) {
     case Placement::kHost:
       host_ = static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64));
-      if (!host_) throw std::runtime_error("out of host memory for " + std::to_string(n) + " bytes");
+      if (!host_)
+        throw std::runtime_error("out of host memory for " + std::to_string(n) + " bytes");
       std::memset(host_, 0, n);
       break;
     case Placement::kPinned:

@@ -28,11 +28,14 @@ void take_bytes(const pb::handle& v, uint8_t (&dst)[N], size_t want, const std::
 // programming error on the Python side and is reported as such.
 host::TransceiverConfig config_from_dict(const pb::dict& d) {
   static const std::set<std::string> known = {
-      "executor", "far_end", "rx_depth", "tx_depth", "slot_bytes", "host_tx_depth",
-      "completion_depth", "completion_slot_bytes", "batch", "msg_buf_bytes", "check_icrc",
-      "record_completions", "qpn", "peer_qpn", "transport", "pkey", "rx_psn", "tx_psn",
-      "local_mac", "peer_mac", "ip_version", "local_ip", "peer_ip", "udp_sport", "vlan",
-      "handler", "qec_blob", "regions", "cpu_core", "stop_timeout_s"};
+      "executor",   "far_end",       "rx_depth",         "tx_depth",
+      "slot_bytes", "host_tx_depth", "completion_depth", "completion_slot_bytes",
+      "batch",      "msg_buf_bytes", "check_icrc",       "record_completions",
+      "qpn",        "peer_qpn",      "transport",        "pkey",
+      "rx_psn",     "tx_psn",        "local_mac",        "peer_mac",
+      "ip_version", "local_ip",      "peer_ip",          "udp_sport",
+      "vlan",       "handler",       "qec_blob",         "regions",
+      "cpu_core",   "stop_timeout_s"};
   for (const auto& item : d) {
     const std::string key = item.first.cast<std::string>();
     if (!known.count(key)) throw pb::value_error("engine config: unknown key '" + key + "'");
@@ -56,8 +59,10 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
   c.qp.transport = Transport::RC;
   if (auto v = get("transport")) {
     const std::string t = v.cast<std::string>();
-    if (t == "UC") c.qp.transport = Transport::UC;
-    else if (t != "RC") throw pb::value_error("transport='" + t + "': must be RC or UC");
+    if (t == "UC")
+      c.qp.transport = Transport::UC;
+    else if (t != "RC")
+      throw pb::value_error("transport='" + t + "': must be RC or UC");
   }
   c.qp.pkey = 0xFFFF;
   if (auto v = get("pkey")) c.qp.pkey = v.cast<uint16_t>();
@@ -78,10 +83,14 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
   s.pkey = c.qp.pkey;
   if (auto v = get("handler")) {
     const std::string h = v.cast<std::string>();
-    if (h == "echo") c.handler = HandlerKind::kEcho;
-    else if (h == "sink") c.handler = HandlerKind::kSink;
-    else if (h == "qec") c.handler = HandlerKind::kQec;
-    else throw pb::value_error("handler='" + h + "': must be echo, sink or qec");
+    if (h == "echo")
+      c.handler = HandlerKind::kEcho;
+    else if (h == "sink")
+      c.handler = HandlerKind::kSink;
+    else if (h == "qec")
+      c.handler = HandlerKind::kQec;
+    else
+      throw pb::value_error("handler='" + h + "': must be echo, sink or qec");
   }
   if (auto v = get("qec_blob")) {
     const std::string b = v.cast<std::string>();
@@ -159,7 +168,8 @@ void register_engine(pb::module_& m) {
       .def("poll_completions",
            [](Transceiver& t, size_t max) {
              pb::list out;
-             for (const host::Completion& c : t.poll_completions(max)) out.append(completion_dict(c));
+             for (const host::Completion& c : t.poll_completions(max))
+               out.append(completion_dict(c));
              return out;
            })
       .def("inject",
@@ -207,9 +217,9 @@ void register_engine(pb::module_& m) {
                                     run.rtt_ns.size() * sizeof(uint64_t));
             return d;
           },
-          pb::arg("payloads"), pb::arg("payload_len"), pb::arg("expected"),
-          pb::arg("expected_len"), pb::arg("count"), pb::arg("window"), pb::arg("interval_ns"),
-          pb::arg("timeout_s"), pb::arg("seq_in_payload"))
+          pb::arg("payloads"), pb::arg("payload_len"), pb::arg("expected"), pb::arg("expected_len"),
+          pb::arg("count"), pb::arg("window"), pb::arg("interval_ns"), pb::arg("timeout_s"),
+          pb::arg("seq_in_payload"))
       .def("read_region", [](const Transceiver& t, size_t index, size_t offset, size_t len) {
         const std::vector<uint8_t> b = t.read_region(index, offset, len);
         return pb::bytes(reinterpret_cast<const char*>(b.data()), b.size());

@@ -43,9 +43,12 @@ RxRing rx_ring(uint8_t* base, const RingLayout& l, uint32_t log2_depth, uint32_t
 }
 
 TxRing tx_ring(uint8_t* base, const RingLayout& l, uint32_t log2_depth, uint32_t slot_bytes) {
-  return TxRing{base + l.slots, reinterpret_cast<TxDesc*>(base + l.descs),
+  return TxRing{base + l.slots,
+                reinterpret_cast<TxDesc*>(base + l.descs),
                 reinterpret_cast<uint32_t*>(base + l.index_a),
-                reinterpret_cast<uint32_t*>(base + l.index_b), log2_depth, slot_bytes};
+                reinterpret_cast<uint32_t*>(base + l.index_b),
+                log2_depth,
+                slot_bytes};
 }
 
 void pin_to_core(int core) {
@@ -90,8 +93,9 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   const uint32_t host_log2 = log2_exact(c.host_tx_depth, "host_tx_depth");
   const uint32_t comp_log2 = log2_exact(c.completion_depth, "completion_depth");
 
-  const Placement wire_at =
-      !on_gpu_ ? Placement::kHost : wire_device_ ? Placement::kDevice : Placement::kPinned;
+  const Placement wire_at = !on_gpu_       ? Placement::kHost
+                            : wire_device_ ? Placement::kDevice
+                                           : Placement::kPinned;
   const Placement host_facing = on_gpu_ ? Placement::kPinned : Placement::kHost;
   const Placement engine_private = on_gpu_ ? Placement::kDevice : Placement::kHost;
 
@@ -112,12 +116,13 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   d.num_regions = uint32_t(c.regions.size());
   for (size_t i = 0; i < c.regions.size(); ++i) {
     const RegionConfig& r = c.regions[i];
-    if (r.length == 0) throw std::invalid_argument("regions[" + std::to_string(i) + "].length: must be > 0");
+    if (r.length == 0)
+      throw std::invalid_argument("regions[" + std::to_string(i) + "].length: must be > 0");
     for (size_t j = 0; j < i; ++j)
       if (c.regions[j].rkey == r.rkey)
-        throw std::invalid_argument("regions[" + std::to_string(i) + "].rkey=" +
-                                    std::to_string(r.rkey) + ": already used by regions[" +
-                                    std::to_string(j) + "]");
+        throw std::invalid_argument("regions[" + std::to_string(i) +
+                                    "].rkey=" + std::to_string(r.rkey) +
+                                    ": already used by regions[" + std::to_string(j) + "]");
     regions_.emplace_back(engine_private, r.length);
     d.regions[i] = MemRegion{r.va, r.rkey, r.length, regions_.back().data()};
   }
@@ -233,15 +238,15 @@ bool Transceiver::send(const uint8_t* data, size_t len) {
     throw std::invalid_argument("send: " + std::to_string(len) + " bytes do not fit a " +
                                 std::to_string(cfg_.slot_bytes) + "-byte slot (at most " +
                                 std::to_string(room) + ")");
-  const RxRing r = rx_ring(host_rings_.host(), desc_views_.ht, desc_views_.ht_log2,
-                           cfg_.slot_bytes);
+  const RxRing r =
+      rx_ring(host_rings_.host(), desc_views_.ht, desc_views_.ht_log2, cfg_.slot_bytes);
   return rx_produce<Scope::kSystem>(r, host_prod_, data, uint32_t(len), now_ns()) ==
          ProduceResult::kOk;
 }
 
 std::vector<Completion> Transceiver::poll_completions(size_t max) {
-  const TxRing r = tx_ring(host_rings_.host(), desc_views_.cp, desc_views_.cp_log2,
-                           cfg_.completion_slot_bytes);
+  const TxRing r =
+      tx_ring(host_rings_.host(), desc_views_.cp, desc_views_.cp_log2, cfg_.completion_slot_bytes);
   const uint32_t half = completion_data_bytes(cfg_.completion_slot_bytes);
   std::vector<Completion> out;
   while (out.size() < max && tx_poll<Scope::kSystem>(r, comp_ci_)) {
@@ -249,9 +254,9 @@ std::vector<Completion> Transceiver::poll_completions(size_t max) {
     Completion c;
     std::memcpy(&c.record, slot, sizeof c.record);
     const uint32_t req = c.record.request_len < half ? c.record.request_len : half;
-    const uint32_t rep =
-        c.record.reply_len > 0 ? (uint32_t(c.record.reply_len) < half ? c.record.reply_len : half)
-                               : 0;
+    const uint32_t rep = c.record.reply_len > 0
+                             ? (uint32_t(c.record.reply_len) < half ? c.record.reply_len : half)
+                             : 0;
     c.request.assign(slot + sizeof c.record, slot + sizeof c.record + req);
     c.reply.assign(slot + sizeof c.record + half, slot + sizeof c.record + half + rep);
     out.push_back(std::move(c));
@@ -263,10 +268,12 @@ std::vector<Completion> Transceiver::poll_completions(size_t max) {
 
 bool Transceiver::inject(const uint8_t* frame, size_t len) {
   if (wire_device_)
-    throw std::logic_error("inject(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
+    throw std::logic_error(
+        "inject(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
   if (len > cfg_.slot_bytes)
-    throw std::invalid_argument("inject: a " + std::to_string(len) + "-byte frame exceeds slot_bytes=" +
-                                std::to_string(cfg_.slot_bytes));
+    throw std::invalid_argument(
+        "inject: a " + std::to_string(len) +
+        "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
   const ProduceResult r =
       rx_produce<Scope::kSystem>(rx_view(false), inject_prod_, frame, uint32_t(len), now_ns());
   if (r == ProduceResult::kOk) return true;
@@ -277,7 +284,8 @@ bool Transceiver::inject(const uint8_t* frame, size_t len) {
 
 std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
   if (wire_device_)
-    throw std::logic_error("collect(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
+    throw std::logic_error(
+        "collect(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
   const TxRing r = tx_view(false);
   std::vector<std::vector<uint8_t>> out;
   while (out.size() < max) {
@@ -294,7 +302,8 @@ std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
 FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   if (!running()) throw std::logic_error("run_far_end(): start() the transceiver first");
   if (p.payload_len == 0 || p.payloads.empty() || p.payloads.size() % p.payload_len)
-    throw std::invalid_argument("far end payloads: need a whole number of payload_len-byte requests");
+    throw std::invalid_argument(
+        "far end payloads: need a whole number of payload_len-byte requests");
   const uint32_t num = uint32_t(p.payloads.size() / p.payload_len);
   if (!p.expected.empty() && p.expected.size() != size_t(num) * p.expected_len)
     throw std::invalid_argument("far end expected replies: need one per request payload");
@@ -316,9 +325,9 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   spec.pkey = cfg_.qp.pkey;
   spec.ack_req = cfg_.qp.transport == Transport::RC;
   if (encoded_size(spec, p.payload_len) > cfg_.slot_bytes)
-    throw std::invalid_argument("far end: a " + std::to_string(p.payload_len) +
-                                "-byte request does not fit slot_bytes=" +
-                                std::to_string(cfg_.slot_bytes));
+    throw std::invalid_argument(
+        "far end: a " + std::to_string(p.payload_len) +
+        "-byte request does not fit slot_bytes=" + std::to_string(cfg_.slot_bytes));
 
   FarEndDesc d{};
   d.spec = spec;

@@ -6,8 +6,6 @@
 
 #include <cstdint>
 
-#include "rt/platform.h"
-
 #if defined(__CUDACC__)
 
 namespace rt {
@@ -16,7 +14,7 @@ namespace rt {
 // SM. The PTX ISA promises no resolution and it ticks coarsely on some GPUs
 // (steps near 1 us), so use it for deadlines and for spans of many
 // microseconds, not to time one short event.
-RT_DEVICE inline uint64_t globaltimer_ns() {
+__device__ inline uint64_t globaltimer_ns() {
   uint64_t ns;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns)::"memory");
   return ns;
@@ -25,7 +23,7 @@ RT_DEVICE inline uint64_t globaltimer_ns() {
 // Cycles of this SM's clock (PTX %clock64): fine-grained, but per SM and at
 // whatever frequency the SM runs, so convert to time with a span measured
 // against globaltimer_ns().
-RT_DEVICE inline uint64_t sm_cycles() {
+__device__ inline uint64_t sm_cycles() {
   uint64_t cycles;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(cycles)::"memory");
   return cycles;

@@ -15,6 +15,8 @@
 #include <time.h>
 #endif
 
+#include "rt/device_clock.h"
+
 #if defined(__CUDACC__)
 #define RT_HD __host__ __device__
 #define RT_DEVICE __device__
@@ -134,9 +136,7 @@ RT_HD inline void spin_pause() {
 // only with timestamps taken on the same side.
 RT_HD inline uint64_t now_ns() {
 #if RT_DEVICE_CODE
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
+  return globaltimer_ns();
 #else
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

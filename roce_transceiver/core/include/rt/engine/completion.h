@@ -21,16 +21,17 @@ struct CompletionRecord {
   uint8_t opcode;
   uint8_t flags;  // CompletionFlag
   uint16_t reserved;
-  uint32_t psn;               // PSN of the packet that completed the message
+  uint32_t psn;  // PSN of the packet that completed the message
   uint32_t reserved2;
-  uint64_t rx_timestamp_ns;   // producer's clock when the last packet arrived
-  uint64_t done_timestamp_ns; // engine's clock after the reply was submitted
+  uint64_t rx_timestamp_ns;    // producer's clock when the last packet arrived
+  uint64_t done_timestamp_ns;  // engine's clock after the reply was submitted
 };
 static_assert(sizeof(CompletionRecord) == 40, "the host reads this layout");
 
 RT_HD constexpr uint32_t completion_data_bytes(uint32_t slot_bytes) {
-  return slot_bytes > sizeof(CompletionRecord) ? (slot_bytes - uint32_t(sizeof(CompletionRecord))) / 2
-                                               : 0;
+  return slot_bytes > sizeof(CompletionRecord)
+             ? (slot_bytes - uint32_t(sizeof(CompletionRecord))) / 2
+             : 0;
 }
 
 }  // namespace rt

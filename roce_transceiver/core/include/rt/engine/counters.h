@@ -9,9 +9,9 @@
 namespace rt {
 
 enum class Counter : uint32_t {
-  kRxPackets,        // frames taken from the rx ring
+  kRxPackets,  // frames taken from the rx ring
   kRxBytes,
-  kTxPackets,        // frames submitted to the tx ring (replies, ACKs, host sends)
+  kTxPackets,  // frames submitted to the tx ring (replies, ACKs, host sends)
   kTxBytes,
   kMessages,         // messages completed and handed to the handler
   kReplies,          // handler replies sent
@@ -29,21 +29,21 @@ enum class Counter : uint32_t {
   kCompletionDrops,  // the host fell behind: a completion record was dropped
   kAcksSent,
   kNaksSent,
-  kAcksReceived,     // RC ACKs for what we sent
+  kAcksReceived,  // RC ACKs for what we sent
   kNaksReceived,
-  kHostSends,        // messages the host asked to transmit, sent
-  kRingDrops,        // written by the producer: rx ring full, packet dropped
+  kHostSends,  // messages the host asked to transmit, sent
+  kRingDrops,  // written by the producer: rx ring full, packet dropped
   kCount
 };
 
 constexpr uint32_t kNumCounters = uint32_t(Counter::kCount);
 
 constexpr const char* kCounterNames[] = {
-    "rx_packets",   "rx_bytes",     "tx_packets",        "tx_bytes",     "messages",
-    "replies",      "icrc_errors",  "malformed",         "wrong_qp",     "bad_pkey",
-    "psn_gaps",     "duplicates",   "opcode_sequence",   "out_of_range", "unsupported",
-    "handler_errors", "tx_ring_full", "completion_drops", "acks_sent",   "naks_sent",
-    "acks_received", "naks_received", "host_sends",       "ring_drops",
+    "rx_packets",     "rx_bytes",      "tx_packets",       "tx_bytes",     "messages",
+    "replies",        "icrc_errors",   "malformed",        "wrong_qp",     "bad_pkey",
+    "psn_gaps",       "duplicates",    "opcode_sequence",  "out_of_range", "unsupported",
+    "handler_errors", "tx_ring_full",  "completion_drops", "acks_sent",    "naks_sent",
+    "acks_received",  "naks_received", "host_sends",       "ring_drops",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
               "one name per counter");

@@ -24,10 +24,10 @@ namespace rt {
 
 // A registered memory region: where RDMA WRITEs with its rkey may land.
 struct MemRegion {
-  uint64_t va;     // the address peers use
+  uint64_t va;  // the address peers use
   uint32_t rkey;
   uint32_t length;
-  uint8_t* base;   // where the executor writes byte 0 of the region
+  uint8_t* base;  // where the executor writes byte 0 of the region
 };
 constexpr uint32_t kMaxRegions = 8;
 
@@ -54,11 +54,11 @@ struct EngineDesc {
   uint32_t batch;  // rx packets per step at most
   bool check_icrc;
   bool record_completions;
-  RxRing rx;            // wire in
-  TxRing tx;            // wire out
-  RxRing host_tx;       // host -> engine: payloads to SEND to the peer
-  TxRing completions;   // engine -> host: CompletionRecord per message
-  Counters* counters;   // host-visible
+  RxRing rx;           // wire in
+  TxRing tx;           // wire out
+  RxRing host_tx;      // host -> engine: payloads to SEND to the peer
+  TxRing completions;  // engine -> host: CompletionRecord per message
+  Counters* counters;  // host-visible
 };
 
 // The loop's own state, in memory close to the executor.
@@ -67,16 +67,16 @@ struct EngineState {
   uint32_t host_ci;
   uint32_t tx_pi;
   uint32_t comp_pi;
-  uint32_t expected_psn;  // next PSN from the peer
-  uint32_t send_psn;      // next PSN we send
-  uint32_t msn;           // RC: messages completed, carried in AETH
-  uint16_t in_message;    // 0, kSend or kWrite: the kind of the message in progress
-  bool resync;            // UC: after a gap, drop until a First or Only
-  bool nak_sent;          // RC: one NAK per gap (IBA C9-110)
-  uint32_t msg_len;       // SEND bytes assembled so far
-  uint32_t write_region;  // WRITE in progress: region index,
-  uint64_t write_start_va;  // where it started,
-  uint64_t write_next_va;   // where the next packet lands,
+  uint32_t expected_psn;     // next PSN from the peer
+  uint32_t send_psn;         // next PSN we send
+  uint32_t msn;              // RC: messages completed, carried in AETH
+  uint16_t in_message;       // 0, kSend or kWrite: the kind of the message in progress
+  bool resync;               // UC: after a gap, drop until a First or Only
+  bool nak_sent;             // RC: one NAK per gap (IBA C9-110)
+  uint32_t msg_len;          // SEND bytes assembled so far
+  uint32_t write_region;     // WRITE in progress: region index,
+  uint64_t write_start_va;   // where it started,
+  uint64_t write_next_va;    // where the next packet lands,
   uint32_t write_remaining;  // and what the RETH still allows
   CounterTally tally;
 };
@@ -231,9 +231,8 @@ RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* s
   spec.ack_req = d.qp.transport == Transport::RC;
   const uint32_t offset = payload_offset(spec);
   uint8_t* slot = tx_reserve<S>(d.tx, st.tx_pi);
-  const uint32_t room = d.tx.slot_bytes > offset + 3 + kIcrcBytes
-                            ? d.tx.slot_bytes - offset - 3 - kIcrcBytes
-                            : 0;
+  const uint32_t room =
+      d.tx.slot_bytes > offset + 3 + kIcrcBytes ? d.tx.slot_bytes - offset - 3 - kIcrcBytes : 0;
   uint8_t* frame_out = slot ? (stg ? stg->tx : slot) : nullptr;
   uint8_t* out = frame_out ? frame_out + offset : d.reply_scratch;
   const int n = handle(d.handler, m, out, slot ? room : d.reply_scratch_bytes);
@@ -406,7 +405,8 @@ RT_HD inline void receive_packet(const EngineDesc& d, EngineState& st, const Sta
   }
   if (!(f.op.flags & (kSend | kWrite))) {  // READ and atomics: not served in this mode
     count(st.tally, Counter::kUnsupported);
-    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakInvalidRequest, bth.psn.get());
+    if (d.qp.transport == Transport::RC)
+      send_aeth<S>(d, st, stg, kAethNakInvalidRequest, bth.psn.get());
     return;
   }
   if (check_psn<S>(d, st, stg, f) == Verdict::kDrop) return;

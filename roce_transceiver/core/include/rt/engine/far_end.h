@@ -24,19 +24,19 @@ struct FarEndResult {
   uint32_t status;  // FarEndStatus
   uint32_t sent;
   uint32_t received;
-  uint32_t wrong;         // replies whose payload differed from the expectation
-  uint32_t bad_frames;    // replies that did not decode, had a bad ICRC or a wrong opcode/QP
-  uint32_t ring_full;     // times the engine's rx ring was full (the request was retried)
-  uint64_t elapsed_ns;    // first send to last reply
-  uint32_t rx_end;        // producer and consumer indices where the run stopped,
-  uint32_t tx_end;        //   so the next run (or the host) continues from there
+  uint32_t wrong;       // replies whose payload differed from the expectation
+  uint32_t bad_frames;  // replies that did not decode, had a bad ICRC or a wrong opcode/QP
+  uint32_t ring_full;   // times the engine's rx ring was full (the request was retried)
+  uint64_t elapsed_ns;  // first send to last reply
+  uint32_t rx_end;      // producer and consumer indices where the run stopped,
+  uint32_t tx_end;      //   so the next run (or the host) continues from there
 };
 
 struct FarEndDesc {
-  RxRing rx;            // the engine's rx ring: we produce
-  TxRing tx;            // the engine's tx ring: we consume
-  FrameSpec spec;       // peer -> engine addresses, QP, opcode; PSN set per request
-  uint32_t own_qpn;     // the far end's QP: replies must be addressed to it
+  RxRing rx;                // the engine's rx ring: we produce
+  TxRing tx;                // the engine's tx ring: we consume
+  FrameSpec spec;           // peer -> engine addresses, QP, opcode; PSN set per request
+  uint32_t own_qpn;         // the far end's QP: replies must be addressed to it
   const uint8_t* payloads;  // num_payloads requests of payload_len bytes, used in turn
   uint32_t payload_len;
   uint32_t num_payloads;

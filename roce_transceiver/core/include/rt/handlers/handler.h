@@ -24,9 +24,9 @@ struct HandlerDesc {
 struct Message {
   const uint8_t* data;  // payload (a view: valid only during handle())
   uint32_t len;
-  uint32_t imm;         // immediate data when has_imm
+  uint32_t imm;  // immediate data when has_imm
   bool has_imm;
-  uint8_t opcode;       // the opcode that completed the message
+  uint8_t opcode;  // the opcode that completed the message
 };
 
 constexpr int kNoReply = -1;

@@ -124,9 +124,9 @@ class Transceiver {
     RingOffsets rx, tx, ht, cp;
     uint32_t rx_log2, tx_log2, ht_log2, cp_log2;
   } desc_views_{};
-  uint32_t far_psn_ = 0;  // next PSN of the far end's requests
-  uint32_t host_prod_ = 0;  // host_tx producer index (host private)
-  uint32_t comp_ci_ = 0;    // completions consumer index (host private)
+  uint32_t far_psn_ = 0;      // next PSN of the far end's requests
+  uint32_t host_prod_ = 0;    // host_tx producer index (host private)
+  uint32_t comp_ci_ = 0;      // completions consumer index (host private)
   uint32_t inject_prod_ = 0;  // rx producer index of the far end (host private)
   uint32_t collect_ci_ = 0;   // tx consumer index of the far end
   uint64_t ring_drops_ = 0;

@@ -49,8 +49,7 @@ RT_HD inline uint8_t* rx_reserve(const RxRing& r, uint32_t prod) {
 
 // ...then publish it: descriptor fields, the status (phase) last, with release.
 template <Scope S>
-RT_HD inline void rx_publish(const RxRing& r, uint32_t& prod, uint32_t len,
-                             uint64_t timestamp_ns) {
+RT_HD inline void rx_publish(const RxRing& r, uint32_t& prod, uint32_t len, uint64_t timestamp_ns) {
   RxDesc& d = r.descs[prod & r.mask()];
   d.len = len;
   d.timestamp_ns = timestamp_ns;
