@@ -85,9 +85,7 @@ SCHEMA = Section(
             "loopback: where the far end of the wire runs (gpu needs executor cuda)",
             choices=("cpu", "gpu"),
         ),
-        "handler": Field(
-            str, "echo", "what runs on each message", choices=("echo", "sink", "qec")
-        ),
+        "handler": Field(str, "echo", "what runs on each message", choices=("echo", "sink", "qec")),
         "qec": Section(
             "The qec handler.",
             {"distance": Field(int, 3, "rotated surface code distance", choices=(3, 5))},
@@ -99,7 +97,9 @@ SCHEMA = Section(
                 "qpn": Field(int, 0x11, "our QP number", minimum=1, maximum=0xFFFFFF),
                 "peer_qpn": Field(int, 0x12, "the peer's QP number", minimum=1, maximum=0xFFFFFF),
                 "pkey": Field(int, 0xFFFF, "partition key", minimum=0, maximum=0xFFFF),
-                "rx_psn": Field(int, 0, "first PSN expected from the peer", minimum=0, maximum=0xFFFFFF),
+                "rx_psn": Field(
+                    int, 0, "first PSN expected from the peer", minimum=0, maximum=0xFFFFFF
+                ),
                 "tx_psn": Field(int, 0, "first PSN we send", minimum=0, maximum=0xFFFFFF),
             },
         ),
@@ -108,7 +108,9 @@ SCHEMA = Section(
             {
                 "mac": Field(str, "02:00:00:00:00:01", "our MAC", check=_mac),
                 "ip": Field(str, "10.0.0.1", "our IPv4 or IPv6 address", check=_ip),
-                "udp_sport": Field(int, 49152, "UDP source port of what we send", minimum=1, maximum=65535),
+                "udp_sport": Field(
+                    int, 49152, "UDP source port of what we send", minimum=1, maximum=65535
+                ),
             },
         ),
         "peer": Section(
@@ -118,27 +120,70 @@ SCHEMA = Section(
                 "ip": Field(str, "10.0.0.2", "the peer's IP (same version as local.ip)", check=_ip),
             },
         ),
-        "vlan": Field(int, None, "802.1Q TCI to tag frames with; null: untagged", nullable=True, minimum=0, maximum=0xFFFF),
+        "vlan": Field(
+            int,
+            None,
+            "802.1Q TCI to tag frames with; null: untagged",
+            nullable=True,
+            minimum=0,
+            maximum=0xFFFF,
+        ),
         "queues": Section(
             "Ring sizes (GPUNetIO-shaped queues).",
             {
                 "rx_depth": Field(int, 256, "rx ring slots", **_DEPTH),
                 "tx_depth": Field(int, 256, "tx ring slots", **_DEPTH),
-                "slot_bytes": Field(int, 2048, "bytes per packet slot", minimum=128, maximum=65536, check=_multiple_of_64),
-                "batch": Field(int, 32, "rx packets per loop pass at most", minimum=1, maximum=1024),
+                "slot_bytes": Field(
+                    int,
+                    2048,
+                    "bytes per packet slot",
+                    minimum=128,
+                    maximum=65536,
+                    check=_multiple_of_64,
+                ),
+                "batch": Field(
+                    int, 32, "rx packets per loop pass at most", minimum=1, maximum=1024
+                ),
                 "host_tx_depth": Field(int, 64, "slots for messages the host sends", **_DEPTH),
-                "completion_depth": Field(int, 1024, "completion records the host has not read yet", **_DEPTH),
-                "completion_slot_bytes": Field(int, 1024, "bytes per completion record (request and reply are truncated to fit)", minimum=128, maximum=65536, check=_multiple_of_64),
-                "max_message_bytes": Field(int, 65536, "largest multi-packet SEND assembled", minimum=64, maximum=1 << 24),
+                "completion_depth": Field(
+                    int, 1024, "completion records the host has not read yet", **_DEPTH
+                ),
+                "completion_slot_bytes": Field(
+                    int,
+                    1024,
+                    "bytes per completion record (request and reply are truncated to fit)",
+                    minimum=128,
+                    maximum=65536,
+                    check=_multiple_of_64,
+                ),
+                "max_message_bytes": Field(
+                    int, 65536, "largest multi-packet SEND assembled", minimum=64, maximum=1 << 24
+                ),
             },
         ),
-        "regions": Field(list, [], "memory regions RDMA WRITEs may land in: [{va, rkey, length}]", check=_regions),
+        "regions": Field(
+            list, [], "memory regions RDMA WRITEs may land in: [{va, rkey, length}]", check=_regions
+        ),
         "check_icrc": Field(bool, True, "drop frames whose ICRC is wrong"),
-        "completions": Field(bool, True, "record each message for the host (receive()); off for benchmarks"),
-        "cpu_core": Field(int, None, "pin the cpu executor's thread to this core; null: no pinning", nullable=True, minimum=0),
-        "stop_timeout_s": Field(float, 5.0, "how long stop() waits for the loop before it reports it stuck", minimum=0.1, maximum=600.0),
+        "completions": Field(
+            bool, True, "record each message for the host (receive()); off for benchmarks"
+        ),
+        "cpu_core": Field(
+            int,
+            None,
+            "pin the cpu executor's thread to this core; null: no pinning",
+            nullable=True,
+            minimum=0,
+        ),
+        "stop_timeout_s": Field(
+            float,
+            5.0,
+            "how long stop() waits for the loop before it reports it stuck",
+            minimum=0.1,
+            maximum=600.0,
+        ),
     },
-)  # fmt: skip
+)
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -179,9 +224,11 @@ def load_config(
             section = data["transceiver"]
             if not isinstance(section, Mapping):
                 raise ConfigError(
-                    "must be a mapping", key="transceiver", source=origin,
+                    "must be a mapping",
+                    key="transceiver",
+                    source=origin,
                     line=getattr(data, "lines", {}).get("transceiver"),
-                )  # fmt: skip
+                )
             data = section
     else:
         data = source or {}
@@ -198,8 +245,11 @@ def load_config(
 def _check_together(cfg: dict[str, Any], source: str | None) -> None:
     """Rules that involve more than one key."""
     if cfg["far_end"] == "gpu" and cfg["executor"] == "cpu":
-        raise ConfigError("far_end 'gpu' needs executor 'cuda' (or 'auto' on a GPU machine)",
-                          key="far_end", source=source)  # fmt: skip
+        raise ConfigError(
+            "far_end 'gpu' needs executor 'cuda' (or 'auto' on a GPU machine)",
+            key="far_end",
+            source=source,
+        )
     local = ipaddress.ip_address(cfg["local"]["ip"])
     peer = ipaddress.ip_address(cfg["peer"]["ip"])
     if local.version != peer.version:

@@ -22,7 +22,9 @@ __all__ = ["ConfigError", "Field", "LinedDict", "Section", "load_yaml_with_lines
 class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names key, file and line."""
 
-    def __init__(self, message: str, *, key: str, source: str | None = None, line: int | None = None):
+    def __init__(
+        self, message: str, *, key: str, source: str | None = None, line: int | None = None
+    ) -> None:
         where = f"{source}:{line}: " if source and line else f"{source}: " if source else ""
         super().__init__(f"{where}{key}: {message}")
         self.key = key
@@ -56,14 +58,17 @@ class _LineLoader(yaml.SafeLoader):
     """SafeLoader that remembers the line of every mapping key."""
 
 
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str, line: int) -> None:
+        self.key, self.line = key, line
+
+
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
     mapping = LinedDict()
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         if key in mapping:
-            raise ConfigError(
-                "duplicate key", key=str(key), line=key_node.start_mark.line + 1
-            )
+            raise _DuplicateKeyError(str(key), key_node.start_mark.line + 1)
         mapping[key] = loader.construct_object(value_node, deep=True)
         mapping.lines[key] = key_node.start_mark.line + 1
     return mapping
@@ -88,9 +93,9 @@ def load_yaml_with_lines(path: str | Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror}", key="(file)", source=str(p)) from None
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
-    except ConfigError as e:
-        raise ConfigError(str(e).split(": ", 1)[-1], key=e.key, source=str(p), line=e.line) from None
+        data = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass: no arbitrary objects
+    except _DuplicateKeyError as e:
+        raise ConfigError("duplicate key", key=e.key, source=str(p), line=e.line) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise ConfigError(
