@@ -238,17 +238,27 @@ def load_config(
             _set_dotted(merged, key, value)
         data = merged
     cfg = validate(SCHEMA, data, source=origin)
-    _check_together(cfg, origin)
+    _check_together(cfg, data, origin)
     return cfg
 
 
-def _check_together(cfg: dict[str, Any], source: str | None) -> None:
+def _line_of(data: Mapping[str, Any], dotted: str) -> int | None:
+    """The YAML line of a dotted key, when the mapping came from a file."""
+    *parents, leaf = dotted.split(".")
+    node: Any = data
+    for part in parents:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return getattr(node, "lines", {}).get(leaf) if isinstance(node, Mapping) else None
+
+
+def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | None) -> None:
     """Rules that involve more than one key."""
     if cfg["far_end"] == "gpu" and cfg["executor"] == "cpu":
         raise ConfigError(
             "far_end 'gpu' needs executor 'cuda' (or 'auto' on a GPU machine)",
             key="far_end",
             source=source,
+            line=_line_of(data, "far_end"),
         )
     local = ipaddress.ip_address(cfg["local"]["ip"])
     peer = ipaddress.ip_address(cfg["peer"]["ip"])
@@ -257,6 +267,7 @@ def _check_together(cfg: dict[str, Any], source: str | None) -> None:
             f"{cfg['peer']['ip']} is IPv{peer.version}, local.ip is IPv{local.version}",
             key="peer.ip",
             source=source,
+            line=_line_of(data, "peer.ip"),
         )
 
 

@@ -171,8 +171,9 @@ class Transceiver:
 
     # -- data -------------------------------------------------------------
     def stats(self) -> dict[str, int]:
-        """The loop's counters, read while it runs."""
-        self._check()
+        """The loop's counters, read while it runs; after stop(), their final values."""
+        if not self._stopped:
+            self._check()
         return {k: int(v) for k, v in self._core.counters().items()}
 
     def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:
@@ -181,11 +182,17 @@ class Transceiver:
         self._require_running("send()")
         payload = bytes(data)
         deadline = time.monotonic() + timeout
-        while not self._core.send(payload):
+        while not self._send_once(payload):
             if time.monotonic() > deadline:
                 raise TransceiverError(f"send(): the host ring stayed full for {timeout} s")
             self._check()
             time.sleep(50e-6)
+
+    def _send_once(self, payload: bytes) -> bool:
+        try:
+            return bool(self._core.send(payload))
+        except (ValueError, RuntimeError) as e:
+            raise TransceiverError(f"send(): {e}") from None
 
     def receive(self, timeout: float | None = 0.0, max_messages: int = 1024) -> list[Completion]:
         """Completed messages, oldest first; waits up to ``timeout`` s for at least one."""

@@ -217,13 +217,22 @@ def test_start_twice_raises(executor):
         t.start()
 
 
-@pytest.mark.parametrize("call", ["stats", "receive", "send", "inject", "collect", "roundtrip"])
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_stats_after_stop_are_the_final_counters(executor):
+    t = make(executor).start()
+    rt = t.roundtrip(count=50, size=8)
+    t.stop()
+    final = t.stats()
+    assert final["messages"] == rt.received == 50
+    assert t.stats() == final  # frozen: the loop and its memory are gone
+
+
+@pytest.mark.parametrize("call", ["receive", "send", "inject", "collect", "roundtrip"])
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_use_after_stop_raises_transceiver_error(executor, call):
     t = make(executor).start()
     t.stop()
     calls = {
-        "stats": lambda: t.stats(),
         "receive": lambda: t.receive(),
         "send": lambda: t.send(b"late"),
         "inject": lambda: t.inject(Peer(t).next("SEND_ONLY", b"late")),

@@ -80,8 +80,13 @@ EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   check_cuda(cudaStreamCreateWithFlags(&impl_->far_stream, cudaStreamNonBlocking),
              "cudaStreamCreate");
   check_cuda(cudaStreamCreateWithFlags(&impl_->control, cudaStreamNonBlocking), "cudaStreamCreate");
-  check_cuda(cudaMalloc(&impl_->stop, sizeof(uint32_t)), "cudaMalloc(stop flag)");
-  check_cuda(cudaMemset(impl_->stop, 0, sizeof(uint32_t)), "cudaMemset(stop flag)");
+  // Stream-ordered: a plain cudaMalloc/cudaFree could wait for a running kernel.
+  check_cuda(
+      cudaMallocAsync(reinterpret_cast<void**>(&impl_->stop), sizeof(uint32_t), impl_->control),
+      "cudaMallocAsync(stop flag)");
+  check_cuda(cudaMemsetAsync(impl_->stop, 0, sizeof(uint32_t), impl_->control),
+             "cudaMemsetAsync(stop flag)");
+  check_cuda(cudaStreamSynchronize(impl_->control), "stop flag");
 }
 
 EngineKernel::~EngineKernel() {
@@ -92,17 +97,20 @@ EngineKernel::~EngineKernel() {
     // must not throw, and must not free memory the kernel may still use.
     return;
   }
+  cudaFreeAsync(impl_->stop, impl_->control);
+  cudaStreamSynchronize(impl_->control);
   cudaStreamDestroy(impl_->stream);
   cudaStreamDestroy(impl_->far_stream);
   cudaStreamDestroy(impl_->control);
-  cudaFree(impl_->stop);
 }
 
 void EngineKernel::start(const EngineDesc& desc, EngineState* state_device, bool wire_on_device,
                          uint64_t* heartbeat_pinned) {
   if (impl_->launched) throw std::logic_error("EngineKernel::start called twice");
   impl_->heartbeat = heartbeat_pinned;
-  check_cuda(cudaMemset(impl_->stop, 0, sizeof(uint32_t)), "cudaMemset(stop flag)");
+  check_cuda(cudaMemsetAsync(impl_->stop, 0, sizeof(uint32_t), impl_->control),
+             "cudaMemsetAsync(stop flag)");
+  check_cuda(cudaStreamSynchronize(impl_->control), "stop flag");
   const size_t staging = size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
   if (wire_on_device)
     launch_with_smem(engine_kernel<Scope::kDevice>, staging, impl_->stream, desc, state_device,

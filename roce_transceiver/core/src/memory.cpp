@@ -15,6 +15,18 @@ namespace rt::host {
 namespace {
 
 #if defined(RT_WITH_CUDA)
+// Device memory is allocated, copied and freed on this stream with the
+// stream-ordered allocator: cudaMalloc/cudaFree/cudaMemcpy may synchronise the
+// whole device, and would then wait forever for a persistent kernel.
+cudaStream_t memory_stream() {
+  static cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    return s;
+  }();
+  return stream;
+}
+
 void check(cudaError_t err, const char* what, size_t bytes) {
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -64,8 +76,10 @@ Buffer::Buffer(Placement where, size_t bytes) : where_(where), bytes_(bytes) {
       break;
     case Placement::kDevice:
 #if defined(RT_WITH_CUDA)
-      check(cudaMalloc(reinterpret_cast<void**>(&device_), n), "cudaMalloc", n);
-      check(cudaMemset(device_, 0, n), "cudaMemset", n);
+      check(cudaMallocAsync(reinterpret_cast<void**>(&device_), n, memory_stream()),
+            "cudaMallocAsync", n);
+      check(cudaMemsetAsync(device_, 0, n, memory_stream()), "cudaMemsetAsync", n);
+      check(cudaStreamSynchronize(memory_stream()), "cudaStreamSynchronize(memory)", n);
 #else
       no_cuda(where);
 #endif
@@ -96,7 +110,7 @@ void Buffer::release() noexcept {
       if (host_) cudaFreeHost(host_);
       break;
     case Placement::kDevice:
-      if (device_) cudaFree(device_);
+      if (device_) cudaFreeAsync(device_, memory_stream());
       break;
 #else
     default: break;
@@ -115,7 +129,9 @@ void Buffer::write(size_t offset, const void* src, size_t n) {
     return;
   }
 #if defined(RT_WITH_CUDA)
-  check(cudaMemcpy(device_ + offset, src, n, cudaMemcpyHostToDevice), "cudaMemcpy to device", n);
+  check(cudaMemcpyAsync(device_ + offset, src, n, cudaMemcpyHostToDevice, memory_stream()),
+        "cudaMemcpyAsync to device", n);
+  check(cudaStreamSynchronize(memory_stream()), "cudaStreamSynchronize(memory)", n);
 #endif
 }
 
@@ -128,7 +144,9 @@ void Buffer::read(size_t offset, void* dst, size_t n) const {
     return;
   }
 #if defined(RT_WITH_CUDA)
-  check(cudaMemcpy(dst, device_ + offset, n, cudaMemcpyDeviceToHost), "cudaMemcpy from device", n);
+  check(cudaMemcpyAsync(dst, device_ + offset, n, cudaMemcpyDeviceToHost, memory_stream()),
+        "cudaMemcpyAsync from device", n);
+  check(cudaStreamSynchronize(memory_stream()), "cudaStreamSynchronize(memory)", n);
 #endif
 }
 

@@ -181,6 +181,7 @@ TxRing Transceiver::tx_view(bool far) const {
 }
 
 void Transceiver::start() {
+  require_open("start()");
   if (started_) throw std::logic_error("start(): already started (a Transceiver starts once)");
   EngineState st;
   engine_init(desc_, &st);
@@ -204,14 +205,32 @@ void Transceiver::cpu_loop() {
 }
 
 void Transceiver::stop() {
-  if (!started_ || stopped_) return;
-  stopped_ = true;
-  if (kernel_) {
-    kernel_->stop(cfg_.stop_timeout_s);
-    return;
+  if (stopped_) return;
+  if (started_) {
+    if (kernel_) {
+      kernel_->stop(cfg_.stop_timeout_s);  // throws, keeping every buffer, if it will not stop
+    } else {
+      stop_.store(true, std::memory_order_release);
+      if (thread_.joinable()) thread_.join();
+    }
   }
-  stop_.store(true, std::memory_order_release);
-  if (thread_.joinable()) thread_.join();
+  stopped_ = true;
+  final_counters_ = read_counters();
+  // Free now rather than when Python collects the object: freeing pinned or
+  // device memory later could wait on another transceiver's running kernel.
+  kernel_.reset();
+  regions_.clear();
+  wire_ = Buffer();
+  host_rings_ = Buffer();
+  counters_ = Buffer();
+  state_ = Buffer();
+  scratch_ = Buffer();
+  qec_ = Buffer();
+  heartbeat_ = Buffer();
+}
+
+void Transceiver::require_open(const char* what) const {
+  if (stopped_) throw std::logic_error(std::string(what) + ": the transceiver is stopped");
 }
 
 bool Transceiver::running() const {
@@ -224,6 +243,10 @@ void Transceiver::check() const {
 }
 
 std::vector<uint64_t> Transceiver::counters() const {
+  return stopped_ ? final_counters_ : read_counters();
+}
+
+std::vector<uint64_t> Transceiver::read_counters() const {
   std::vector<uint64_t> out(kNumCounters);
   const Counters* c = reinterpret_cast<const Counters*>(counters_.host());
   for (uint32_t i = 0; i < kNumCounters; ++i) out[i] = load_relaxed<Scope::kSystem>(&c->v[i]);
@@ -231,9 +254,11 @@ std::vector<uint64_t> Transceiver::counters() const {
 }
 
 bool Transceiver::send(const uint8_t* data, size_t len) {
+  require_open("send()");
   FrameSpec spec = cfg_.local;
   spec.opcode = make_opcode(cfg_.qp.transport, 0x04);
-  const size_t room = cfg_.slot_bytes - payload_offset(spec) - 3 - kIcrcBytes;
+  // The largest payload whose padded length and ICRC still fit a slot.
+  const size_t room = (cfg_.slot_bytes - payload_offset(spec) - kIcrcBytes) & ~size_t(3);
   if (len > room)
     throw std::invalid_argument("send: " + std::to_string(len) + " bytes do not fit a " +
                                 std::to_string(cfg_.slot_bytes) + "-byte slot (at most " +
@@ -245,6 +270,7 @@ bool Transceiver::send(const uint8_t* data, size_t len) {
 }
 
 std::vector<Completion> Transceiver::poll_completions(size_t max) {
+  require_open("poll_completions()");
   const TxRing r =
       tx_ring(host_rings_.host(), desc_views_.cp, desc_views_.cp_log2, cfg_.completion_slot_bytes);
   const uint32_t half = completion_data_bytes(cfg_.completion_slot_bytes);
@@ -267,6 +293,7 @@ std::vector<Completion> Transceiver::poll_completions(size_t max) {
 }
 
 bool Transceiver::inject(const uint8_t* frame, size_t len) {
+  require_open("inject()");
   if (wire_device_)
     throw std::logic_error(
         "inject(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
@@ -283,6 +310,7 @@ bool Transceiver::inject(const uint8_t* frame, size_t len) {
 }
 
 std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
+  require_open("collect()");
   if (wire_device_)
     throw std::logic_error(
         "collect(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
@@ -388,6 +416,7 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
 }
 
 std::vector<uint8_t> Transceiver::read_region(size_t index, size_t offset, size_t len) const {
+  require_open("read_region()");
   if (index >= regions_.size())
     throw std::out_of_range("region " + std::to_string(index) + ": only " +
                             std::to_string(regions_.size()) + " configured");

@@ -84,11 +84,13 @@ class Transceiver {
   Transceiver& operator=(const Transceiver&) = delete;
 
   void start();
-  void stop();  // idempotent; throws if the executor failed or would not stop
+  // Idempotent. Stops the loop, then frees every buffer (counters stay
+  // readable). Throws if the executor failed or would not stop in time.
+  void stop();
   bool running() const;
   void check() const;  // throws if the executor failed while running
 
-  std::vector<uint64_t> counters() const;
+  std::vector<uint64_t> counters() const;  // after stop(): the final values
   const TransceiverConfig& config() const { return cfg_; }
 
   // Queue a payload for the engine to SEND to the peer. False when the host
@@ -106,6 +108,8 @@ class Transceiver {
 
  private:
   void cpu_loop();
+  void require_open(const char* what) const;
+  std::vector<uint64_t> read_counters() const;
   RxRing rx_view(bool far) const;
   TxRing tx_view(bool far) const;
 
@@ -138,6 +142,7 @@ class Transceiver {
   Buffer heartbeat_;
   bool started_ = false;
   bool stopped_ = false;
+  std::vector<uint64_t> final_counters_;
 };
 
 }  // namespace rt::host

@@ -32,10 +32,16 @@ struct TxRing {
 };
 
 // Engine: the slot for private producer index `pi`, or nullptr when the
-// consumer has not drained enough (the caller counts the drop).
+// consumer has not drained enough (the caller counts the drop). `seen` is the
+// producer's last reading of the consumer index: it is read again only when
+// the ring looks full, so a reserve usually costs no trip across the bus.
 template <Scope S>
-RT_HD inline uint8_t* tx_reserve(const TxRing& r, uint32_t pi) {
-  return pi - load_acquire<S>(r.consumer) < r.depth() ? r.slot(pi) : nullptr;
+RT_HD inline uint8_t* tx_reserve(const TxRing& r, uint32_t pi, uint32_t& seen) {
+  if (pi - seen >= r.depth()) {
+    seen = load_acquire<S>(r.consumer);
+    if (pi - seen >= r.depth()) return nullptr;
+  }
+  return r.slot(pi);
 }
 
 // Engine: publish the slot at `pi` (prepared in place) and ring the doorbell.
