@@ -8,6 +8,7 @@ repo=$(pwd)
 out=$(realpath -m "${1:-h200-out}")
 mkdir -p "$out"
 py=python3
+export PYTHONUNBUFFERED=1
 
 # Test-only wheels the machine lacks travel in .whl/ (scapy); no registry there.
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -22,9 +23,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$
 
 # From outside the repo: `python -m pytest` in the root would import the source tree.
 cd /tmp
-timeout 400 $py -m pytest -p no:cacheprovider -q -rs -m gpu "$repo/tests" 2>&1 | tee "$out/pytest_gpu.log" | tail -30
+timeout 400 $py -m pytest -p no:cacheprovider -q -rs --timeout=120 -m gpu "$repo/tests" 2>&1 | tee "$out/pytest_gpu.log" | tail -30
 gpu_status=${PIPESTATUS[0]}
-timeout 400 $py -m pytest -p no:cacheprovider -q -rs "$repo/tests" -m "not gpu" >"$out/pytest_cpu.log" 2>&1
+timeout 300 $py -m pytest -p no:cacheprovider -q -rs --timeout=120 "$repo/tests" -m "not gpu" \
+  >"$out/pytest_cpu.log" 2>&1
 tail -3 "$out/pytest_cpu.log"
 
 bench() {  # name, args...
