@@ -109,6 +109,12 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   state_ = Buffer(engine_private, sizeof(EngineState));
   scratch_ = Buffer(engine_private, size_t(c.msg_buf_bytes) + c.slot_bytes);
   if (on_gpu_) heartbeat_ = Buffer(Placement::kPinned, sizeof(uint64_t));
+  if (wire_device_) {
+    far_payloads_ = Buffer(Placement::kDevice, kGpuFarEndMaxPayloadBytes);
+    far_expected_ = Buffer(Placement::kDevice, kGpuFarEndMaxPayloadBytes);
+    far_times_ = Buffer(Placement::kDevice, size_t(kGpuFarEndMaxCount) * sizeof(uint64_t));
+    far_result_ = Buffer(Placement::kDevice, sizeof(FarEndResult));
+  }
 
   EngineDesc& d = desc_;
   d.qp = c.qp;
@@ -227,6 +233,10 @@ void Transceiver::stop() {
   scratch_ = Buffer();
   qec_ = Buffer();
   heartbeat_ = Buffer();
+  far_payloads_ = Buffer();
+  far_expected_ = Buffer();
+  far_times_ = Buffer();
+  far_result_ = Buffer();
 }
 
 void Transceiver::require_open(const char* what) const {
@@ -389,25 +399,26 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
     run.result = result;
     run.rtt_ns.assign(times.begin(), times.begin() + result.received);
   } else {
-    Buffer payloads(Placement::kDevice, p.payloads.size());
-    payloads.write(0, p.payloads.data(), p.payloads.size());
-    Buffer expected(Placement::kDevice, p.expected.size());
-    if (!p.expected.empty()) expected.write(0, p.expected.data(), p.expected.size());
-    Buffer times(Placement::kDevice, size_t(p.count) * sizeof(uint64_t));
-    Buffer frame(Placement::kDevice, cfg_.slot_bytes);
-    Buffer result(Placement::kDevice, sizeof(FarEndResult));
+    if (p.count > kGpuFarEndMaxCount || p.payloads.size() > kGpuFarEndMaxPayloadBytes ||
+        p.expected.size() > kGpuFarEndMaxPayloadBytes)
+      throw std::invalid_argument(
+          "far end on the GPU: at most " + std::to_string(kGpuFarEndMaxCount) +
+          " requests and " + std::to_string(kGpuFarEndMaxPayloadBytes) +
+          " bytes of payloads (or expected replies) per run");
+    far_payloads_.write(0, p.payloads.data(), p.payloads.size());
+    if (!p.expected.empty()) far_expected_.write(0, p.expected.data(), p.expected.size());
     d.rx = rx_view(true);
     d.tx = tx_view(true);
-    d.payloads = payloads.device();
-    d.expected = p.expected.empty() ? nullptr : expected.device();
-    d.times = reinterpret_cast<uint64_t*>(times.device());
-    d.frame = frame.device();
-    d.result = reinterpret_cast<FarEndResult*>(result.device());
+    d.payloads = far_payloads_.device();
+    d.expected = p.expected.empty() ? nullptr : far_expected_.device();
+    d.times = reinterpret_cast<uint64_t*>(far_times_.device());
+    d.frame = nullptr;  // the kernel stages replies in its shared memory
+    d.result = reinterpret_cast<FarEndResult*>(far_result_.device());
     kernel_->check();
     kernel_->run_far_end(d, p.timeout_s);
-    result.read(0, &run.result, sizeof run.result);
+    far_result_.read(0, &run.result, sizeof run.result);
     run.rtt_ns.resize(run.result.received);
-    times.read(0, run.rtt_ns.data(), run.rtt_ns.size() * sizeof(uint64_t));
+    far_times_.read(0, run.rtt_ns.data(), run.rtt_ns.size() * sizeof(uint64_t));
   }
   inject_prod_ = run.result.rx_end;
   collect_ci_ = run.result.tx_end;

@@ -66,6 +66,10 @@ struct FarEndParams {
   bool seq_in_payload = true;
 };
 
+// Limits of one run of a GPU far end (its buffers are sized once, up front).
+constexpr uint32_t kGpuFarEndMaxCount = 1u << 20;
+constexpr size_t kGpuFarEndMaxPayloadBytes = size_t(1) << 20;
+
 struct FarEndRun {
   FarEndResult result;
   std::vector<uint64_t> rtt_ns;  // one per reply received, in order
@@ -140,6 +144,9 @@ class Transceiver {
   std::thread thread_;
   std::unique_ptr<cuda::EngineKernel> kernel_;
   Buffer heartbeat_;
+  // The GPU far end's buffers, allocated before the kernel starts: allocating
+  // or freeing device memory while a persistent kernel runs can wait for it.
+  Buffer far_payloads_, far_expected_, far_times_, far_result_;
   bool started_ = false;
   bool stopped_ = false;
   std::vector<uint64_t> final_counters_;
