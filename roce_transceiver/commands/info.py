@@ -12,14 +12,14 @@ from roce_transceiver import __version__, _core
 
 __all__ = ["BACKENDS", "collect", "register", "run"]
 
-#: Data-path backends (DESIGN.md sections 2, 4, 5) and whether this build has them. Only the
-#: protocol core exists so far; the rest are listed so that `info` says plainly what is missing.
+#: Data-path backends (DESIGN.md sections 2, 4, 5) and whether this build has them; the ones
+#: not written yet are listed so that `info` says plainly what is missing.
 BACKENDS: dict[str, bool] = {
     "protocol core": True,
-    "cpu executor": False,
-    "cuda executor": False,
+    "cpu executor": True,
+    "cuda executor": bool(_core.built_with_cuda),
+    "loopback NIC": True,
     "socket NIC": False,
-    "loopback NIC": False,
     "doca NIC": False,
 }
 

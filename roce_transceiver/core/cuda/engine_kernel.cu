@@ -28,22 +28,65 @@ constexpr uint32_t kControlEvery = 256;
 template <Scope S>
 __global__ void engine_kernel(EngineDesc d, EngineState* state, const uint32_t* stop,
                               uint64_t* heartbeat) {
-  // Frames are staged in shared memory: read from the ring with wide loads
-  // once, then parsed and checksummed next to the SM.
+  // The warp polls and stages each frame into shared memory, every lane
+  // loading 16 bytes of it at once: one bus round trip for up to 512 bytes,
+  // where one thread's loads from pinned memory go one at a time. Lane 0 then
+  // runs the engine on the staged copy.
   extern __shared__ __align__(16) uint8_t staging[];
-  if (threadIdx.x != 0) return;
-  const Staging stg{staging, staging + d.rx.slot_bytes};
-  EngineState st = *state;  // registers and local memory, not a global round trip per field
+  const uint32_t lane = threadIdx.x;
+  Staging stg{staging, staging + d.rx.slot_bytes};
+  EngineState st;
+  if (lane == 0) st = *state;  // registers and local memory, not a global round trip per field
   uint64_t passes = 0;
   for (;;) {
-    engine_step<S>(d, st, &stg);
-    if (++passes % kControlEvery == 0) {
-      store_relaxed<Scope::kSystem>(heartbeat, passes);
-      if (load_acquire<Scope::kSystem>(stop)) break;
+    const RxDesc* desc = nullptr;
+    uint32_t ci = 0;
+    if (lane == 0) {
+      ci = st.rx_ci;
+      desc = rx_poll<S>(d.rx, ci);
     }
+    const bool ready = __shfl_sync(0xFFFFFFFFu, desc != nullptr, 0);
+    if (ready) {
+      ci = __shfl_sync(0xFFFFFFFFu, ci, 0);
+      __syncwarp();  // lane 0's acquire orders every lane's reads of the slot after it
+      // __ldcv: fetch again, never an L1 line left from the slot's last use.
+      const auto* src = reinterpret_cast<const uint4*>(d.rx.slot(ci));
+      auto* dst = reinterpret_cast<uint4*>(stg.rx);
+      // The first 128 bytes go out with the descriptor fields, before the length is known.
+      uint4 head;
+      if (lane < 8) head = __ldcv(src + lane);
+      uint32_t len = 0;
+      uint64_t ts = 0;
+      if (lane == 0) {
+        len = desc->len;
+        ts = desc->timestamp_ns;
+      }
+      if (lane < 8) dst[lane] = head;
+      len = __shfl_sync(0xFFFFFFFFu, len, 0);
+      len = len < d.rx.slot_bytes ? len : d.rx.slot_bytes;
+      for (uint32_t c = 8 + lane; c < (len + 15) / 16; c += 32) dst[c] = __ldcv(src + c);
+      __syncwarp();
+      if (lane == 0) {
+        stg.staged = ci + 1;
+        stg.staged_len = len;
+        stg.staged_ts = ts;
+      }
+    }
+    uint32_t quit = 0;
+    if (lane == 0) {
+      engine_step<S>(d, st, &stg, ready ? 1u : 0u);
+      if (++passes % kControlEvery == 0) {
+        store_relaxed<Scope::kSystem>(heartbeat, passes);
+        quit = load_acquire<Scope::kSystem>(stop);
+      }
+    }
+    __syncwarp();
+    if (__shfl_sync(0xFFFFFFFFu, quit, 0)) break;
   }
-  store_relaxed<Scope::kSystem>(heartbeat, passes);
-  *state = st;
+  if (lane == 0) {
+    store_relaxed<Scope::kSystem>(heartbeat, passes);
+    *state = st;
+  }
 }
 
 template <Scope S>
@@ -76,6 +119,14 @@ struct EngineKernel::Impl {
 };
 
 EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
+  // CUDA loads kernels lazily (CUDA_MODULE_LOADING=LAZY is the default): the
+  // first launch of a kernel may wait for the device to go idle, which never
+  // happens while a persistent kernel spins. Load every kernel launched beside
+  // the engine now, before the engine starts.
+  cudaFuncAttributes attr;
+  check_cuda(cudaFuncGetAttributes(&attr, engine_kernel<Scope::kDevice>), "load engine_kernel");
+  check_cuda(cudaFuncGetAttributes(&attr, engine_kernel<Scope::kSystem>), "load engine_kernel");
+  check_cuda(cudaFuncGetAttributes(&attr, far_end_kernel<Scope::kDevice>), "load far_end_kernel");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   check_cuda(cudaStreamCreateWithFlags(&impl_->far_stream, cudaStreamNonBlocking),
              "cudaStreamCreate");

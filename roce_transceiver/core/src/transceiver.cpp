@@ -401,10 +401,10 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   } else {
     if (p.count > kGpuFarEndMaxCount || p.payloads.size() > kGpuFarEndMaxPayloadBytes ||
         p.expected.size() > kGpuFarEndMaxPayloadBytes)
-      throw std::invalid_argument(
-          "far end on the GPU: at most " + std::to_string(kGpuFarEndMaxCount) +
-          " requests and " + std::to_string(kGpuFarEndMaxPayloadBytes) +
-          " bytes of payloads (or expected replies) per run");
+      throw std::invalid_argument("far end on the GPU: at most " +
+                                  std::to_string(kGpuFarEndMaxCount) + " requests and " +
+                                  std::to_string(kGpuFarEndMaxPayloadBytes) +
+                                  " bytes of payloads (or expected replies) per run");
     far_payloads_.write(0, p.payloads.data(), p.payloads.size());
     if (!p.expected.empty()) far_expected_.write(0, p.expected.data(), p.expected.size());
     d.rx = rx_view(true);

@@ -93,6 +93,12 @@ struct EngineState {
 struct Staging {
   uint8_t* rx;  // slot_bytes, 16-byte aligned
   uint8_t* tx;  // slot_bytes, 16-byte aligned
+  // Set by an executor that polled and staged the next frame itself (the
+  // CUDA kernel, with the whole warp): rx index + 1 of the frame in `rx`, and
+  // its length and timestamp. 0: nothing staged.
+  uint32_t staged = 0;
+  uint32_t staged_len = 0;
+  uint64_t staged_ts = 0;
 };
 
 RT_HD inline void engine_init(const EngineDesc& d, EngineState* st) {
@@ -457,23 +463,34 @@ RT_HD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st, const 
 // tx): kSystem when the far side is a CPU thread, kDevice when it is a GPU
 // block. The host-facing rings and the counters are always kSystem.
 template <Scope S>
-RT_HD inline uint32_t engine_step(const EngineDesc& d, EngineState& st,
-                                  const Staging* stg = nullptr) {
+RT_HD inline uint32_t engine_step(const EngineDesc& d, EngineState& st, Staging* stg = nullptr,
+                                  uint32_t max_rx = 0xFFFFFFFFu) {
   // A prefix of every frame is fetched together with its descriptor fields,
   // so a small frame costs one bus round trip after the poll (staged case).
   constexpr uint32_t kPrefix = 128;
+  const uint32_t limit = max_rx < d.batch ? max_rx : d.batch;
   uint32_t done = 0;
-  for (; done < d.batch; ++done) {
-    const RxDesc* desc = rx_poll<S>(d.rx, st.rx_ci);
-    if (!desc) break;
-    const uint32_t raw_len = desc->len;  // issued first; used after the prefix arrives
-    const uint64_t ts = desc->timestamp_ns;
-    const uint8_t* frame = d.rx.slot(st.rx_ci);
-    if (stg) copy_wide(stg->rx, frame, kPrefix < d.rx.slot_bytes ? kPrefix : d.rx.slot_bytes);
-    const uint32_t len = raw_len < d.rx.slot_bytes ? raw_len : d.rx.slot_bytes;
-    if (stg) {
-      if (len > kPrefix) copy_wide(stg->rx + kPrefix, frame + kPrefix, len - kPrefix);
+  for (; done < limit; ++done) {
+    const uint8_t* frame;
+    uint32_t len;
+    uint64_t ts;
+    if (stg && stg->staged == st.rx_ci + 1) {  // polled and staged by the executor
       frame = stg->rx;
+      len = stg->staged_len;
+      ts = stg->staged_ts;
+      stg->staged = 0;
+    } else {
+      const RxDesc* desc = rx_poll<S>(d.rx, st.rx_ci);
+      if (!desc) break;
+      const uint32_t raw_len = desc->len;  // issued first; used after the prefix arrives
+      ts = desc->timestamp_ns;
+      frame = d.rx.slot(st.rx_ci);
+      if (stg) copy_wide(stg->rx, frame, kPrefix < d.rx.slot_bytes ? kPrefix : d.rx.slot_bytes);
+      len = raw_len < d.rx.slot_bytes ? raw_len : d.rx.slot_bytes;
+      if (stg) {
+        if (len > kPrefix) copy_wide(stg->rx + kPrefix, frame + kPrefix, len - kPrefix);
+        frame = stg->rx;
+      }
     }
     engine_detail::receive_packet<S>(d, st, stg, ByteSpan(frame, len), ts);
     ++st.rx_ci;
