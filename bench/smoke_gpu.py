@@ -12,5 +12,6 @@ for far in ("cpu", "gpu"):
         with Transceiver(cfg) as t:
             for size in (1, 32, 256, 1024):
                 r = t.roundtrip(count=3000, size=size, timeout=20)
-                p = {k: round(v, 2) for k, v in r.percentiles_us().items()}
-                print(far, tr, size, r.status, r.received, r.wrong, r.bad_frames, p, flush=True)
+                p = r.percentiles()
+                line = f"p50 {p.p50:.2f} us, p99 {p.p99:.2f} us" if p else "no replies"
+                print(far, tr, size, r.status, r.received, r.wrong, r.bad_frames, line, flush=True)

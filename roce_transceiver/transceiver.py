@@ -3,7 +3,7 @@ handler, and the loopback NIC's far end, behind one context manager.
 
     with Transceiver({"handler": "echo"}) as t:
         result = t.roundtrip(count=1000, size=32)
-        print(result.percentiles_us())
+        print(result.percentiles())
 
 The loop never waits for the host: completion records the host does not read
 in time are counted (``completion_drops``), never a stall.
@@ -22,6 +22,7 @@ import numpy as np
 
 from roce_transceiver import _core
 from roce_transceiver.config import core_config, load_config
+from roce_transceiver.stats import Percentiles
 
 __all__ = ["Completion", "RoundTrip", "Transceiver", "TransceiverError", "pick_executor"]
 
@@ -62,19 +63,11 @@ class RoundTrip:
     elapsed_ns: int
     rtt_ns: np.ndarray  # one per reply, in order
 
-    def percentiles_us(self) -> dict[str, float]:
-        """min, p50, p99, p99.9, max and mean of the round trips, in microseconds."""
+    def percentiles(self, unit: str = "us") -> Percentiles | None:
+        """min, p50, p99, p99.9, max and mean of the round trips; None without replies."""
         if self.rtt_ns.size == 0:
-            return {}
-        us = self.rtt_ns.astype(np.float64) / 1e3
-        return {
-            "min": float(us.min()),
-            "p50": float(np.percentile(us, 50)),
-            "p99": float(np.percentile(us, 99)),
-            "p99.9": float(np.percentile(us, 99.9)),
-            "max": float(us.max()),
-            "mean": float(us.mean()),
-        }
+            return None
+        return Percentiles.from_samples(self.rtt_ns.astype(np.float64), "ns").to(unit)
 
     @property
     def messages_per_s(self) -> float:

@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, TextIO
 
-import numpy as np
+from roce_transceiver import _core
+from roce_transceiver.bench.machine import machine_info
+from roce_transceiver.stats import Percentiles, check_unit
 
-from roce_transceiver import __version__, _core
+DEFAULT_ITERATIONS = 10_000
+DEFAULT_TIMEOUT_S = 2.0
+DEFAULT_SIZE = 32
 
 __all__ = [
     "FLOORS",
@@ -49,76 +51,8 @@ __all__ = [
     "run",
 ]
 
+
 # Nanoseconds in one of each unit a Percentiles may carry.
-_NS_PER_UNIT: dict[str, float] = {"ns": 1.0, "us": 1e3}
-
-DEFAULT_ITERATIONS = 10_000
-DEFAULT_TIMEOUT_S = 2.0
-DEFAULT_SIZE = 32
-
-
-@dataclass(frozen=True)
-class Percentiles:
-    """Summary of latency samples: order statistics, mean and count, in ``unit`` ("ns" or "us").
-
-    Percentiles are numpy's default (linear interpolation between closest ranks), so p99.9 of
-    fewer than 1000 samples lies between the two largest.
-    """
-
-    min: float
-    p50: float
-    p99: float
-    p999: float
-    max: float
-    mean: float
-    count: int
-    unit: str = "ns"
-
-    @classmethod
-    def from_samples(cls, samples: Sequence[float] | np.ndarray, unit: str = "ns") -> Percentiles:
-        """Summarise ``samples``, which are already in ``unit``."""
-        _check_unit(unit)
-        a = np.asarray(samples, dtype=np.float64)
-        if a.ndim != 1 or a.size == 0:
-            raise ValueError(f"need a non-empty 1-D list of samples, got shape {a.shape}")
-        if not np.all(np.isfinite(a)):
-            raise ValueError(f"samples hold {int(np.sum(~np.isfinite(a)))} non-finite values")
-        p50, p99, p999 = np.percentile(a, [50.0, 99.0, 99.9])
-        return cls(
-            min=float(a.min()),
-            p50=float(p50),
-            p99=float(p99),
-            p999=float(p999),
-            max=float(a.max()),
-            mean=float(a.mean()),
-            count=int(a.size),
-            unit=unit,
-        )
-
-    def to(self, unit: str) -> Percentiles:
-        """The same figures in ``unit``."""
-        _check_unit(unit)
-        k = _NS_PER_UNIT[self.unit] / _NS_PER_UNIT[unit]
-        return Percentiles(
-            min=self.min * k,
-            p50=self.p50 * k,
-            p99=self.p99 * k,
-            p999=self.p999 * k,
-            max=self.max * k,
-            mean=self.mean * k,
-            count=self.count,
-            unit=unit,
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _check_unit(unit: str) -> None:
-    if unit not in _NS_PER_UNIT:
-        raise ValueError(f"unit={unit!r}: must be one of {', '.join(_NS_PER_UNIT)}")
-
-
 @dataclass(frozen=True)
 class Floor:
     """One floor: what it measures, which clock times it, and how to run it."""
@@ -206,7 +140,7 @@ def measure_floors(
 
 def format_table(results: Mapping[str, Percentiles | str], unit: str = "us") -> str:
     """The results as a fixed-width table in ``unit``; an unmeasured floor shows its reason."""
-    _check_unit(unit)
+    check_unit(unit)
     heads = ("min", "p50", "p99", "p99.9", "max", "mean")
     width = max([len("floor"), *map(len, results)])
     lines = [
@@ -238,33 +172,6 @@ def summary_line(results: Mapping[str, Percentiles | str]) -> str:
     return "floors: " + "; ".join(parts)
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _machine() -> dict[str, Any]:
-    cuda = _core.cuda_runtime_info()
-    return {
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "roce_transceiver": __version__,
-        "built_with_cuda": bool(_core.built_with_cuda),
-        "cuda_runtime_version": cuda["runtime_version"],
-        "cuda_driver_version": cuda["driver_version"],
-        "gpus": [g["name"] for g in cuda["gpus"]],
-        "cuda_error": cuda["error"],
-    }
-
-
 def run(
     which: Sequence[str] = FLOOR_NAMES,
     iterations: int = DEFAULT_ITERATIONS,
@@ -276,7 +183,7 @@ def run(
 ) -> dict[str, Any]:
     """Measure the floors, print the table and a summary line, maybe write JSON; return it."""
     stream = sys.stdout if out is None else out
-    machine = _machine()
+    machine = machine_info()
     gpus = ", ".join(machine["gpus"]) or f"no GPU ({machine['cuda_error']})"
     print(f"# {machine['cpu_model']}; {gpus}", file=stream)
     results = measure_floors(which, iterations, timeout_s, size=size)

@@ -23,8 +23,6 @@ import argparse
 import ctypes
 import ctypes.util
 import json
-import os
-import platform
 import random
 import statistics
 import sys
@@ -34,7 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from roce_transceiver import __version__, _core
+from roce_transceiver import _core
+from roce_transceiver.bench.machine import machine_info
 from roce_transceiver.protocol import build, parse
 
 __all__ = ["DEFAULT_SIZES", "main", "run"]
@@ -185,30 +184,13 @@ def _timers(batch: _Frames, libz: _Libz | None) -> dict[str, Callable[[int], flo
     return timers
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _machine(libz: _Libz | None) -> dict[str, Any]:
-    return {
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "roce_transceiver": __version__,
-        "crc32_impl": _core.crc32_impl(),
-        "zlib_version": zlib.ZLIB_RUNTIME_VERSION,
-        "libz_path": libz.path if libz else None,
-        "libz_version": libz.version if libz else None,
-    }
+    return machine_info(
+        crc32_impl=_core.crc32_impl(),
+        zlib_version=zlib.ZLIB_RUNTIME_VERSION,
+        libz_path=libz.path if libz else None,
+        libz_version=libz.version if libz else None,
+    )
 
 
 def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:

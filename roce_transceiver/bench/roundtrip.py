@@ -14,7 +14,6 @@ figure is printed with the floor it should be read against and the ratio:
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -23,8 +22,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from roce_transceiver import __version__, _core
 from roce_transceiver.bench.floors import Percentiles, format_table, measure_floors
+from roce_transceiver.bench.machine import machine_info
 from roce_transceiver.transceiver import RoundTrip, Transceiver
 
 __all__ = ["run_qec", "run_roundtrip"]
@@ -44,9 +43,8 @@ def _floors_for(executor: str, far_end: str) -> list[str]:
 
 
 def _loop_row(rt: RoundTrip) -> Percentiles | str:
-    if rt.rtt_ns.size == 0:
-        return f"no replies ({rt.status}, sent {rt.sent})"
-    return Percentiles.from_samples(rt.rtt_ns.astype(np.float64), "ns")
+    p = rt.percentiles("ns")
+    return p if p is not None else f"no replies ({rt.status}, sent {rt.sent})"
 
 
 def _report(
@@ -92,12 +90,7 @@ def _report(
         "bad_frames": rt.bad_frames,
         "messages_per_s": rt.messages_per_s,
         "status": rt.status,
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "roce_transceiver": __version__,
-            "gpus": [g["name"] for g in _core.cuda_runtime_info()["gpus"]],
-        },
+        "machine": machine_info(),
     }
     if isinstance(loop, Percentiles):
         p = loop.to("us")

@@ -103,44 +103,38 @@ def _loop_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
-def run_roundtrip(args: argparse.Namespace) -> int:
-    from roce_transceiver.bench.roundtrip import run_roundtrip as bench
+def _run_loop(args: argparse.Namespace, name: str, options: dict[str, object]) -> int:
+    """Run bench.roundtrip's ``run_<name>``; non-zero exit when replies were missing or wrong."""
+    from roce_transceiver.bench import roundtrip
     from roce_transceiver.transceiver import TransceiverError
 
+    bench = getattr(roundtrip, f"run_{name}")
     try:
         r = bench(
             executor=args.executor,
             far_end=args.far_end,
-            size=args.size,
-            count=args.count,
             transport=args.transport,
             floor_iterations=args.floor_iterations,
             json_path=args.json,
+            **options,
         )
     except (TransceiverError, ValueError) as e:
-        raise CommandError(f"bench roundtrip: {e}") from None
+        raise CommandError(f"bench {name}: {e}") from None
     return 0 if r["status"] == "done" and r["wrong"] == 0 else 1
+
+
+def run_roundtrip(args: argparse.Namespace) -> int:
+    return _run_loop(args, "roundtrip", {"size": args.size, "count": args.count})
 
 
 def run_qec(args: argparse.Namespace) -> int:
-    from roce_transceiver.bench.roundtrip import run_qec as bench
-    from roce_transceiver.transceiver import TransceiverError
-
-    try:
-        r = bench(
-            executor=args.executor,
-            far_end=args.far_end,
-            distance=args.distance,
-            count=args.count,
-            rate=args.rate,
-            window=args.window,
-            transport=args.transport,
-            floor_iterations=args.floor_iterations,
-            json_path=args.json,
-        )
-    except (TransceiverError, ValueError) as e:
-        raise CommandError(f"bench qec: {e}") from None
-    return 0 if r["status"] == "done" and r["wrong"] == 0 else 1
+    options = {
+        "distance": args.distance,
+        "count": args.count,
+        "rate": args.rate,
+        "window": args.window,
+    }
+    return _run_loop(args, "qec", options)
 
 
 def run(args: argparse.Namespace) -> int:
