@@ -20,21 +20,25 @@ from roce_transceiver.schema import (
     LinedDict,
     Section,
     load_yaml_with_lines,
+    render_markdown,
     validate,
 )
 
-__all__ = ["SCHEMA", "ConfigError", "core_config", "load_config"]
+__all__ = ["SCHEMA", "ConfigError", "core_config", "load_config", "reference_markdown"]
 
 
 def _power_of_two(v: int) -> str | None:
+    """a power of two."""
     return None if v & (v - 1) == 0 else "must be a power of two"
 
 
 def _multiple_of_64(v: int) -> str | None:
+    """a multiple of 64."""
     return None if v % 64 == 0 else "must be a multiple of 64"
 
 
 def _mac(v: str) -> str | None:
+    """a MAC address, aa:bb:cc:dd:ee:ff."""
     parts = v.replace("-", ":").split(":")
     ok = len(parts) == 6 and all(len(p) == 2 for p in parts)
     try:
@@ -45,6 +49,7 @@ def _mac(v: str) -> str | None:
 
 
 def _ip(v: str) -> str | None:
+    """an IPv4 or IPv6 address."""
     try:
         ipaddress.ip_address(v)
     except ValueError:
@@ -53,6 +58,7 @@ def _ip(v: str) -> str | None:
 
 
 def _regions(v: list[Any]) -> str | None:
+    """at most 8 entries {va, rkey, length}, rkeys distinct, length > 0."""
     if len(v) > 8:
         return "at most 8 regions"
     rkeys = set()
@@ -313,3 +319,21 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
     if qec_blob is not None:
         out["qec_blob"] = qec_blob
     return out
+
+
+def reference_markdown() -> str:
+    """docs/configuration.md: every key of the schema (tests check the file is current)."""
+    return (
+        "# Configuration reference\n\n"
+        "Generated from `roce_transceiver/config.py` by\n"
+        "`python -m roce_transceiver.config > docs/configuration.md`; "
+        "`tests/test_config_reference.py` fails when this file and the schema disagree.\n\n"
+        "A configuration is a mapping (a dict, or a YAML file whose top level or "
+        "`transceiver:` section holds it). Every key is optional. An unknown key, a "
+        "wrong type or a value out of range is a `ConfigError` naming the dotted key, "
+        "and for YAML the file and line.\n\n" + render_markdown(SCHEMA)
+    )
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

@@ -16,7 +16,15 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ConfigError", "Field", "LinedDict", "Section", "load_yaml_with_lines", "validate"]
+__all__ = [
+    "ConfigError",
+    "Field",
+    "LinedDict",
+    "Section",
+    "load_yaml_with_lines",
+    "render_markdown",
+    "validate",
+]
 
 
 class ConfigError(ValueError):
@@ -181,3 +189,44 @@ def validate(
         else:
             out[key] = spec.default
     return out
+
+
+def _number(v: float | None) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, int):
+        return f"{v:#x}" if v >= 0x1000 else str(v)
+    return f"{v:g}"
+
+
+def _allowed(f: Field) -> str:
+    parts = []
+    if f.choices is not None:
+        parts.append(" / ".join(f"`{c}`" for c in f.choices))
+    if f.minimum is not None or f.maximum is not None:
+        parts.append(f"{_number(f.minimum)} .. {_number(f.maximum)}")
+    if f.check is not None and f.check.__doc__:
+        parts.append(f.check.__doc__.strip().rstrip("."))
+    if f.nullable:
+        parts.append("or `null`")
+    return "; ".join(parts)
+
+
+def render_markdown(section: Section, prefix: str = "") -> str:
+    """One table row per key: dotted name, type, default, allowed values, meaning."""
+    rows: list[str] = []
+
+    def walk(sec: Section, pre: str) -> None:
+        for key, spec in sec.keys.items():
+            if isinstance(spec, Section):
+                walk(spec, f"{pre}{key}.")
+                continue
+            default = "`null`" if spec.default is None else f"`{spec.default!r}`"
+            rows.append(
+                f"| `{pre}{key}` | {_type_name(spec.type)} | {default} | {_allowed(spec)} "
+                f"| {spec.doc} |"
+            )
+
+    walk(section, prefix)
+    head = "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n"
+    return head + "\n".join(rows) + "\n"

@@ -1,0 +1,34 @@
+"""docs/configuration.md documents every configuration key, as the schema has it.
+
+Goal: the reference cannot drift from the code. Oracle: the schema itself
+(roce_transceiver.config.SCHEMA), rendered and compared with the file, and
+each key of a default configuration appearing in the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from roce_transceiver.config import load_config, reference_markdown
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+
+
+def test_configuration_reference_is_current() -> None:
+    assert DOC.read_text() == reference_markdown(), (
+        "docs/configuration.md is stale: run `python -m roce_transceiver.config > "
+        "docs/configuration.md`"
+    )
+
+
+def test_every_default_key_is_documented() -> None:
+    text = DOC.read_text()
+
+    def keys(d: dict, prefix: str = "") -> list[str]:
+        out = []
+        for k, v in d.items():
+            out += keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+        return out
+
+    missing = [k for k in keys(load_config()) if f"| `{k}` |" not in text]
+    assert missing == []
