@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on the GPU machine (../shared/GPU.md): build with CUDA, measure the loops
 # against their floors, then run the GPU tests (and, unless H200_CPU_TESTS=0, the rest).
-# Usage, from the repo root: bash bench/h200.sh OUT_DIR
+# Usage, from the repo root: bash bench/h200.sh OUT_DIR (after bench/fetch_wheels.sh here)
 # Logs and JSON land in OUT_DIR; the exit status is that of the GPU tests. Every step
 # has a timeout; a step that times out dumps the Python stacks of all its threads
 # (faulthandler on SIGABRT), so a hang says where it was.
