@@ -111,17 +111,12 @@ namespace engine_detail {
 
 enum class Verdict : uint8_t { kAccept, kDrop };
 
-// Transmit one frame of `spec` whose payload is already in place in the slot
-// (or is copied from `payload`). False when the tx ring is full (counted).
+// Encode `spec` into `out` (the reserved slot, or the staging buffer that is
+// then copied to it) and submit. False when encoding fails (counted).
 template <Scope S>
-RT_HD inline bool transmit(const EngineDesc& d, EngineState& st, const Staging* stg,
-                           const FrameSpec& spec, ByteSpan payload) {
-  uint8_t* slot = tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen);
-  if (!slot) {
-    count(st.tally, Counter::kTxRingFull);
-    return false;
-  }
-  uint8_t* out = stg ? stg->tx : slot;
+RT_HD inline bool encode_and_submit(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                    uint8_t* slot, uint8_t* out, const FrameSpec& spec,
+                                    ByteSpan payload) {
   const EncodeResult e = encode(spec, payload, MutByteSpan(out, d.tx.slot_bytes));
   if (!e.ok()) {
     count(st.tally, Counter::kHandlerErrors);
@@ -132,6 +127,19 @@ RT_HD inline bool transmit(const EngineDesc& d, EngineState& st, const Staging* 
   count(st.tally, Counter::kTxPackets);
   count(st.tally, Counter::kTxBytes, e.len);
   return true;
+}
+
+// Transmit one frame of `spec`, copying `payload` in. False when the tx ring
+// is full or the frame does not encode (both counted).
+template <Scope S>
+RT_HD inline bool transmit(const EngineDesc& d, EngineState& st, const Staging* stg,
+                           const FrameSpec& spec, ByteSpan payload) {
+  uint8_t* slot = tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen);
+  if (!slot) {
+    count(st.tally, Counter::kTxRingFull);
+    return false;
+  }
+  return encode_and_submit<S>(d, st, stg, slot, stg ? stg->tx : slot, spec, payload);
 }
 
 // RC ACK or NAK (IBA 9.7.5.1): AETH syndrome and our MSN, PSN of the packet acknowledged.
@@ -257,17 +265,10 @@ RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* s
       flags |= kCompletionReplyDropped;
     } else {
       spec.psn = st.send_psn;
-      const EncodeResult e =
-          encode(spec, ByteSpan(out, uint32_t(n)), MutByteSpan(frame_out, d.tx.slot_bytes));
-      if (e.ok()) {
-        if (stg) copy_wide(slot, frame_out, e.len);
+      if (encode_and_submit<S>(d, st, stg, slot, frame_out, spec, ByteSpan(out, uint32_t(n)))) {
         st.send_psn = psn_add(st.send_psn, 1);
-        tx_submit<S>(d.tx, st.tx_pi, e.len, 0, now_ns());
-        count(st.tally, Counter::kTxPackets);
-        count(st.tally, Counter::kTxBytes, e.len);
         count(st.tally, Counter::kReplies);
       } else {
-        count(st.tally, Counter::kHandlerErrors);
         flags |= kCompletionHandlerError;
       }
     }
@@ -465,9 +466,6 @@ RT_HD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st, const 
 template <Scope S>
 RT_HD inline uint32_t engine_step(const EngineDesc& d, EngineState& st, Staging* stg = nullptr,
                                   uint32_t max_rx = 0xFFFFFFFFu) {
-  // A prefix of every frame is fetched together with its descriptor fields,
-  // so a small frame costs one bus round trip after the poll (staged case).
-  constexpr uint32_t kPrefix = 128;
   const uint32_t limit = max_rx < d.batch ? max_rx : d.batch;
   uint32_t done = 0;
   for (; done < limit; ++done) {
@@ -482,13 +480,11 @@ RT_HD inline uint32_t engine_step(const EngineDesc& d, EngineState& st, Staging*
     } else {
       const RxDesc* desc = rx_poll<S>(d.rx, st.rx_ci);
       if (!desc) break;
-      const uint32_t raw_len = desc->len;  // issued first; used after the prefix arrives
+      len = desc->len < d.rx.slot_bytes ? desc->len : d.rx.slot_bytes;
       ts = desc->timestamp_ns;
       frame = d.rx.slot(st.rx_ci);
-      if (stg) copy_wide(stg->rx, frame, kPrefix < d.rx.slot_bytes ? kPrefix : d.rx.slot_bytes);
-      len = raw_len < d.rx.slot_bytes ? raw_len : d.rx.slot_bytes;
       if (stg) {
-        if (len > kPrefix) copy_wide(stg->rx + kPrefix, frame + kPrefix, len - kPrefix);
+        copy_wide(stg->rx, frame, len);
         frame = stg->rx;
       }
     }
