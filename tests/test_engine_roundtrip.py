@@ -256,7 +256,7 @@ def test_send_and_receive_before_start_raise(executor):
 def test_stop_during_a_roundtrip_in_another_thread_returns_in_time_and_ends_it(setup):
     executor, far_end = setup
     stop_timeout = 2.0
-    rt_timeout = 1.0
+    rt_timeout = 30.0  # longer than the test: stop() must be what ends the run
     t = make(executor, "UC", far_end, stop_timeout_s=stop_timeout).start()
     outcome: dict[str, object] = {}
 
@@ -275,11 +275,11 @@ def test_stop_during_a_roundtrip_in_another_thread_returns_in_time_and_ends_it(s
         took = time.monotonic() - began
         assert took < stop_timeout, f"stop() took {took:.2f} s (stop_timeout_s={stop_timeout})"
     finally:
-        thread.join(timeout=rt_timeout + stop_timeout + 10.0)
+        thread.join(timeout=stop_timeout + 10.0)
     assert not thread.is_alive(), "the roundtrip did not end after stop()"
     assert "error" not in outcome, outcome.get("error")
     r = outcome["result"]
     assert isinstance(r, RoundTrip)
-    # A CPU far end waits out its own timeout; a GPU far end sees the stop flag.
-    assert r.status == ("timeout" if far_end == "cpu" else "stopped"), r
+    # Either far end sees the stop request and ends its run before anything is freed.
+    assert r.status == "stopped", r
     assert 10 <= r.received < 1_000_000

@@ -3,8 +3,10 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "rt/cuda/engine_launch.h"
 
@@ -210,8 +212,40 @@ void Transceiver::cpu_loop() {
     if (engine_step<Scope::kSystem>(desc_, st) == 0) spin_pause();
 }
 
+// Counts a call in progress for stop(); refuses one that begins after stop() did.
+class Transceiver::CallGuard {
+ public:
+  CallGuard(const Transceiver& t, const char* what) : t_(t) {
+    t_.active_calls_.fetch_add(1, std::memory_order_acq_rel);
+    if (t_.closing_.load(std::memory_order_acquire)) {
+      t_.active_calls_.fetch_sub(1, std::memory_order_acq_rel);
+      throw std::logic_error(std::string(what) + ": the transceiver is stopped");
+    }
+  }
+  ~CallGuard() { t_.active_calls_.fetch_sub(1, std::memory_order_acq_rel); }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+
+ private:
+  const Transceiver& t_;
+};
+
+void Transceiver::wait_for_calls(double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (active_calls_.load(std::memory_order_acquire) != 0) {
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error(
+          "stop(): a call in another thread (roundtrip, send, inject...) "
+          "did not return within " +
+          std::to_string(timeout_s) + " s; nothing was freed");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 void Transceiver::stop() {
   if (stopped_) return;
+  closing_.store(true, std::memory_order_release);
+  store_release<Scope::kSystem>(&far_stop_, 1);  // a CPU far end ends its run
   if (started_) {
     if (kernel_) {
       kernel_->stop(cfg_.stop_timeout_s);  // throws, keeping every buffer, if it will not stop
@@ -220,6 +254,9 @@ void Transceiver::stop() {
       if (thread_.joinable()) thread_.join();
     }
   }
+  // The engine is stopped (a GPU far end saw the same flag): what runs in
+  // other threads now ends by itself.
+  wait_for_calls(cfg_.stop_timeout_s);
   stopped_ = true;
   final_counters_ = read_counters();
   // Free now rather than when Python collects the object: freeing pinned or
@@ -264,6 +301,7 @@ std::vector<uint64_t> Transceiver::read_counters() const {
 }
 
 bool Transceiver::send(const uint8_t* data, size_t len) {
+  const CallGuard guard(*this, "send()");
   require_open("send()");
   FrameSpec spec = cfg_.local;
   spec.opcode = make_opcode(cfg_.qp.transport, 0x04);
@@ -280,6 +318,7 @@ bool Transceiver::send(const uint8_t* data, size_t len) {
 }
 
 std::vector<Completion> Transceiver::poll_completions(size_t max) {
+  const CallGuard guard(*this, "poll_completions()");
   require_open("poll_completions()");
   const TxRing r =
       tx_ring(host_rings_.host(), desc_views_.cp, desc_views_.cp_log2, cfg_.completion_slot_bytes);
@@ -303,6 +342,7 @@ std::vector<Completion> Transceiver::poll_completions(size_t max) {
 }
 
 bool Transceiver::inject(const uint8_t* frame, size_t len) {
+  const CallGuard guard(*this, "inject()");
   require_open("inject()");
   if (wire_device_)
     throw std::logic_error(
@@ -320,6 +360,7 @@ bool Transceiver::inject(const uint8_t* frame, size_t len) {
 }
 
 std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
+  const CallGuard guard(*this, "collect()");
   require_open("collect()");
   if (wire_device_)
     throw std::logic_error(
@@ -338,6 +379,7 @@ std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
 }
 
 FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
+  const CallGuard guard(*this, "run_far_end()");
   if (!running()) throw std::logic_error("run_far_end(): start() the transceiver first");
   if (p.payload_len == 0 || p.payloads.empty() || p.payloads.size() % p.payload_len)
     throw std::invalid_argument(
@@ -387,7 +429,6 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
     std::vector<uint8_t> frame(cfg_.slot_bytes);
     std::vector<uint64_t> times(p.count);
     FarEndResult result{};
-    const uint32_t no_stop = 0;
     d.rx = rx_view(true);
     d.tx = tx_view(true);
     d.payloads = p.payloads.data();
@@ -395,7 +436,7 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
     d.times = times.data();
     d.frame = frame.data();
     d.result = &result;
-    far_end_run<Scope::kSystem>(d, &no_stop);
+    far_end_run<Scope::kSystem>(d, &far_stop_);
     run.result = result;
     run.rtt_ns.assign(times.begin(), times.begin() + result.received);
   } else {
@@ -427,6 +468,7 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
 }
 
 std::vector<uint8_t> Transceiver::read_region(size_t index, size_t offset, size_t len) const {
+  const CallGuard guard(*this, "read_region()");
   require_open("read_region()");
   if (index >= regions_.size())
     throw std::out_of_range("region " + std::to_string(index) + ": only " +

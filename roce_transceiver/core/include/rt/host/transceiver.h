@@ -113,6 +113,7 @@ class Transceiver {
  private:
   void cpu_loop();
   void require_open(const char* what) const;
+  void wait_for_calls(double timeout_s);
   std::vector<uint64_t> read_counters() const;
   RxRing rx_view(bool far) const;
   TxRing tx_view(bool far) const;
@@ -138,6 +139,13 @@ class Transceiver {
   uint32_t inject_prod_ = 0;  // rx producer index of the far end (host private)
   uint32_t collect_ci_ = 0;   // tx consumer index of the far end
   uint64_t ring_drops_ = 0;
+  // Calls that may run while another thread stops the transceiver (a
+  // roundtrip lasts seconds): stop() refuses new ones, asks the far end to
+  // end, and frees nothing until the last one has returned.
+  class CallGuard;
+  std::atomic<bool> closing_{false};
+  mutable std::atomic<int> active_calls_{0};
+  uint32_t far_stop_ = 0;  // the CPU far end's stop flag (release / acquire)
   std::atomic<bool> stop_{false};
   std::atomic<bool> cpu_failed_{false};
   std::string cpu_error_;
