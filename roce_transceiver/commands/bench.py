@@ -35,7 +35,7 @@ def _seconds(text: str) -> float:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
-        help="run a benchmark (icrc, roundtrip, qec)",
+        help="run a benchmark (icrc, roundtrip, qec, ops)",
         description="Run a benchmark; each prints one summary line and can write JSON.",
     )
     benches = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
@@ -83,6 +83,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--window", type=_positive, default=64, help="messages in flight at most")
     q.set_defaults(run=run_qec)
 
+    ops = benches.add_parser(
+        "ops",
+        help="SM cycles of each piece of the engine on the GPU",
+        description="Time each piece of the data path (decode, ICRC, encode, handler, memory "
+        "operations, whole engine steps) with one warp on one SM, for a SEND Only request.",
+    )
+    ops.add_argument("--size", type=_positive, default=32, help="payload bytes (default 32)")
+    ops.add_argument("--transport", choices=("RC", "UC"), default="UC")
+    ops.add_argument(
+        "--repeats", type=_repeats, default=32, help="samples per piece, 1 to 64 (default 32)"
+    )
+    ops.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    ops.set_defaults(run=run_ops)
+
 
 def _positive(text: str) -> int:
     try:
@@ -91,6 +105,13 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
+    return value
+
+
+def _repeats(text: str) -> int:
+    value = _positive(text)
+    if value > 64:
+        raise argparse.ArgumentTypeError(f"{text}: at most 64")
     return value
 
 
@@ -135,6 +156,16 @@ def run_qec(args: argparse.Namespace) -> int:
         "window": args.window,
     }
     return _run_loop(args, "qec", options)
+
+
+def run_ops(args: argparse.Namespace) -> int:
+    from roce_transceiver.bench import ops
+
+    try:
+        ops.run(size=args.size, transport=args.transport, repeats=args.repeats, json_path=args.json)
+    except (RuntimeError, ValueError) as e:
+        raise CommandError(f"bench ops: {e}") from None
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

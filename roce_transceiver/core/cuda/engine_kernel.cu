@@ -33,6 +33,7 @@ __global__ void engine_kernel(EngineDesc d, EngineState* state, const uint32_t* 
   // where one thread's loads from pinned memory go one at a time. Lane 0 then
   // runs the engine on the staged copy.
   extern __shared__ __align__(16) uint8_t staging[];
+  crc32_tables_to_shared();
   const uint32_t lane = threadIdx.x;
   Staging stg{staging, staging + d.rx.slot_bytes};
   EngineState st;
@@ -93,14 +94,19 @@ template <Scope S>
 __global__ void far_end_kernel(FarEndDesc d, const uint32_t* stop) {
   extern __shared__ __align__(16) uint8_t staging[];
   d.frame = staging;  // replies are staged next to the SM, not in global memory
+  crc32_tables_to_shared();
   if (threadIdx.x == 0) far_end_run<S>(d, stop);
 }
 
 // Launch one block of one warp with `smem` bytes of dynamic shared memory,
-// raising the kernel's limit first when a large slot size needs more than 48 KiB.
+// raising the kernel's limit first when a large slot size needs more than 48 KiB
+// with the static shared memory.
 template <typename... KArgs, typename... Args>
 void launch_with_smem(void (*kernel)(KArgs...), size_t smem, cudaStream_t stream, Args&&... args) {
-  if (smem > 48 * 1024)
+  // The 48 KiB limit counts the kernel's static shared memory (the CRC tables) too.
+  cudaFuncAttributes attr;
+  check_cuda(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
+  if (smem + attr.sharedSizeBytes > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "cudaFuncSetAttribute(shared memory)");
   kernel<<<1, 32, smem, stream>>>(std::forward<Args>(args)...);

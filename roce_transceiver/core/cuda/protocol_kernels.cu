@@ -36,6 +36,7 @@ struct DeviceBuffer {
 
 __global__ void icrc_thread_kernel(const uint8_t* frames, const uint32_t* offsets,
                                    const uint32_t* lengths, uint32_t n, uint32_t* out) {
+  crc32_tables_to_shared();
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const DecodeResult r = decode(ByteSpan(frames + offsets[i], lengths[i]));
@@ -44,6 +45,7 @@ __global__ void icrc_thread_kernel(const uint8_t* frames, const uint32_t* offset
 
 __global__ void icrc_warp_kernel(const uint8_t* frames, const uint32_t* offsets,
                                  const uint32_t* lengths, uint32_t n, uint32_t* out) {
+  crc32_tables_to_shared();
   const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const uint32_t lane = threadIdx.x % 32;
   if (warp >= n) return;  // whole warps leave together
@@ -59,6 +61,7 @@ __global__ void icrc_warp_kernel(const uint8_t* frames, const uint32_t* offsets,
 __global__ void reencode_kernel(const uint8_t* frames, const uint32_t* offsets,
                                 const uint32_t* lengths, uint32_t n, uint8_t* out,
                                 uint32_t* out_lengths) {
+  crc32_tables_to_shared();
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   out_lengths[i] = 0;

@@ -10,6 +10,7 @@
 
 #include "rt/bench/floors.h"
 #include "rt/bench/host_spin.h"
+#include "rt/bench/op_costs.h"
 
 namespace rt::bench {
 
@@ -154,6 +155,8 @@ std::vector<double> launch_per_message(int64_t iterations, size_t size, bool gra
   detail::check_message_size(floor, size);
   no_cuda(floor);
 }
+
+OpCosts device_op_costs(const std::vector<uint8_t>&, int) { no_cuda("device_op_costs"); }
 
 #endif  // !RT_WITH_CUDA
 

@@ -11,6 +11,7 @@
 
 #include "register.h"
 #include "rt/bench/floors.h"
+#include "rt/bench/op_costs.h"
 
 namespace rt::py {
 
@@ -57,6 +58,23 @@ void register_floors(pybind11::module_& m) {
       "Per message (ns): copy `size` bytes into pinned memory, launch an echo kernel (a CUDA "
       "graph if graph=True), synchronise the stream; timed on the host with steady_clock, after "
       "a warm-up; every echo is checked. Raises RuntimeError without a GPU.");
+  m.def(
+      "device_op_costs",
+      [](pybind11::bytes request, int repeats) {
+        const std::string frame = request;
+        const std::vector<uint8_t> bytes(frame.begin(), frame.end());
+        pybind11::gil_scoped_release nogil;
+        const bench::OpCosts c = bench::device_op_costs(bytes, repeats);
+        pybind11::gil_scoped_acquire gil;
+        pybind11::list ops;
+        for (const bench::OpCost& op : c.ops)
+          ops.append(pybind11::make_tuple(op.name, op.min_cycles, op.median_cycles));
+        return pybind11::make_tuple(ops, c.sm_ghz);
+      },
+      arg("request"), arg("repeats") = 32,
+      "SM cycles (min, median over `repeats`) of each piece of the engine on the GPU, for the "
+      "SEND frame `request`: ([(name, min, median), ...], SM GHz). Raises RuntimeError without a "
+      "GPU, ValueError for a frame that does not decode.");
 }
 
 }  // namespace rt::py

@@ -234,10 +234,6 @@ RT_HD inline int find_region(const EngineDesc& d, uint32_t rkey, uint64_t va, ui
   return -1;
 }
 
-RT_HD inline void copy_bytes(uint8_t* dst, const uint8_t* src, uint32_t n) {
-  for (uint32_t i = 0; i < n; ++i) dst[i] = src[i];
-}
-
 // Hand a completed message to the handler, transmit its reply, record it.
 template <Scope S>
 RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* stg,

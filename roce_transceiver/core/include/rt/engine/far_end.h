@@ -57,17 +57,10 @@ struct FarEndDesc {
 
 namespace far_end_detail {
 
-RT_HD inline bool same_bytes(const uint8_t* a, const uint8_t* b, uint32_t n) {
-  for (uint32_t i = 0; i < n; ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
-
 // The request payload of request `i`: the rotation entry, with the request
 // number in its first 4 bytes (little-endian) when asked.
 RT_HD inline void request_payload(const FarEndDesc& d, uint32_t i, uint8_t* out) {
-  const uint8_t* src = d.payloads + size_t(i % d.num_payloads) * d.payload_len;
-  for (uint32_t k = 0; k < d.payload_len; ++k) out[k] = src[k];
+  copy_bytes(out, d.payloads + size_t(i % d.num_payloads) * d.payload_len, d.payload_len);
   if (d.seq_in_payload && d.payload_len >= 4) store_le32(out, i);
 }
 
@@ -88,13 +81,10 @@ RT_HD inline ReplyKind check_reply(const FarEndDesc& d, uint32_t i, const uint8_
     *payload_ok = f.payload_len == d.expected_len && same_bytes(got, want, d.expected_len);
   } else {
     const uint8_t* src = d.payloads + size_t(i % d.num_payloads) * d.payload_len;
-    bool ok = f.payload_len == d.payload_len;
-    for (uint32_t k = 0; ok && k < d.payload_len; ++k) {
-      const bool seq_byte = d.seq_in_payload && d.payload_len >= 4 && k < 4;
-      const uint8_t want = seq_byte ? uint8_t(i >> (8 * k)) : src[k];
-      ok = got[k] == want;
-    }
-    *payload_ok = ok;
+    // With the request number in bytes 0..3, those are compared with it.
+    const uint32_t skip = d.seq_in_payload && d.payload_len >= 4 ? 4 : 0;
+    *payload_ok = f.payload_len == d.payload_len && (!skip || load_le32(got) == i) &&
+                  same_bytes(got + skip, src + skip, d.payload_len - skip);
   }
   return ReplyKind::kReply;
 }

@@ -2,13 +2,13 @@
 #pragma once
 
 #include "rt/handlers/handler.h"
+#include "rt/queues/copy_wide.h"
 
 namespace rt {
 
 RT_HD inline int echo_handle(const Message& m, uint8_t* reply, uint32_t capacity) {
   if (m.len > capacity) return kHandlerError;
-  if (reply != m.data)
-    for (uint32_t i = 0; i < m.len; ++i) reply[i] = m.data[i];
+  if (reply != m.data) copy_bytes(reply, m.data, m.len);
   return int(m.len);
 }
 

