@@ -1,8 +1,8 @@
 // echo: the reply is the request, byte for byte (the NVQLink round-trip loop).
 #pragma once
 
+#include "rt/byte_copy.h"
 #include "rt/handlers/handler.h"
-#include "rt/queues/copy_wide.h"
 
 namespace rt {
 

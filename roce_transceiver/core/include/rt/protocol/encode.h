@@ -5,6 +5,7 @@
 // purpose. The opcode row decides which extension headers are written.
 #pragma once
 
+#include "rt/byte_copy.h"
 #include "rt/protocol/icrc.h"
 
 namespace rt {
@@ -97,8 +98,8 @@ RT_HD inline EncodeResult encode(const FrameSpec& s, ByteSpan payload, MutByteSp
   // Zero the headers and the pad, not the payload: a handler may have written
   // the payload in place already (payload.data == out.data + payload_offset).
   const uint32_t payload_at = payload_offset(s);
-  for (uint32_t i = 0; i < payload_at; ++i) out.data[i] = 0;
-  for (uint32_t i = payload_at + uint32_t(payload.size); i < need; ++i) out.data[i] = 0;
+  zero_bytes(out.data, payload_at);
+  zero_bytes(out.data + payload_at + payload.size, need - payload_at - uint32_t(payload.size));
 
   uint8_t* p = out.data;
   EthHdr& eth = *reinterpret_cast<EthHdr*>(p);
@@ -186,8 +187,11 @@ RT_HD inline EncodeResult encode(const FrameSpec& s, ByteSpan payload, MutByteSp
   if (op.has(kIeth)) reinterpret_cast<Ieth*>(p + ext + op.offset_of(kIeth))->rkey.set(s.inval_rkey);
 
   const uint32_t payload_off = ext + op.ext_bytes();
-  if (payload.data != p + payload_off)
-    for (size_t i = 0; i < payload.size; ++i) p[payload_off + i] = payload.data[i];
+  uint8_t* payload_out = p + payload_off;
+  if (payload.data + payload.size <= payload_out || payload_out + payload.size <= payload.data)
+    copy_bytes(payload_out, payload.data, uint32_t(payload.size));
+  else if (payload.data != payload_out)  // overlapping: a byte at a time, in order
+    for (size_t i = 0; i < payload.size; ++i) payload_out[i] = payload.data[i];
 
   const uint32_t icrc_off = need - kIcrcBytes;
   uint32_t icrc = s.icrc;

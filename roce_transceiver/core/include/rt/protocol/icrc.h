@@ -77,6 +77,43 @@ RT_HD inline uint32_t mask_word(uint32_t at, uint32_t ip_version, uint32_t l3_le
   return m;
 }
 
+// The same masks for the two common layouts, word k covering header bytes
+// [4k, 4k + 4): IPv4 without options (40 bytes with UDP and BTH) and IPv6 (60).
+RT_HD constexpr uint32_t ipv4_mask(uint32_t k) {
+  switch (k) {
+    case 0: return 0x0000FF00u;  // TOS
+    case 2: return 0xFFFF00FFu;  // TTL, header checksum
+    case 6: return 0xFFFF0000u;  // UDP checksum
+    case 8: return 0x000000FFu;  // BTH byte 4
+    default: return 0;
+  }
+}
+RT_HD constexpr uint32_t ipv6_mask(uint32_t k) {
+  switch (k) {
+    case 0: return 0xFFFFFF0Fu;   // traffic class, flow label
+    case 1: return 0xFF000000u;   // hop limit
+    case 11: return 0xFFFF0000u;  // UDP checksum
+    case 13: return 0x000000FFu;  // BTH byte 4
+    default: return 0;
+  }
+}
+
+// The masked header of a fixed layout (kWords words, masks from Mask), fed
+// to the raw register c. Unrolled, the masks become constants.
+template <uint32_t kWords, uint32_t (*Mask)(uint32_t)>
+RT_HD inline uint32_t crc_fixed_header(const Crc32Tables& tb, uint32_t c, const uint8_t* h) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (uint32_t k = 0; k + 1 < kWords; k += 2)
+    c = crc32_step8(tb, c, load_le32(h + 4 * k) | Mask(k), load_le32(h + 4 * k + 4) | Mask(k + 1));
+  if (kWords & 1) {
+    const uint32_t w = load_le32(h + 4 * (kWords - 1)) | Mask(kWords - 1);
+    for (int b = 0; b < 4; ++b) c = tb.t[0][(c ^ (w >> (8 * b))) & 0xFF] ^ (c >> 8);
+  }
+  return c;
+}
+
 }  // namespace icrc_detail
 
 // ICRC of a decoded frame that has its IP header (decode(), not
@@ -90,13 +127,19 @@ RT_HD inline uint32_t icrc_compute(const FrameView& f) {
   const uint32_t n = f.bth + uint32_t(sizeof(Bth)) - f.l3;
   const uint32_t v = f.ip_version, l3 = f.l3_len;
   uint32_t c = kRegisterAfterLrh;
-  uint32_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    c = crc32_step8(tb, c, load_le32(h + i) | mask_word(i, v, l3),
-                    load_le32(h + i + 4) | mask_word(i + 4, v, l3));
-  for (; i < n; ++i) {
-    const uint32_t b = h[i] | (mask_word(i, v, l3) & 0xFF);
-    c = tb.t[0][(c ^ b) & 0xFF] ^ (c >> 8);
+  if (v == 4 && n == 40) {
+    c = crc_fixed_header<10, ipv4_mask>(tb, c, h);
+  } else if (v == 6 && n == 60) {
+    c = crc_fixed_header<15, ipv6_mask>(tb, c, h);
+  } else {  // IPv4 with options
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      c = crc32_step8(tb, c, load_le32(h + i) | mask_word(i, v, l3),
+                      load_le32(h + i + 4) | mask_word(i + 4, v, l3));
+    for (; i < n; ++i) {
+      const uint32_t b = h[i] | (mask_word(i, v, l3) & 0xFF);
+      c = tb.t[0][(c ^ b) & 0xFF] ^ (c >> 8);
+    }
   }
   const uint32_t after_bth = f.bth + uint32_t(sizeof(Bth));
   return crc32_update_fast(~c, f.base + after_bth, f.icrc - after_bth);

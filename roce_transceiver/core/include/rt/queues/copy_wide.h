@@ -3,6 +3,7 @@
 // byte; 16-byte loads issued together arrive in about one round trip.
 #pragma once
 
+#include "rt/byte_copy.h"
 #include "rt/platform.h"
 
 namespace rt {
@@ -34,36 +35,6 @@ RT_HD inline void copy_wide(uint8_t* dst, const uint8_t* src, uint32_t n) {
     for (uint32_t j = 0; j < kBatch; ++j)
       if (j < k) d[i + j] = batch[j];
   }
-}
-
-// Copy n bytes between buffers that do not overlap, at any alignment. When
-// both ends share their alignment modulo 4 (a payload moved between two frames
-// with the same headers does) the body goes in 4-byte words; the rest byte by
-// byte. A plain byte loop costs a dependent load per byte on a GPU thread.
-RT_HD inline void copy_bytes(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src,
-                             uint32_t n) {
-  uint32_t i = 0;
-  if (((reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src)) & 3) == 0) {
-    for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 3); ++i) dst[i] = src[i];
-    for (; i + 4 <= n; i += 4)
-      *reinterpret_cast<uint32_t*>(dst + i) = *reinterpret_cast<const uint32_t*>(src + i);
-  }
-  for (; i < n; ++i) dst[i] = src[i];
-}
-
-// Whether n bytes are equal, on the same terms as copy_bytes.
-RT_HD inline bool same_bytes(const uint8_t* a, const uint8_t* b, uint32_t n) {
-  uint32_t i = 0;
-  if (((reinterpret_cast<uintptr_t>(a) ^ reinterpret_cast<uintptr_t>(b)) & 3) == 0) {
-    for (; i < n && (reinterpret_cast<uintptr_t>(a + i) & 3); ++i)
-      if (a[i] != b[i]) return false;
-    for (; i + 4 <= n; i += 4)
-      if (*reinterpret_cast<const uint32_t*>(a + i) != *reinterpret_cast<const uint32_t*>(b + i))
-        return false;
-  }
-  for (; i < n; ++i)
-    if (a[i] != b[i]) return false;
-  return true;
 }
 
 }  // namespace rt
