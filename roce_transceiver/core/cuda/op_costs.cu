@@ -195,6 +195,21 @@ struct Carver {
     used += (n + 255) & ~size_t(255);
     return p;
   }
+  template <typename T>
+  T* take_as(size_t n) {
+    return reinterpret_cast<T*>(take(n * sizeof(T)));
+  }
+  RxRing rx_ring(uint32_t log2_depth) {
+    uint8_t* slots = take(size_t(kSlot) << log2_depth);
+    RxDesc* descs = take_as<RxDesc>(size_t(1) << log2_depth);
+    return RxRing{slots, descs, take_as<uint32_t>(1), log2_depth, kSlot};
+  }
+  TxRing tx_ring(uint32_t log2_depth) {
+    uint8_t* slots = take(size_t(kSlot) << log2_depth);
+    TxDesc* descs = take_as<TxDesc>(size_t(1) << log2_depth);
+    uint32_t* producer = take_as<uint32_t>(1);
+    return TxRing{slots, descs, producer, take_as<uint32_t>(1), log2_depth, kSlot};
+  }
 };
 
 constexpr size_t ring_bytes(uint32_t log2_depth) {
@@ -257,28 +272,10 @@ OpCosts device_op_costs(const std::vector<uint8_t>& request, int repeats) {
   try {
     check(cudaMemset(arena, 0, arena_bytes), "cudaMemset");
     Carver c{arena};
-    d.rx.slots = c.take(slots.size());
-    d.rx.descs = reinterpret_cast<RxDesc*>(c.take(descs.size() * sizeof(RxDesc)));
-    d.rx.released = reinterpret_cast<uint32_t*>(c.take(4));
-    d.rx.log2_depth = kRxLog2;
-    d.rx.slot_bytes = kSlot;
-    d.tx.slots = c.take(size_t(kSlot) << kTxLog2);
-    d.tx.descs = reinterpret_cast<TxDesc*>(c.take(sizeof(TxDesc) << kTxLog2));
-    d.tx.producer = reinterpret_cast<uint32_t*>(c.take(4));
-    d.tx.consumer = reinterpret_cast<uint32_t*>(c.take(4));
-    d.tx.log2_depth = kTxLog2;
-    d.tx.slot_bytes = kSlot;
-    d.host_tx.slots = c.take(size_t(kSlot) << kAuxLog2);
-    d.host_tx.descs = reinterpret_cast<RxDesc*>(c.take(sizeof(RxDesc) << kAuxLog2));
-    d.host_tx.released = reinterpret_cast<uint32_t*>(c.take(4));
-    d.host_tx.log2_depth = kAuxLog2;
-    d.host_tx.slot_bytes = kSlot;
-    d.completions = TxRing{c.take(size_t(kSlot) << kAuxLog2),
-                           reinterpret_cast<TxDesc*>(c.take(sizeof(TxDesc) << kAuxLog2)),
-                           reinterpret_cast<uint32_t*>(c.take(4)),
-                           reinterpret_cast<uint32_t*>(c.take(4)),
-                           kAuxLog2,
-                           kSlot};
+    d.rx = c.rx_ring(kRxLog2);
+    d.tx = c.tx_ring(kTxLog2);
+    d.host_tx = c.rx_ring(kAuxLog2);
+    d.completions = c.tx_ring(kAuxLog2);
     d.counters = reinterpret_cast<Counters*>(c.take(sizeof(Counters)));
     d.msg_buf = c.take(4096);
     d.msg_buf_bytes = 4096;
