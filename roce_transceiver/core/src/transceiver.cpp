@@ -302,7 +302,6 @@ std::vector<uint64_t> Transceiver::read_counters() const {
 
 bool Transceiver::send(const uint8_t* data, size_t len) {
   const CallGuard guard(*this, "send()");
-  require_open("send()");
   FrameSpec spec = cfg_.local;
   spec.opcode = make_opcode(cfg_.qp.transport, 0x04);
   // The largest payload whose padded length and ICRC still fit a slot.
@@ -319,7 +318,6 @@ bool Transceiver::send(const uint8_t* data, size_t len) {
 
 std::vector<Completion> Transceiver::poll_completions(size_t max) {
   const CallGuard guard(*this, "poll_completions()");
-  require_open("poll_completions()");
   const TxRing r =
       tx_ring(host_rings_.host(), desc_views_.cp, desc_views_.cp_log2, cfg_.completion_slot_bytes);
   const uint32_t half = completion_data_bytes(cfg_.completion_slot_bytes);
@@ -343,7 +341,6 @@ std::vector<Completion> Transceiver::poll_completions(size_t max) {
 
 bool Transceiver::inject(const uint8_t* frame, size_t len) {
   const CallGuard guard(*this, "inject()");
-  require_open("inject()");
   if (wire_device_)
     throw std::logic_error(
         "inject(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
@@ -361,7 +358,6 @@ bool Transceiver::inject(const uint8_t* frame, size_t len) {
 
 std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
   const CallGuard guard(*this, "collect()");
-  require_open("collect()");
   if (wire_device_)
     throw std::logic_error(
         "collect(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
@@ -469,7 +465,6 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
 
 std::vector<uint8_t> Transceiver::read_region(size_t index, size_t offset, size_t len) const {
   const CallGuard guard(*this, "read_region()");
-  require_open("read_region()");
   if (index >= regions_.size())
     throw std::out_of_range("region " + std::to_string(index) + ": only " +
                             std::to_string(regions_.size()) + " configured");

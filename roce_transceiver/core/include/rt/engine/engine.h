@@ -11,6 +11,7 @@
 // is bounded by a batch or a length.
 #pragma once
 
+#include "rt/byte_copy.h"
 #include "rt/engine/completion.h"
 #include "rt/engine/counters.h"
 #include "rt/handlers/dispatch.h"

@@ -11,6 +11,7 @@
 // interval is an offered load (throughput).
 #pragma once
 
+#include "rt/byte_copy.h"
 #include "rt/protocol/encode.h"
 #include "rt/queues/copy_wide.h"
 #include "rt/queues/rx_ring.h"

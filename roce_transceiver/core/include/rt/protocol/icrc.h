@@ -17,28 +17,6 @@ namespace rt {
 // The masked prefix is at most 8 + 60 (IPv4 with options) + 8 + 12 bytes.
 constexpr uint32_t kIcrcPrefixMax = 8 + 60 + sizeof(UdpHdr) + sizeof(Bth);
 
-// Copy 0xFF x 8 | IP | UDP | BTH into `out` with the variant fields masked.
-// Returns the number of bytes written.
-RT_HD inline uint32_t icrc_masked_prefix(const FrameView& f, uint8_t* out) {
-  for (int i = 0; i < 8; ++i) out[i] = 0xFF;
-  const uint32_t n = f.bth + uint32_t(sizeof(Bth)) - f.l3;
-  for (uint32_t i = 0; i < n; ++i) out[8 + i] = f.base[f.l3 + i];
-  uint8_t* ip = out + 8;
-  if (f.ip_version == 4) {
-    ip[1] = 0xFF;            // TOS
-    ip[8] = 0xFF;            // TTL
-    ip[10] = ip[11] = 0xFF;  // header checksum
-  } else {
-    ip[0] |= 0x0F;                 // traffic class, high nibble
-    ip[1] = ip[2] = ip[3] = 0xFF;  // traffic class low nibble + flow label
-    ip[7] = 0xFF;                  // hop limit
-  }
-  uint8_t* udp = ip + f.l3_len;
-  udp[6] = udp[7] = 0xFF;  // UDP checksum
-  udp[sizeof(UdpHdr) + kBthFecnByte] = 0xFF;
-  return 8 + n;
-}
-
 namespace icrc_detail {
 
 // The raw CRC register after the 8 bytes of ones that open the ICRC's input.
@@ -53,7 +31,8 @@ RT_HD constexpr uint32_t register_after_lrh() {
 constexpr uint32_t kRegisterAfterLrh = register_after_lrh();
 
 // The ones OR-ed into header bytes [at, at + 4) (counted from the IP header,
-// little-endian) to mask the fields routers may change.
+// little-endian) to mask the fields routers may change. The one statement of
+// which bytes the ICRC masks: the copy and both CRC paths below use it.
 RT_HD inline uint32_t mask_word(uint32_t at, uint32_t ip_version, uint32_t l3_len) {
   uint32_t m = 0;
   const auto put = [&](uint32_t pos, uint32_t ones) {
@@ -77,70 +56,68 @@ RT_HD inline uint32_t mask_word(uint32_t at, uint32_t ip_version, uint32_t l3_le
   return m;
 }
 
-// The same masks for the two common layouts, word k covering header bytes
-// [4k, 4k + 4): IPv4 without options (40 bytes with UDP and BTH) and IPv6 (60).
-RT_HD constexpr uint32_t ipv4_mask(uint32_t k) {
-  switch (k) {
-    case 0: return 0x0000FF00u;  // TOS
-    case 2: return 0xFFFF00FFu;  // TTL, header checksum
-    case 6: return 0xFFFF0000u;  // UDP checksum
-    case 8: return 0x000000FFu;  // BTH byte 4
-    default: return 0;
-  }
-}
-RT_HD constexpr uint32_t ipv6_mask(uint32_t k) {
-  switch (k) {
-    case 0: return 0xFFFFFF0Fu;   // traffic class, flow label
-    case 1: return 0xFF000000u;   // hop limit
-    case 11: return 0xFFFF0000u;  // UDP checksum
-    case 13: return 0x000000FFu;  // BTH byte 4
-    default: return 0;
-  }
+// One little-endian word into the raw register c, a byte at a time (the
+// header's last word when its length is not a multiple of 8).
+RT_HD inline uint32_t crc_word(const Crc32Tables& tb, uint32_t c, uint32_t w) {
+  for (int b = 0; b < 4; ++b) c = tb.t[0][(c ^ (w >> (8 * b))) & 0xFF] ^ (c >> 8);
+  return c;
 }
 
-// The masked header of a fixed layout (kWords words, masks from Mask), fed
-// to the raw register c. Unrolled, the masks become constants.
-template <uint32_t kWords, uint32_t (*Mask)(uint32_t)>
-RT_HD inline uint32_t crc_fixed_header(const Crc32Tables& tb, uint32_t c, const uint8_t* h) {
+// The n masked header bytes at h (IP, UDP, BTH; n is a multiple of 4) fed to
+// the raw register c, eight at a time with the masks OR-ed in.
+RT_HD inline uint32_t crc_masked_header(const Crc32Tables& tb, uint32_t c, const uint8_t* h,
+                                        uint32_t n, uint32_t v, uint32_t l3) {
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    c = crc32_step8(tb, c, load_le32(h + i) | mask_word(i, v, l3),
+                    load_le32(h + i + 4) | mask_word(i + 4, v, l3));
+  return i < n ? crc_word(tb, c, load_le32(h + i) | mask_word(i, v, l3)) : c;
+}
+
+// The same for a layout fixed at compile time (IPv4 without options, IPv6):
+// unrolled, the masks fold to constants.
+template <uint32_t kVersion, uint32_t kL3Len>
+RT_HD inline uint32_t crc_masked_header_fixed(const Crc32Tables& tb, uint32_t c, const uint8_t* h) {
+  constexpr uint32_t n = kL3Len + uint32_t(sizeof(UdpHdr) + sizeof(Bth));
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (uint32_t k = 0; k + 1 < kWords; k += 2)
-    c = crc32_step8(tb, c, load_le32(h + 4 * k) | Mask(k), load_le32(h + 4 * k + 4) | Mask(k + 1));
-  if (kWords & 1) {
-    const uint32_t w = load_le32(h + 4 * (kWords - 1)) | Mask(kWords - 1);
-    for (int b = 0; b < 4; ++b) c = tb.t[0][(c ^ (w >> (8 * b))) & 0xFF] ^ (c >> 8);
-  }
-  return c;
+  for (uint32_t i = 0; i + 8 <= n; i += 8)
+    c = crc32_step8(tb, c, load_le32(h + i) | mask_word(i, kVersion, kL3Len),
+                    load_le32(h + i + 4) | mask_word(i + 4, kVersion, kL3Len));
+  return n % 8 ? crc_word(tb, c, load_le32(h + n - 4) | mask_word(n - 4, kVersion, kL3Len)) : c;
 }
 
 }  // namespace icrc_detail
 
+// Copy 0xFF x 8 | IP | UDP | BTH into `out` with the variant fields masked.
+// Returns the number of bytes written.
+RT_HD inline uint32_t icrc_masked_prefix(const FrameView& f, uint8_t* out) {
+  for (int i = 0; i < 8; ++i) out[i] = 0xFF;
+  const uint32_t n = f.bth + uint32_t(sizeof(Bth)) - f.l3;
+  for (uint32_t i = 0; i < n; i += 4) {  // n is a multiple of 4: IP, UDP and BTH all are
+    const uint32_t m = icrc_detail::mask_word(i, f.ip_version, f.l3_len);
+    for (uint32_t b = 0; b < 4; ++b) out[8 + i + b] = f.base[f.l3 + i + b] | uint8_t(m >> (8 * b));
+  }
+  return 8 + n;
+}
+
 // ICRC of a decoded frame that has its IP header (decode(), not
 // decode_transport()). Computes; does not compare. The masked header is fed to
-// the CRC straight from the frame, eight bytes at a time with the masks OR-ed
-// in (a copy built byte by byte costs more on a GPU than the CRC itself).
+// the CRC straight from the frame (a copy built byte by byte costs more on a
+// GPU than the CRC itself); the two common layouts get constant masks.
 RT_HD inline uint32_t icrc_compute(const FrameView& f) {
   using namespace icrc_detail;
   const Crc32Tables& tb = detail::crc32_tables();
   const uint8_t* h = f.base + f.l3;
   const uint32_t n = f.bth + uint32_t(sizeof(Bth)) - f.l3;
-  const uint32_t v = f.ip_version, l3 = f.l3_len;
   uint32_t c = kRegisterAfterLrh;
-  if (v == 4 && n == 40) {
-    c = crc_fixed_header<10, ipv4_mask>(tb, c, h);
-  } else if (v == 6 && n == 60) {
-    c = crc_fixed_header<15, ipv6_mask>(tb, c, h);
-  } else {  // IPv4 with options
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      c = crc32_step8(tb, c, load_le32(h + i) | mask_word(i, v, l3),
-                      load_le32(h + i + 4) | mask_word(i + 4, v, l3));
-    for (; i < n; ++i) {
-      const uint32_t b = h[i] | (mask_word(i, v, l3) & 0xFF);
-      c = tb.t[0][(c ^ b) & 0xFF] ^ (c >> 8);
-    }
-  }
+  if (f.ip_version == 4 && n == 40)
+    c = crc_masked_header_fixed<4, 20>(tb, c, h);
+  else if (f.ip_version == 6 && n == 60)
+    c = crc_masked_header_fixed<6, 40>(tb, c, h);
+  else  // IPv4 with options, or a layout not seen yet
+    c = crc_masked_header(tb, c, h, n, f.ip_version, f.l3_len);
   const uint32_t after_bth = f.bth + uint32_t(sizeof(Bth));
   return crc32_update_fast(~c, f.base + after_bth, f.icrc - after_bth);
 }

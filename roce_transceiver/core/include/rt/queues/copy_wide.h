@@ -3,7 +3,6 @@
 // byte; 16-byte loads issued together arrive in about one round trip.
 #pragma once
 
-#include "rt/byte_copy.h"
 #include "rt/platform.h"
 
 namespace rt {
