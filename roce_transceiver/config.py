@@ -171,6 +171,11 @@ SCHEMA = Section(
             list, [], "memory regions RDMA WRITEs may land in: [{va, rkey, length}]", check=_regions
         ),
         "check_icrc": Field(bool, True, "drop frames whose ICRC is wrong"),
+        "express": Field(
+            bool,
+            True,
+            "take SEND Onlys that match the last accepted header the short way (same results)",
+        ),
         "completions": Field(
             bool, True, "record each message for the host (receive()); off for benchmarks"
         ),
@@ -298,6 +303,7 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
         "msg_buf_bytes": q["max_message_bytes"],
         "check_icrc": cfg["check_icrc"],
         "record_completions": cfg["completions"],
+        "express": cfg["express"],
         "qpn": cfg["qp"]["qpn"],
         "peer_qpn": cfg["qp"]["peer_qpn"],
         "transport": cfg["qp"]["transport"],

@@ -39,7 +39,7 @@ def run(
     out: TextIO | None = None,
 ) -> dict[str, Any]:
     out = out or sys.stdout
-    ops, ghz = _core.device_op_costs(request_frame(size, transport), repeats)
+    ops, ghz, express_taken = _core.device_op_costs(request_frame(size, transport), repeats)
     rows = [
         {
             "op": name,
@@ -56,6 +56,10 @@ def run(
         ns = f"{r['median_ns']:8.1f}" if r["median_ns"] is not None else "       -"
         line = f"{r['op']:<{width}}  {r['min_cycles']:9.0f}  {r['median_cycles']:9.0f}  {ns}"
         print(line, file=out)
+    print(
+        f"express path taken by {express_taken} of the {2 * repeats} express-step requests",
+        file=out,
+    )
     result = {
         "benchmark": "ops",
         "size": size,
@@ -63,6 +67,8 @@ def run(
         "repeats": repeats,
         "sm_ghz": ghz,
         "ops": rows,
+        "express_taken": express_taken,
+        "express_offered": 2 * repeats,
         "machine": machine_info(),
     }
     if json_path:

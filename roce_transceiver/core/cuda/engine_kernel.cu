@@ -28,63 +28,29 @@ constexpr uint32_t kControlEvery = 256;
 template <Scope S>
 __global__ void engine_kernel(EngineDesc d, EngineState* state, const uint32_t* stop,
                               uint64_t* heartbeat) {
-  // The warp polls and stages each frame into shared memory, every lane
-  // loading 16 bytes of it at once: one bus round trip for up to 512 bytes,
-  // where one thread's loads from pinned memory go one at a time. Lane 0 then
-  // runs the engine on the staged copy.
+  // The warp is the engine's team (team.h): it stages each frame into shared
+  // memory and each reply out of it, 16 bytes a lane, and shares the express
+  // path's compares and CRCs; the general path runs on lane 0. The state sits
+  // in shared memory, where every lane reads it.
   extern __shared__ __align__(16) uint8_t staging[];
+  __shared__ EngineState st;
   crc32_tables_to_shared();
-  const uint32_t lane = threadIdx.x;
+  const WarpTeam team;
   Staging stg{staging, staging + d.rx.slot_bytes};
-  EngineState st;
-  if (lane == 0) st = *state;  // registers and local memory, not a global round trip per field
+  if (team.leader()) st = *state;
+  team.sync();
   uint64_t passes = 0;
   for (;;) {
-    const RxDesc* desc = nullptr;
-    uint32_t ci = 0;
-    if (lane == 0) {
-      ci = st.rx_ci;
-      desc = rx_poll<S>(d.rx, ci);
-    }
-    const bool ready = __shfl_sync(0xFFFFFFFFu, desc != nullptr, 0);
-    if (ready) {
-      ci = __shfl_sync(0xFFFFFFFFu, ci, 0);
-      __syncwarp();  // lane 0's acquire orders every lane's reads of the slot after it
-      // __ldcv: fetch again, never an L1 line left from the slot's last use.
-      const auto* src = reinterpret_cast<const uint4*>(d.rx.slot(ci));
-      auto* dst = reinterpret_cast<uint4*>(stg.rx);
-      // The first 128 bytes go out with the descriptor fields, before the length is known.
-      uint4 head;
-      if (lane < 8) head = __ldcv(src + lane);
-      uint32_t len = 0;
-      uint64_t ts = 0;
-      if (lane == 0) {
-        len = desc->len;
-        ts = desc->timestamp_ns;
-      }
-      if (lane < 8) dst[lane] = head;
-      len = __shfl_sync(0xFFFFFFFFu, len, 0);
-      len = len < d.rx.slot_bytes ? len : d.rx.slot_bytes;
-      for (uint32_t c = 8 + lane; c < (len + 15) / 16; c += 32) dst[c] = __ldcv(src + c);
-      __syncwarp();
-      if (lane == 0) {
-        stg.staged = ci + 1;
-        stg.staged_len = len;
-        stg.staged_ts = ts;
-      }
-    }
+    engine_step<S>(team, d, st, &stg, 1);
     uint32_t quit = 0;
-    if (lane == 0) {
-      engine_step<S>(d, st, &stg, ready ? 1u : 0u);
-      if (++passes % kControlEvery == 0) {
-        store_relaxed<Scope::kSystem>(heartbeat, passes);
-        quit = load_acquire<Scope::kSystem>(stop);
-      }
+    if (++passes % kControlEvery == 0 && team.leader()) {
+      store_relaxed<Scope::kSystem>(heartbeat, passes);
+      quit = load_acquire<Scope::kSystem>(stop);
     }
-    __syncwarp();
-    if (__shfl_sync(0xFFFFFFFFu, quit, 0)) break;
+    if (team.from_leader(quit)) break;
   }
-  if (lane == 0) {
+  if (team.leader()) {
+    publish<Scope::kSystem>(st.tally, d.counters);  // stats() after stop() are exact
     store_relaxed<Scope::kSystem>(heartbeat, passes);
     *state = st;
   }

@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kMaxRepeats = 64;
 constexpr uint32_t kSlot = 2048;
-constexpr uint32_t kRxLog2 = 7;   // 128 requests: two runs of engine_step
+constexpr uint32_t kRxLog2 = 8;   // 256 requests: three runs of engine_step
 constexpr uint32_t kTxLog2 = 9;   // a reply and, for RC, an ACK per request
 constexpr uint32_t kAuxLog2 = 4;  // host_tx and completions, unused here
 
@@ -37,6 +37,7 @@ enum Op : int {
   kCrcSharedTables,
   kMaskedPrefix,
   kCopyBytes,
+  kEngineStepGeneral,
   kEngineStep,
   kEngineStepStaged,
   kNumOps
@@ -60,8 +61,9 @@ const char* const kOpNames[kNumOps] = {
     "crc32 of 80 B in shared memory, tables in shared memory",
     "icrc masked prefix, built in local memory",
     "byte loop copy of 32 B, shared to shared",
-    "engine_step, frame in a device-memory slot",
-    "engine_step, frame staged in shared memory",
+    "engine_step, general path (express off), staged",
+    "engine_step, express, frame in a device-memory slot",
+    "engine_step, express, frame staged in shared memory",
 };
 
 void check(cudaError_t err, const char* what) {
@@ -147,31 +149,27 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     }
   }
 
-  // Whole engine steps: the first `repeats` frames straight from their
-  // device-memory slots, the next `repeats` staged into shared memory first.
-  EngineState st;
-  engine_init(d, &st);
+  // Whole engine steps by the warp, one request each: `repeats` with the
+  // express path off (frames staged), then `repeats` on the express path
+  // straight from the device-memory slots, then `repeats` staged. The first
+  // general-path request teaches the express path its header.
+  __shared__ EngineState st;
+  if (lane == 0) engine_init(d, &st);
+  __syncwarp();
+  const WarpTeam team;
+  EngineDesc general = d;
+  general.express = false;
   Staging stg{f_in, f_out};
-  for (int rep = 0; rep < 2 * repeats; ++rep) {
-    const bool staged = rep >= repeats;
-    if (staged) {
-      const uint32_t ci = __shfl_sync(0xFFFFFFFFu, st.rx_ci, 0);
-      const RxDesc& desc = d.rx.descs[ci & d.rx.mask()];
-      const uint8_t* src = d.rx.slot(ci);
-      for (uint32_t i = lane; i < desc.len; i += 32) f_in[i] = src[i];
-      __syncwarp();
-      if (lane == 0) {
-        stg.staged = ci + 1;
-        stg.staged_len = desc.len;
-        stg.staged_ts = desc.timestamp_ns;
-      }
-    }
+  for (int rep = 0; rep < 3 * repeats; ++rep) {
+    const int op = kEngineStepGeneral + rep / repeats;
     __syncwarp();
     const uint64_t t0 = cycles();
-    if (lane == 0) sink += engine_step<Scope::kDevice>(d, st, staged ? &stg : nullptr, 1);
+    if (op == kEngineStepGeneral)
+      sink += engine_step<Scope::kDevice>(team, general, st, &stg, 1);
+    else
+      sink += engine_step<Scope::kDevice>(team, d, st, op == kEngineStepStaged ? &stg : nullptr, 1);
     __syncwarp();
     const uint64_t t1 = cycles();
-    const int op = staged ? kEngineStepStaged : kEngineStep;
     if (lane == 0) out[op * kMaxRepeats + rep % repeats] = t1 - t0;
   }
 
@@ -183,6 +181,7 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     span[0] = cycles() - c0;
     span[1] = now_ns() - g0;
     span[2] = sink;
+    span[3] = st.tally.v[uint32_t(Counter::kExpress)];
   }
 }
 
@@ -240,6 +239,7 @@ OpCosts device_op_costs(const std::vector<uint8_t>& request, int repeats) {
   d.handler.kind = HandlerKind::kEcho;
   d.batch = 16;
   d.check_icrc = true;
+  d.express = true;
 
   // The rx ring's image: the request again and again with consecutive PSNs.
   const uint32_t rx_depth = 1u << kRxLog2;
@@ -283,7 +283,7 @@ OpCosts device_op_costs(const std::vector<uint8_t>& request, int repeats) {
     d.reply_scratch_bytes = kSlot;
     uint32_t* dev_word = reinterpret_cast<uint32_t*>(c.take(4));
     uint64_t* out = reinterpret_cast<uint64_t*>(c.take(sizeof(uint64_t) * kNumOps * kMaxRepeats));
-    uint64_t* span = reinterpret_cast<uint64_t*>(c.take(3 * sizeof(uint64_t)));
+    uint64_t* span = reinterpret_cast<uint64_t*>(c.take(4 * sizeof(uint64_t)));
     uint8_t* frame = c.take(request.size());
     if (c.used > arena_bytes) throw std::logic_error("device_op_costs: arena too small");
     check(cudaMemcpy(d.rx.slots, slots.data(), slots.size(), cudaMemcpyHostToDevice), "rx slots");
@@ -301,12 +301,13 @@ OpCosts device_op_costs(const std::vector<uint8_t>& request, int repeats) {
     check(cudaGetLastError(), "launch");
     check(cudaDeviceSynchronize(), "kernel");
     std::vector<uint64_t> samples(size_t(kNumOps) * kMaxRepeats);
-    uint64_t span_host[3];
+    uint64_t span_host[4];
     check(
         cudaMemcpy(samples.data(), out, samples.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost),
         "results");
     check(cudaMemcpy(span_host, span, sizeof span_host, cudaMemcpyDeviceToHost), "clock span");
     costs.sm_ghz = span_host[1] ? double(span_host[0]) / double(span_host[1]) : 0.0;
+    costs.express_taken = span_host[3];
     for (int op = 0; op < kNumOps; ++op) {
       std::vector<uint64_t> v(samples.begin() + op * kMaxRepeats,
                               samples.begin() + op * kMaxRepeats + repeats);

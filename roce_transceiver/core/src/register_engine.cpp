@@ -28,14 +28,14 @@ void take_bytes(const pb::handle& v, uint8_t (&dst)[N], size_t want, const std::
 // programming error on the Python side and is reported as such.
 host::TransceiverConfig config_from_dict(const pb::dict& d) {
   static const std::set<std::string> known = {
-      "executor",   "far_end",       "rx_depth",         "tx_depth",
-      "slot_bytes", "host_tx_depth", "completion_depth", "completion_slot_bytes",
-      "batch",      "msg_buf_bytes", "check_icrc",       "record_completions",
-      "qpn",        "peer_qpn",      "transport",        "pkey",
-      "rx_psn",     "tx_psn",        "local_mac",        "peer_mac",
-      "ip_version", "local_ip",      "peer_ip",          "udp_sport",
-      "vlan",       "handler",       "qec_blob",         "regions",
-      "cpu_core",   "stop_timeout_s"};
+      "executor",   "far_end",        "rx_depth",         "tx_depth",
+      "slot_bytes", "host_tx_depth",  "completion_depth", "completion_slot_bytes",
+      "batch",      "msg_buf_bytes",  "check_icrc",       "record_completions",
+      "qpn",        "peer_qpn",       "transport",        "pkey",
+      "rx_psn",     "tx_psn",         "local_mac",        "peer_mac",
+      "ip_version", "local_ip",       "peer_ip",          "udp_sport",
+      "vlan",       "handler",        "qec_blob",         "regions",
+      "cpu_core",   "stop_timeout_s", "express"};
   for (const auto& item : d) {
     const std::string key = item.first.cast<std::string>();
     if (!known.count(key)) throw pb::value_error("engine config: unknown key '" + key + "'");
@@ -54,6 +54,7 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
   if (auto v = get("msg_buf_bytes")) c.msg_buf_bytes = v.cast<uint32_t>();
   if (auto v = get("check_icrc")) c.check_icrc = v.cast<bool>();
   if (auto v = get("record_completions")) c.record_completions = v.cast<bool>();
+  if (auto v = get("express")) c.express = v.cast<bool>();
   if (auto v = get("qpn")) c.qp.qpn = v.cast<uint32_t>();
   if (auto v = get("peer_qpn")) c.qp.peer_qpn = v.cast<uint32_t>();
   c.qp.transport = Transport::RC;

@@ -69,11 +69,12 @@ void register_floors(pybind11::module_& m) {
         pybind11::list ops;
         for (const bench::OpCost& op : c.ops)
           ops.append(pybind11::make_tuple(op.name, op.min_cycles, op.median_cycles));
-        return pybind11::make_tuple(ops, c.sm_ghz);
+        return pybind11::make_tuple(ops, c.sm_ghz, c.express_taken);
       },
       arg("request"), arg("repeats") = 32,
       "SM cycles (min, median over `repeats`) of each piece of the engine on the GPU, for the "
-      "SEND frame `request`: ([(name, min, median), ...], SM GHz). Raises RuntimeError without a "
+      "SEND frame `request`: ([(name, min, median), ...], SM GHz, requests the express-path steps "
+      "took that way). Raises RuntimeError without a "
       "GPU, ValueError for a frame that does not decode.");
 }
 

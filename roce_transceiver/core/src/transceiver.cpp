@@ -152,6 +152,7 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   d.batch = c.batch;
   d.check_icrc = c.check_icrc;
   d.record_completions = c.record_completions;
+  d.express = c.express;
   uint8_t* wire = on_gpu_ ? wire_.device() : wire_.host();
   d.rx = rx_ring(wire, rx, rx_log2, c.slot_bytes);
   d.tx = tx_ring(wire, tx, tx_log2, c.slot_bytes);
@@ -210,6 +211,7 @@ void Transceiver::cpu_loop() {
   EngineState& st = *reinterpret_cast<EngineState*>(state_.host());
   while (!stop_.load(std::memory_order_acquire))
     if (engine_step<Scope::kSystem>(desc_, st) == 0) spin_pause();
+  publish<Scope::kSystem>(st.tally, desc_.counters);  // stats() after stop() are exact
 }
 
 // Counts a call in progress for stop(); refuses one that begins after stop() did.

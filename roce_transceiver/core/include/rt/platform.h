@@ -122,6 +122,20 @@ RT_HD inline uint64_t load_relaxed(const uint64_t* p) {
 #endif
 }
 
+// Make an earlier relaxed load that saw a producer's flag an acquire: what the
+// producer wrote before its release is seen by every load after this.
+template <Scope S>
+RT_HD inline void fence_acquire() {
+#if RT_DEVICE_CODE
+  if constexpr (S == Scope::kSystem)
+    cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
+  else
+    cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
+#else
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+#endif
+}
+
 // Back off inside a spin: the x86 pause hint on the host, a short sleep on the GPU.
 RT_HD inline void spin_pause() {
 #if RT_DEVICE_CODE

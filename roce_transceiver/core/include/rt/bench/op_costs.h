@@ -26,6 +26,9 @@ struct OpCost {
 struct OpCosts {
   std::vector<OpCost> ops;
   double sm_ghz;  // cycles per ns of the SM that measured, against %globaltimer
+  // Requests the express-path steps (2 x repeats) actually took that way:
+  // fewer means those rows timed the general path.
+  uint64_t express_taken;
 };
 
 // `request` is a valid RoCEv2 SEND (Only) frame addressed to the engine; the

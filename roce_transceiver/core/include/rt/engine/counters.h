@@ -32,6 +32,7 @@ enum class Counter : uint32_t {
   kAcksReceived,  // RC ACKs for what we sent
   kNaksReceived,
   kHostSends,  // messages the host asked to transmit, sent
+  kExpress,    // SEND Onlys taken by the express path (prediction.h): a part of rx_packets
   kRingDrops,  // written by the producer: rx ring full, packet dropped
   kCount
 };
@@ -43,7 +44,7 @@ constexpr const char* kCounterNames[] = {
     "replies",        "icrc_errors",   "malformed",        "wrong_qp",     "bad_pkey",
     "psn_gaps",       "duplicates",    "opcode_sequence",  "out_of_range", "unsupported",
     "handler_errors", "tx_ring_full",  "completion_drops", "acks_sent",    "naks_sent",
-    "acks_received",  "naks_received", "host_sends",       "ring_drops",
+    "acks_received",  "naks_received", "host_sends",       "express",      "ring_drops",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
               "one name per counter");

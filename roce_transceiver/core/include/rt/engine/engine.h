@@ -14,6 +14,7 @@
 #include "rt/byte_copy.h"
 #include "rt/engine/completion.h"
 #include "rt/engine/counters.h"
+#include "rt/engine/prediction.h"
 #include "rt/handlers/dispatch.h"
 #include "rt/protocol/encode.h"
 #include "rt/protocol/psn.h"
@@ -55,6 +56,7 @@ struct EngineDesc {
   uint32_t batch;  // rx packets per step at most
   bool check_icrc;
   bool record_completions;
+  bool express;        // predicted SEND Onlys skip decoding (prediction.h)
   RxRing rx;           // wire in
   TxRing tx;           // wire out
   RxRing host_tx;      // host -> engine: payloads to SEND to the peer
@@ -85,30 +87,44 @@ struct EngineState {
   uint64_t write_next_va;    // where the next packet lands,
   uint32_t write_remaining;  // and what the RETH still allows
   CounterTally tally;
+  Prediction pred;  // the express path's view of the queue pair
 };
 
-// Staging buffers for an executor whose rings sit across PCIe from it (a
-// kernel polling pinned host memory): each frame is copied in, and each reply
-// out, with 16-byte accesses issued together, instead of being read and written
-// byte by byte over the bus. Null: the engine works in the ring slots directly.
+// Staging buffers for an executor whose rings sit across the bus from it (a
+// kernel and pinned host memory, or device memory and a kernel's shared
+// memory): the team copies each frame in, and each reply out, with 16-byte
+// accesses issued together, instead of reading and writing the ring byte by
+// byte. Null: the engine works in the ring slots directly.
 struct Staging {
   uint8_t* rx;  // slot_bytes, 16-byte aligned
   uint8_t* tx;  // slot_bytes, 16-byte aligned
-  // Set by an executor that polled and staged the next frame itself (the
-  // CUDA kernel, with the whole warp): rx index + 1 of the frame in `rx`, and
-  // its length and timestamp. 0: nothing staged.
-  uint32_t staged = 0;
-  uint32_t staged_len = 0;
-  uint64_t staged_ts = 0;
 };
+
+// Our SEND Only to the peer; its PSN is set per packet.
+RT_HD inline FrameSpec reply_send_spec(const EngineDesc& d) {
+  FrameSpec spec = d.reply_spec;
+  spec.opcode = make_opcode(d.qp.transport, 0x04);  // SEND_ONLY
+  spec.dest_qp = d.qp.peer_qpn;
+  spec.ack_req = d.qp.transport == Transport::RC;
+  return spec;
+}
 
 RT_HD inline void engine_init(const EngineDesc& d, EngineState* st) {
   *st = EngineState{};
   st->expected_psn = d.qp.rx_psn & kPsnMask;
   st->send_psn = d.qp.tx_psn & kPsnMask;
+  predict_reply(st->pred, reply_send_spec(d));
 }
 
 namespace engine_detail {
+
+// The tx slot at tx_pi holds a frame of `len` bytes: submit it and count it.
+template <Scope S>
+RT_HD inline void submit_counted(const EngineDesc& d, EngineState& st, uint32_t len) {
+  tx_submit<S>(d.tx, st.tx_pi, len, 0, now_ns());
+  count(st.tally, Counter::kTxPackets);
+  count(st.tally, Counter::kTxBytes, len);
+}
 
 enum class Verdict : uint8_t { kAccept, kDrop };
 
@@ -124,9 +140,7 @@ RT_HD inline bool encode_and_submit(const EngineDesc& d, EngineState& st, const 
     return false;
   }
   if (stg) copy_wide(slot, out, e.len);
-  tx_submit<S>(d.tx, st.tx_pi, e.len, 0, now_ns());
-  count(st.tally, Counter::kTxPackets);
-  count(st.tally, Counter::kTxBytes, e.len);
+  submit_counted<S>(d, st, e.len);
   return true;
 }
 
@@ -235,41 +249,43 @@ RT_HD inline int find_region(const EngineDesc& d, uint32_t rkey, uint64_t va, ui
   return -1;
 }
 
-// Hand a completed message to the handler, transmit its reply, record it.
+// The handler's answer to one message, and where its reply frame is built.
+struct HandlerReply {
+  uint8_t* slot;   // the tx slot reserved for the reply, or null: the ring is full
+  uint8_t* frame;  // where the reply frame is built: the slot, or the staging buffer
+  uint8_t* out;    // the reply payload (in `frame`, or the scratch buffer)
+  int n;           // what the handler returned
+  uint8_t flags;   // the completion's flags so far
+};
+
+// Run the handler on a completed message; its reply payload goes `offset`
+// bytes into the reply frame.
 template <Scope S>
-RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* stg,
-                          const Message& m, uint32_t psn, uint64_t rx_ts) {
+RT_HD inline HandlerReply run_handler(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                      const Message& m, uint32_t offset) {
   count(st.tally, Counter::kMessages);
-  FrameSpec spec = d.reply_spec;
-  spec.opcode = make_opcode(d.qp.transport, 0x04);  // SEND_ONLY
-  spec.dest_qp = d.qp.peer_qpn;
-  spec.ack_req = d.qp.transport == Transport::RC;
-  const uint32_t offset = payload_offset(spec);
-  uint8_t* slot = tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen);
+  HandlerReply r;
+  r.slot = tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen);
   // The largest payload whose padded length and ICRC still fit the slot.
   const uint32_t room =
       d.tx.slot_bytes > offset + kIcrcBytes ? (d.tx.slot_bytes - offset - kIcrcBytes) & ~3u : 0;
-  uint8_t* frame_out = slot ? (stg ? stg->tx : slot) : nullptr;
-  uint8_t* out = frame_out ? frame_out + offset : d.reply_scratch;
-  const int n = handle(d.handler, m, out, slot ? room : d.reply_scratch_bytes);
-  uint8_t flags = m.has_imm ? kCompletionHasImm : 0;
-  if (n == kHandlerError) {
+  r.frame = r.slot ? (stg ? stg->tx : r.slot) : nullptr;
+  r.out = r.frame ? r.frame + offset : d.reply_scratch;
+  r.n = handle(d.handler, m, r.out, r.slot ? room : d.reply_scratch_bytes);
+  r.flags = m.has_imm ? kCompletionHasImm : 0;
+  if (r.n == kHandlerError) {
     count(st.tally, Counter::kHandlerErrors);
-    flags |= kCompletionHandlerError;
-  } else if (n >= 0) {
-    if (!slot) {
-      count(st.tally, Counter::kTxRingFull);
-      flags |= kCompletionReplyDropped;
-    } else {
-      spec.psn = st.send_psn;
-      if (encode_and_submit<S>(d, st, stg, slot, frame_out, spec, ByteSpan(out, uint32_t(n)))) {
-        st.send_psn = psn_add(st.send_psn, 1);
-        count(st.tally, Counter::kReplies);
-      } else {
-        flags |= kCompletionHandlerError;
-      }
-    }
+    r.flags |= kCompletionHandlerError;
+  } else if (r.n >= 0 && !r.slot) {
+    count(st.tally, Counter::kTxRingFull);
+    r.flags |= kCompletionReplyDropped;
   }
+  return r;
+}
+
+// The host's record of one message: request and reply bytes, as much as fits.
+RT_HD inline void record_completion(const EngineDesc& d, EngineState& st, const Message& m,
+                                    const HandlerReply& r, uint32_t psn, uint64_t rx_ts) {
   if (!d.record_completions) return;
   uint8_t* rec = tx_reserve<Scope::kSystem>(d.completions, st.comp_pi, st.comp_ci_seen);
   if (!rec) {
@@ -279,19 +295,37 @@ RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* s
   CompletionRecord& c = *reinterpret_cast<CompletionRecord*>(rec);
   const uint32_t half = completion_data_bytes(d.completions.slot_bytes);
   const uint32_t req_n = m.len < half ? m.len : half;
-  const uint32_t rep_n = n > 0 ? (uint32_t(n) < half ? uint32_t(n) : half) : 0;
+  const uint32_t rep_n = r.n > 0 ? (uint32_t(r.n) < half ? uint32_t(r.n) : half) : 0;
   c.request_len = m.len;
-  c.reply_len = n;
+  c.reply_len = r.n;
   c.imm = m.imm;
   c.opcode = m.opcode;
-  c.flags = flags;
+  c.flags = r.flags;
   c.psn = psn;
   c.rx_timestamp_ns = rx_ts;
   c.done_timestamp_ns = now_ns();
   copy_bytes(rec + sizeof(CompletionRecord), m.data, req_n);
-  copy_bytes(rec + sizeof(CompletionRecord) + half, out, rep_n);
+  copy_bytes(rec + sizeof(CompletionRecord) + half, r.out, rep_n);
   tx_submit<Scope::kSystem>(d.completions, st.comp_pi, sizeof(CompletionRecord) + 2 * half, 0,
                             c.done_timestamp_ns);
+}
+
+// Hand a completed message to the handler, transmit its reply, record it.
+template <Scope S>
+RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* stg,
+                          const Message& m, uint32_t psn, uint64_t rx_ts) {
+  FrameSpec spec = reply_send_spec(d);
+  HandlerReply r = run_handler<S>(d, st, stg, m, payload_offset(spec));
+  if (r.n >= 0 && r.slot) {
+    spec.psn = st.send_psn;
+    if (encode_and_submit<S>(d, st, stg, r.slot, r.frame, spec, ByteSpan(r.out, uint32_t(r.n)))) {
+      st.send_psn = psn_add(st.send_psn, 1);
+      count(st.tally, Counter::kReplies);
+    } else {
+      r.flags |= kCompletionHandlerError;
+    }
+  }
+  record_completion(d, st, m, r, psn, rx_ts);
 }
 
 // SEND First/Middle/Last/Only: assemble, deliver on Last/Only.
@@ -304,6 +338,7 @@ RT_HD inline Verdict execute_send(const EngineDesc& d, EngineState& st, const St
   if (m.has_imm) m.imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
   if (f.op.is(kOnly)) {  // zero copy: the handler reads the rx slot
     deliver<S>(d, st, stg, m, psn, rx_ts);
+    predict_from(st.pred, f);  // the next one will likely look the same
     return Verdict::kAccept;
   }
   if (f.op.is(kFirst)) st.msg_len = 0;
@@ -439,10 +474,7 @@ RT_HD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st, const 
     const RxDesc* desc = rx_poll<Scope::kSystem>(d.host_tx, st.host_ci);
     if (!desc) break;
     if (!tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen)) break;
-    FrameSpec spec = d.reply_spec;
-    spec.opcode = make_opcode(d.qp.transport, 0x04);  // SEND_ONLY
-    spec.dest_qp = d.qp.peer_qpn;
-    spec.ack_req = d.qp.transport == Transport::RC;
+    FrameSpec spec = reply_send_spec(d);
     spec.psn = st.send_psn;
     if (transmit<S>(d, st, stg, spec, ByteSpan(d.host_tx.slot(st.host_ci), desc->len))) {
       st.send_psn = psn_add(st.send_psn, 1);
@@ -454,57 +486,183 @@ RT_HD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st, const 
   return n;
 }
 
+// A frame taken from the rx ring, where the team reads it.
+struct Arrival {
+  const uint8_t* frame;  // null: nothing arrived
+  uint32_t len;
+  uint64_t ts;
+  // Read in the same trip as its descriptor, not after it: good only once
+  // its ICRC matched; otherwise it is read again (stage_ordered).
+  bool speculative;
+};
+
+// Team-wide: copy the frame of rx slot `ci` into the staging buffer, after an
+// acquire on the descriptor the leader already read.
+template <Scope S, class Team>
+RT_HD inline void stage_ordered(const Team& t, const EngineDesc& d, uint32_t ci, Staging* stg,
+                                uint32_t len) {
+  if (t.leader()) fence_acquire<S>();
+  t.sync();  // every lane's reads after the leader's acquire
+  const uint8_t* slot = d.rx.slot(ci);
+  for (uint32_t c = t.lane(); c * kChunkBytes < len; c += t.size())
+    reinterpret_cast<Chunk16*>(stg->rx)[c] = load_fresh16(slot + c * kChunkBytes);
+  t.sync();
+}
+
+// Team-wide: the frame at st.rx_ci if its producer published it. With
+// staging, the leader reads the descriptor while every lane reads its chunk
+// of the slot, all in one bus round trip; such a frame is speculative.
+template <Scope S, class Team>
+RT_HD inline Arrival arrive(const Team& t, const EngineDesc& d, const EngineState& st,
+                            Staging* stg) {
+  const uint32_t ci = st.rx_ci;
+  const RxDesc* desc = &d.rx.descs[ci & d.rx.mask()];
+  uint32_t ready = 0, len = 0;
+  uint64_t ts = 0;
+  if (!stg) {
+    if (t.leader() && rx_poll<S>(d.rx, ci)) {
+      ready = 1;
+      len = desc->len;
+      ts = desc->timestamp_ns;
+    }
+  } else {
+    Chunk16 head{};
+    if (t.leader()) head = load_fresh16(reinterpret_cast<const uint8_t*>(desc));
+    const uint32_t ahead =
+        (d.rx.slot_bytes < kExpressMaxFrame ? d.rx.slot_bytes : kExpressMaxFrame);
+    const uint8_t* slot = d.rx.slot(ci);
+    for (uint32_t c = t.lane(); c * kChunkBytes < ahead; c += t.size())
+      reinterpret_cast<Chunk16*>(stg->rx)[c] = load_fresh16(slot + c * kChunkBytes);
+    if (t.leader() && (uint32_t(head.lo >> 32) & kRxPhaseBit) == d.rx.phase(ci)) {
+      ready = 1;
+      len = uint32_t(head.lo);
+      ts = head.hi;
+    }
+  }
+  if (!t.from_leader(ready)) return Arrival{};
+  len = t.from_leader(len);
+  len = len < d.rx.slot_bytes ? len : d.rx.slot_bytes;
+  if (!stg) return Arrival{d.rx.slot(ci), len, t.from_leader(ts), false};
+  ts = t.from_leader(ts);
+  t.sync();
+  // Unchecked by an ICRC, or longer than what was read ahead: read it again, in order.
+  if (!d.check_icrc || len > kExpressMaxFrame) {
+    stage_ordered<S>(t, d, ci, stg, len);
+    return Arrival{stg->rx, len, ts, false};
+  }
+  return Arrival{stg->rx, len, ts, true};
+}
+
+// Team-wide: take a predicted SEND Only (prediction.h) the short way:
+// compare the header, check the ICRC with every lane, run the handler, patch
+// the reply template. True when the frame was taken; false leaves it, and
+// the state, to the general path. Everything counted and changed here is what
+// receive_packet() counts and changes for the same frame.
+template <Scope S, class Team>
+RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, Staging* stg,
+                          const Arrival& a) {
+  if (!d.express || st.in_message || st.resync || st.pred.reply.len == 0) return false;
+  if ((reinterpret_cast<uintptr_t>(a.frame) & 15) || d.rx.slot_bytes < kPredictBytes) return false;
+  ExpressRequest req;
+  if (!predicted(t, st.pred, a.frame, a.len, &req) || req.psn != st.expected_psn) return false;
+  if ((d.check_icrc || a.speculative) &&
+      icrc_team(t, a.frame, req.layout) != load_le32(a.frame + req.layout.end))
+    return false;
+  uint32_t reply_len = 0;
+  const Message m{a.frame + req.payload, req.payload_len, 0, false,
+                  a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))]};
+  HandlerReply r{};
+  if (t.leader()) {
+    count(st.tally, Counter::kRxPackets);
+    count(st.tally, Counter::kRxBytes, a.len);
+    count(st.tally, Counter::kExpress);
+    r = run_handler<S>(d, st, stg, m, st.pred.reply.len);
+    if (r.n >= 0 && r.slot) reply_len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn);
+  }
+  reply_len = t.from_leader(reply_len);
+  if (reply_len) {
+    t.sync();  // the leader's header and the handler's payload, seen by every lane
+    uint8_t* slot = d.tx.slot(st.tx_pi);
+    uint8_t* out = stg ? stg->tx : slot;
+    IcrcLayout l = st.pred.reply.layout;
+    l.end = reply_len - kIcrcBytes;
+    const uint32_t icrc = icrc_team(t, out, l);
+    if (t.leader()) store_le32(out + l.end, icrc);
+    t.sync();
+    if (stg) {
+      copy_wide_team(t, slot, out, reply_len);
+      t.sync();  // every lane's stores before the leader's doorbell
+    }
+    if (t.leader()) {
+      submit_counted<S>(d, st, reply_len);
+      st.send_psn = psn_add(st.send_psn, 1);
+      count(st.tally, Counter::kReplies);
+    }
+  }
+  if (t.leader()) {
+    record_completion(d, st, m, r, req.psn, a.ts);
+    st.expected_psn = psn_add(req.psn, 1);
+    if (d.qp.transport == Transport::RC) {
+      st.nak_sent = false;
+      st.msn = psn_add(st.msn, 1);
+    }
+  }
+  t.sync();
+  return true;
+}
+
 }  // namespace engine_detail
 
-// One pass of the loop. Returns the work done (packets and host sends), so an
-// executor can back off when it is 0. S is the scope of the wire rings (rx,
-// tx): kSystem when the far side is a CPU thread, kDevice when it is a GPU
-// block. The host-facing rings and the counters are always kSystem.
-template <Scope S>
-RT_HD inline uint32_t engine_step(const EngineDesc& d, EngineState& st, Staging* stg = nullptr,
-                                  uint32_t max_rx = 0xFFFFFFFFu) {
+// One pass of the loop, run by a team (team.h): a CPU thread alone, or a
+// warp. Returns the work done (packets and host sends), so an executor can
+// back off when it is 0. S is the scope of the wire rings (rx, tx): kSystem
+// when the far side is a CPU thread, kDevice when it is a GPU block. The
+// host-facing rings and the counters are always kSystem. `st` is shared by the
+// team (a warp keeps it in shared memory).
+template <Scope S, class Team>
+RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineState& st,
+                                  Staging* stg = nullptr, uint32_t max_rx = 0xFFFFFFFFu) {
+  using namespace engine_detail;
   const uint32_t limit = max_rx < d.batch ? max_rx : d.batch;
   uint32_t done = 0;
   for (; done < limit; ++done) {
-    const uint8_t* frame;
-    uint32_t len;
-    uint64_t ts;
-    if (stg && stg->staged == st.rx_ci + 1) {  // polled and staged by the executor
-      frame = stg->rx;
-      len = stg->staged_len;
-      ts = stg->staged_ts;
-      stg->staged = 0;
-    } else {
-      const RxDesc* desc = rx_poll<S>(d.rx, st.rx_ci);
-      if (!desc) break;
-      len = desc->len < d.rx.slot_bytes ? desc->len : d.rx.slot_bytes;
-      ts = desc->timestamp_ns;
-      frame = d.rx.slot(st.rx_ci);
-      if (stg) {
-        copy_wide(stg->rx, frame, len);
-        frame = stg->rx;
-      }
+    const Arrival a = arrive<S>(t, d, st, stg);
+    if (!a.frame) break;
+    if (!express<S>(t, d, st, stg, a)) {
+      if (a.speculative) stage_ordered<S>(t, d, st.rx_ci, stg, a.len);
+      if (t.leader()) receive_packet<S>(d, st, stg, ByteSpan(a.frame, a.len), a.ts);
     }
-    engine_detail::receive_packet<S>(d, st, stg, ByteSpan(frame, len), ts);
-    ++st.rx_ci;
+    if (t.leader()) ++st.rx_ci;
+    t.sync();
   }
-  ++st.passes;
-  // Slots go back in bulk (each release is a fence and a bus write), and at
-  // once when the loop goes idle, so a producer never waits on a lazy release.
-  const uint32_t held = st.rx_ci - st.rx_released;
-  if (held && (done == 0 || held >= (d.rx.depth() >> 2))) {
-    rx_release<S>(d.rx, st.rx_ci);
-    st.rx_released = st.rx_ci;
+  if (t.leader()) {
+    ++st.passes;
+    // Slots go back in bulk (each release is a fence and a bus write), and at
+    // once when the loop goes idle, so a producer never waits on a lazy release.
+    const uint32_t held = st.rx_ci - st.rx_released;
+    if (held && (done == 0 || held >= (d.rx.depth() >> 2))) {
+      rx_release<S>(d.rx, st.rx_ci);
+      st.rx_released = st.rx_ci;
+    }
+    // The host's send ring is polled every 16th pass: sends are not on the
+    // request/reply critical path, and each poll may cross the bus.
+    if ((st.passes & 15) == 0) done += drain_host_tx<S>(d, st, stg);
+    st.since_publish += done;
+    if (st.tally.dirty && (done == 0 || st.since_publish >= 32)) {
+      publish<Scope::kSystem>(st.tally, d.counters);
+      st.since_publish = 0;
+    }
   }
-  // The host's send ring is polled every 16th pass: sends are not on the
-  // request/reply critical path, and each poll may cross the bus.
-  if ((st.passes & 15) == 0) done += engine_detail::drain_host_tx<S>(d, st, stg);
-  st.since_publish += done;
-  if (st.tally.dirty && (done == 0 || st.since_publish >= 32)) {
-    publish<Scope::kSystem>(st.tally, d.counters);
-    st.since_publish = 0;
-  }
+  done = t.from_leader(done);
+  t.sync();
   return done;
+}
+
+// A CPU thread's pass: the team of one.
+template <Scope S>
+inline uint32_t engine_step(const EngineDesc& d, EngineState& st, Staging* stg = nullptr,
+                            uint32_t max_rx = 0xFFFFFFFFu) {
+  return engine_step<S>(SoloTeam{}, d, st, stg, max_rx);
 }
 
 }  // namespace rt

@@ -38,6 +38,7 @@ struct TransceiverConfig {
   uint32_t msg_buf_bytes = 65536;
   bool check_icrc = true;
   bool record_completions = true;
+  bool express = true;
   QpConfig qp{};
   FrameSpec local{};  // our addresses (src_*) and the peer's (dst_*), as in our replies
   HandlerKind handler = HandlerKind::kEcho;

@@ -13,6 +13,7 @@ constexpr uint32_t kCrc32Poly = 0xEDB88320u;  // x^32 + x^26 + ... + 1, bit-reve
 
 struct Crc32Tables {
   uint32_t t[8][256];  // t[k][b]: CRC of byte b followed by k zero bytes
+  uint32_t x128j[32];  // x^(128 j) mod P: what 16 j zero bytes multiply a register by
 };
 
 RT_HD constexpr Crc32Tables make_crc32_tables() {
@@ -25,6 +26,12 @@ RT_HD constexpr Crc32Tables make_crc32_tables() {
   for (uint32_t b = 0; b < 256; ++b)
     for (int k = 1; k < 8; ++k)
       tables.t[k][b] = (tables.t[k - 1][b] >> 8) ^ tables.t[0][tables.t[k - 1][b] & 0xFF];
+  // A zero byte fed to the register multiplies it by x^8; x^0 is bit 31.
+  uint32_t x = 0x80000000u;
+  for (int j = 0; j < 32; ++j) {
+    tables.x128j[j] = x;
+    for (int i = 0; i < 16; ++i) x = tables.t[0][x & 0xFF] ^ (x >> 8);
+  }
   return tables;
 }
 
@@ -53,9 +60,9 @@ RT_HD inline const Crc32Tables& crc32_tables() {
 // Every kernel that computes a CRC calls this first, with all threads of the
 // block (it ends with __syncthreads()).
 __device__ inline void crc32_tables_to_shared() {
-  const uint32_t* src = &detail::kCrc32DeviceTables.t[0][0];
-  uint32_t* dst = &detail::g_crc32_shared_tables.t[0][0];
-  for (uint32_t i = threadIdx.x; i < 8 * 256; i += blockDim.x) dst[i] = src[i];
+  const auto* src = reinterpret_cast<const uint32_t*>(&detail::kCrc32DeviceTables);
+  auto* dst = reinterpret_cast<uint32_t*>(&detail::g_crc32_shared_tables);
+  for (uint32_t i = threadIdx.x; i < sizeof(Crc32Tables) / 4; i += blockDim.x) dst[i] = src[i];
   __syncthreads();
 }
 #endif

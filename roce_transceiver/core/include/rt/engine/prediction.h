@@ -1,0 +1,185 @@
+// Header prediction: what the engine's express path knows about its queue
+// pair.
+//
+// Nearly every packet on a queue pair repeats the last one: the same peer, a
+// SEND Only, the next PSN. So the engine keeps the header of the last SEND
+// Only it accepted, with a mask of the bytes that must match (the fields that
+// change from packet to packet, or that routers rewrite, are left out), and a
+// reply header encoded once, whose lengths, PSN, pad and checksums are
+// patched per reply. A request that matches skips decoding; one that does not
+// goes the general way (engine.h), which decides everything the match relies
+// on: the match only ever accepts what the general path would accept.
+//
+// Team-wide functions (team.h) split the header into 16-byte chunks.
+#pragma once
+
+#include "rt/protocol/encode.h"
+#include "rt/protocol/icrc_team.h"
+#include "rt/team.h"
+
+namespace rt {
+
+// Header room: Ethernet + 802.1Q + IPv6 + UDP + BTH is 78 bytes.
+constexpr uint32_t kPredictBytes = 96;
+// The express path's frames at most: one 16-byte chunk per lane of a warp
+// covers the ICRC's input.
+constexpr uint32_t kExpressMaxFrame = 512;
+
+struct HeaderTemplate {
+  alignas(16) uint8_t bytes[kPredictBytes];
+  uint32_t len;  // header bytes, Ethernet to payload; 0: none
+  IcrcLayout layout;
+};
+
+struct Prediction {
+  HeaderTemplate expect;                    // the last accepted SEND Only
+  alignas(16) uint8_t care[kPredictBytes];  // 0xFF bits must match `expect`
+  HeaderTemplate reply;                     // our SEND Only to the peer, empty payload
+  uint32_t reply_ip_sum;                    // IPv4: header sum without length and checksum
+};
+
+namespace prediction_detail {
+
+RT_HD inline void put_be16(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+RT_HD inline uint32_t get_be16(const uint8_t* p) { return uint32_t(p[0]) << 8 | p[1]; }
+
+RT_HD inline IcrcLayout layout_of(const FrameView& f) {
+  return IcrcLayout{f.l3, f.l3_len, f.ip_version, f.bth + uint32_t(sizeof(Bth)) - f.l3, 0};
+}
+
+}  // namespace prediction_detail
+
+// Learn the header of a SEND Only the general path accepted. Headers it
+// cannot predict (immediate data, an ACK request, Ethernet padding, lengths
+// that do not add up) leave the prediction as it was.
+RT_HD inline void predict_from(Prediction& p, const FrameView& f) {
+  using namespace prediction_detail;
+  const Bth& bth = f.bth_hdr();
+  if ((bth.opcode & 0x1F) != 0x04 || bth.ack_requested()) return;
+  if (f.payload > kPredictBytes || f.end != f.len || f.len > kExpressMaxFrame) return;
+  if (f.ip_version == 4 && get_be16(f.base + f.l3 + 2) != f.end - f.l3) return;
+  if (f.ip_version == 6 && get_be16(f.base + f.l3 + 4) != f.end - f.l3 - f.l3_len) return;
+  uint8_t* care = p.care;
+  for (uint32_t i = 0; i < kPredictBytes; ++i) care[i] = i < f.payload ? 0xFF : 0;
+  const uint32_t l3 = f.l3;
+  if (f.ip_version == 4) {
+    care[l3 + 1] = 0;                   // TOS: ECN is rewritten on the way
+    care[l3 + 2] = care[l3 + 3] = 0;    // total length: checked against the frame
+    care[l3 + 4] = care[l3 + 5] = 0;    // identification
+    care[l3 + 8] = 0;                   // TTL
+    care[l3 + 10] = care[l3 + 11] = 0;  // header checksum: not checked (nor by decode)
+  } else {
+    care[l3] = 0xF0;  // version; traffic class and flow label vary
+    care[l3 + 1] = care[l3 + 2] = care[l3 + 3] = 0;
+    care[l3 + 4] = care[l3 + 5] = 0;  // payload length: checked against the frame
+    care[l3 + 7] = 0;                 // hop limit
+  }
+  care[f.l4 + 4] = care[f.l4 + 5] = 0;  // UDP length: checked against the frame
+  care[f.l4 + 6] = care[f.l4 + 7] = 0;  // UDP checksum
+  care[f.bth + 1] = 0xCF;               // pad count
+  care[f.bth + 4] = 0;                  // FECN, BECN, reserved
+  care[f.bth + 9] = care[f.bth + 10] = care[f.bth + 11] = 0;  // PSN
+  copy_bytes(p.expect.bytes, f.base, f.payload);
+  zero_bytes(p.expect.bytes + f.payload, kPredictBytes - f.payload);
+  p.expect.layout = layout_of(f);
+  p.expect.len = f.payload;
+}
+
+// The reply template: `spec` (a SEND Only) encoded with no payload.
+RT_HD inline void predict_reply(Prediction& p, const FrameSpec& spec) {
+  using namespace prediction_detail;
+  p.reply.len = 0;
+  alignas(16) uint8_t frame[kPredictBytes + kIcrcBytes];
+  const EncodeResult e = encode(spec, ByteSpan(), MutByteSpan(frame, sizeof frame));
+  if (!e.ok()) return;  // a header longer than the template room: no express replies
+  const DecodeResult r = decode(ByteSpan(frame, e.len));
+  if (!r.ok()) return;
+  const FrameView& f = r.frame;
+  zero_bytes(p.reply.bytes, kPredictBytes);
+  copy_bytes(p.reply.bytes, frame, f.payload);
+  p.reply.layout = layout_of(f);
+  p.reply.len = f.payload;
+  p.reply_ip_sum = 0;
+  if (f.ip_version == 4) {
+    for (uint32_t i = 0; i < f.l3_len; i += 2)
+      if (i != 2 && i != 10) p.reply_ip_sum += get_be16(frame + f.l3 + i);
+  }
+}
+
+// What a matching request carries.
+struct ExpressRequest {
+  uint32_t payload;      // offset
+  uint32_t payload_len;  // without pad
+  uint32_t psn;
+  IcrcLayout layout;  // with its end set
+};
+
+// Team-wide: does `frame` (16-byte aligned) match the prediction? Fills `req`
+// when it does. Checks what the general path's decode would: lengths that add
+// up, the pad within the body; the rest is in the bytes compared.
+template <class Team>
+RT_HD inline bool predicted(const Team& t, const Prediction& p, const uint8_t* frame, uint32_t len,
+                            ExpressRequest* req) {
+  using namespace prediction_detail;
+  const HeaderTemplate& h = p.expect;
+  if (h.len == 0 || len > kExpressMaxFrame || len < h.len + kIcrcBytes) return false;
+  bool differ = false;
+  for (uint32_t c = t.lane(); c * kChunkBytes < h.len; c += t.size()) {
+    const auto* got = reinterpret_cast<const uint32_t*>(frame + c * kChunkBytes);
+    const auto* want = reinterpret_cast<const uint32_t*>(h.bytes + c * kChunkBytes);
+    const auto* care = reinterpret_cast<const uint32_t*>(p.care + c * kChunkBytes);
+    for (int w = 0; w < 4; ++w) differ |= ((got[w] ^ want[w]) & care[w]) != 0;
+  }
+  if (t.any(differ)) return false;
+  const IcrcLayout& l = h.layout;
+  const uint32_t l4 = l.l3 + l.l3_len;
+  const uint32_t ip_len = l.ip_version == 4 ? len - l.l3 : len - l4;
+  if (get_be16(frame + l.l3 + (l.ip_version == 4 ? 2 : 4)) != ip_len) return false;
+  if (get_be16(frame + l4 + 4) != len - l4) return false;
+  const uint32_t bth = l.l3 + l.masked - uint32_t(sizeof(Bth));
+  const uint32_t pad = (frame[bth + 1] >> 4) & 3;
+  const uint32_t body = len - kIcrcBytes - h.len;
+  if (pad > body) return false;
+  req->payload = h.len;
+  req->payload_len = body - pad;
+  req->psn = uint32_t(frame[bth + 9]) << 16 | uint32_t(frame[bth + 10]) << 8 | frame[bth + 11];
+  req->layout = l;
+  req->layout.end = len - kIcrcBytes;
+  return icrc_team_fits(req->layout);
+}
+
+// Leader: the reply header for `payload_len` bytes at `frame` + reply.len,
+// PSN `psn`; zeroes the pad. Returns the frame's length; the ICRC is the
+// caller's (a team computes it).
+RT_HD inline uint32_t patch_reply(const Prediction& p, uint8_t* frame, uint32_t payload_len,
+                                  uint32_t psn) {
+  using namespace prediction_detail;
+  const HeaderTemplate& h = p.reply;
+  const IcrcLayout& l = h.layout;
+  const uint32_t pad = (4 - (payload_len & 3)) & 3;
+  const uint32_t len = h.len + payload_len + pad + kIcrcBytes;
+  const uint32_t l4 = l.l3 + l.l3_len;
+  const uint32_t bth = l4 + uint32_t(sizeof(UdpHdr));
+  copy_bytes(frame, h.bytes, h.len);
+  zero_bytes(frame + h.len + payload_len, pad);
+  if (l.ip_version == 4) {
+    put_be16(frame + l.l3 + 2, len - l.l3);
+    uint32_t sum = p.reply_ip_sum + (len - l.l3);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    put_be16(frame + l.l3 + 10, ~sum & 0xFFFF);
+  } else {
+    put_be16(frame + l.l3 + 4, len - l4);
+  }
+  put_be16(frame + l4 + 4, len - l4);
+  frame[bth + 1] = uint8_t(h.bytes[bth + 1] | pad << 4);
+  frame[bth + 9] = uint8_t(psn >> 16);
+  frame[bth + 10] = uint8_t(psn >> 8);
+  frame[bth + 11] = uint8_t(psn);
+  return len;
+}
+
+}  // namespace rt
