@@ -37,13 +37,15 @@ bench() {  # name, args...
   local name=$1
   shift
   timeout -s ABRT 90 $py -m roce_transceiver bench "$@" --json "$out/$name.json" 2>&1 |
-    tee "$out/$name.txt" | tail -6
+    tee "$out/$name.txt" | tail -7
 }
 timeout -s ABRT 60 $py -m roce_transceiver bench ops --size 32 --json "$out/ops.json" 2>&1 |
   tee "$out/ops.txt"
 bench roundtrip_cpu_cpu roundtrip --executor cpu --far-end cpu --count 20000
 bench roundtrip_cuda_cpu roundtrip --executor cuda --far-end cpu --count 20000
 bench roundtrip_cuda_gpu roundtrip --executor cuda --far-end gpu --count 20000
+bench roundtrip_cuda_cpu_general roundtrip --executor cuda --far-end cpu --count 20000 --no-express
+bench roundtrip_cuda_gpu_general roundtrip --executor cuda --far-end gpu --count 20000 --no-express
 bench qec_cuda_gpu qec --executor cuda --far-end gpu --count 200000
 bench qec_cuda_cpu qec --executor cuda --far-end cpu --count 100000
 kill "$sampler" 2>/dev/null

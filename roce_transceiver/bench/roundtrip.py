@@ -104,6 +104,15 @@ def _report(
     return result
 
 
+def _express_use(t: Transceiver, out: TextIO) -> dict[str, Any]:
+    """How many requests took the express path (after stop(): final counters)."""
+    stats = t.stats()
+    express, rx = stats["express"], stats["rx_packets"]
+    on = t.config["express"]
+    print(f"express path {'on' if on else 'off'}: {express} of {rx} packets took it", file=out)
+    return {"express": on, "express_packets": express, "rx_packets": rx}
+
+
 def run_roundtrip(
     executor: str = "auto",
     far_end: str = "cpu",
@@ -111,6 +120,7 @@ def run_roundtrip(
     count: int = 10_000,
     transport: str = "UC",
     floor_iterations: int = 10_000,
+    express: bool = True,
     json_path: str | None = None,
     out: TextIO = sys.stdout,
 ) -> dict[str, Any]:
@@ -120,6 +130,7 @@ def run_roundtrip(
         "far_end": far_end,
         "handler": "echo",
         "completions": False,
+        "express": express,
         "qp": {"transport": transport},
     }
     with Transceiver(config) as t:
@@ -128,7 +139,7 @@ def run_roundtrip(
         rt = t.roundtrip(count=count, size=size, timeout=max(10.0, count * 1e-4))
         used = t.executor
     floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=size)
-    extra = {"size": size, "count": count, "transport": transport}
+    extra = {"size": size, "count": count, "transport": transport, **_express_use(t, out)}
     return _report("echo", rt, floors, used, far_end, extra, json_path, out)
 
 
@@ -141,6 +152,7 @@ def run_qec(
     window: int = 64,
     transport: str = "UC",
     floor_iterations: int = 10_000,
+    express: bool = True,
     seed: int = 1,
     json_path: str | None = None,
     out: TextIO = sys.stdout,
@@ -165,6 +177,7 @@ def run_qec(
         "handler": "qec",
         "qec": {"distance": distance},
         "completions": False,
+        "express": express,
         "qp": {"transport": transport},
     }
     with Transceiver(config) as t:
@@ -180,7 +193,13 @@ def run_qec(
         )
         used = t.executor
     floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=len(requests[0]))
-    extra = {"distance": distance, "count": count, "rate": rate, "window": window}
+    extra = {
+        "distance": distance,
+        "count": count,
+        "rate": rate,
+        "window": window,
+        **_express_use(t, out),
+    }
     return _report("qec", rt, floors, used, far_end, extra, json_path, out)
 
 

@@ -121,6 +121,12 @@ def _loop_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--far-end", choices=("cpu", "gpu"), default="cpu", dest="far_end")
     p.add_argument("--transport", choices=("RC", "UC"), default="UC")
     p.add_argument("--floor-iterations", type=_positive, default=10_000, dest="floor_iterations")
+    p.add_argument(
+        "--no-express",
+        action="store_false",
+        dest="express",
+        help="every packet takes the general path (the express path's baseline)",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -136,6 +142,7 @@ def _run_loop(args: argparse.Namespace, name: str, options: dict[str, object]) -
             far_end=args.far_end,
             transport=args.transport,
             floor_iterations=args.floor_iterations,
+            express=args.express,
             json_path=args.json,
             **options,
         )
