@@ -40,6 +40,14 @@ enum Op : int {
   kEngineStepGeneral,
   kEngineStep,
   kEngineStepStaged,
+  kArrive,
+  kPredicted,
+  kIcrcTeam,
+  kRunHandler,
+  kPatchReply,
+  kCopyOutTeam,
+  kSubmitCounted,
+  kCountOne,
   kNumOps
 };
 
@@ -64,6 +72,14 @@ const char* const kOpNames[kNumOps] = {
     "engine_step, general path (express off), staged",
     "engine_step, express, frame in a device-memory slot",
     "engine_step, express, frame staged in shared memory",
+    "express: arrive (descriptor + frame, one trip), warp",
+    "express: header compare (predicted), warp",
+    "express: icrc_team, warp",
+    "express: run_handler (reserve, echo), lane 0",
+    "express: patch_reply, lane 0",
+    "express: reply to the tx slot, warp",
+    "express: submit_counted (doorbell), lane 0",
+    "express: one count(), lane 0",
 };
 
 void check(cudaError_t err, const char* what) {
@@ -171,6 +187,47 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     __syncwarp();
     const uint64_t t1 = cycles();
     if (lane == 0) out[op * kMaxRepeats + rep % repeats] = t1 - t0;
+  }
+
+  // The express path's pieces, one at a time, on the next request (whose
+  // header the steps above taught the prediction).
+  for (int rep = 0; rep < repeats; ++rep) {
+    uint64_t t[kNumOps - kArrive + 1];
+    __syncwarp();
+    t[0] = cycles();
+    const engine_detail::Arrival a = engine_detail::arrive<Scope::kDevice>(team, d, st, &stg);
+    __syncwarp();
+    t[1] = cycles();
+    ExpressRequest req{};
+    const bool hit = a.frame && predicted(team, st.pred, a.frame, a.len, &req);
+    __syncwarp();
+    t[2] = cycles();
+    sink += hit ? icrc_team(team, a.frame, req.layout) : 0;
+    __syncwarp();
+    t[3] = cycles();
+    engine_detail::HandlerReply r{};
+    const Message m{hit ? a.frame + req.payload : f_in, req.payload_len, 0, false, 0x04};
+    if (lane == 0)
+      r = engine_detail::run_handler<Scope::kDevice>(d, st, &stg, m, st.pred.reply.len);
+    __syncwarp();
+    t[4] = cycles();
+    uint32_t len = 0;
+    if (lane == 0 && r.frame) len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn);
+    len = __shfl_sync(0xFFFFFFFFu, len, 0);
+    __syncwarp();
+    t[5] = cycles();
+    copy_wide_team(team, d.tx.slot(st.tx_pi), f_out, len);
+    __syncwarp();
+    t[6] = cycles();
+    if (lane == 0 && len) engine_detail::submit_counted<Scope::kDevice>(d, st, len);
+    __syncwarp();
+    t[7] = cycles();
+    if (lane == 0) count(st.tally, Counter::kReplies);
+    __syncwarp();
+    t[8] = cycles();
+    if (lane == 0)
+      for (int op = kArrive; op < kNumOps; ++op)
+        out[op * kMaxRepeats + rep] = t[op - kArrive + 1] - t[op - kArrive];
   }
 
   // The SM clock against %globaltimer over about a millisecond.

@@ -586,6 +586,7 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
     uint8_t* out = stg ? stg->tx : slot;
     IcrcLayout l = st.pred.reply.layout;
     l.end = reply_len - kIcrcBytes;
+    l.masks = st.pred.reply.icrc_masks;
     const uint32_t icrc = icrc_team(t, out, l);
     if (t.leader()) store_le32(out + l.end, icrc);
     t.sync();

@@ -27,8 +27,9 @@ constexpr uint32_t kExpressMaxFrame = 512;
 
 struct HeaderTemplate {
   alignas(16) uint8_t bytes[kPredictBytes];
-  uint32_t len;  // header bytes, Ethernet to payload; 0: none
-  IcrcLayout layout;
+  uint32_t len;       // header bytes, Ethernet to payload; 0: none
+  IcrcLayout layout;  // its masks pointer is set where the template is used
+  uint32_t icrc_masks[kIcrcMaskWords];
 };
 
 struct Prediction {
@@ -47,7 +48,7 @@ RT_HD inline void put_be16(uint8_t* p, uint32_t v) {
 RT_HD inline uint32_t get_be16(const uint8_t* p) { return uint32_t(p[0]) << 8 | p[1]; }
 
 RT_HD inline IcrcLayout layout_of(const FrameView& f) {
-  return IcrcLayout{f.l3, f.l3_len, f.ip_version, f.bth + uint32_t(sizeof(Bth)) - f.l3, 0};
+  return IcrcLayout{f.l3, f.l3_len, f.ip_version, f.bth + uint32_t(sizeof(Bth)) - f.l3, 0, nullptr};
 }
 
 }  // namespace prediction_detail
@@ -85,6 +86,7 @@ RT_HD inline void predict_from(Prediction& p, const FrameView& f) {
   copy_bytes(p.expect.bytes, f.base, f.payload);
   zero_bytes(p.expect.bytes + f.payload, kPredictBytes - f.payload);
   p.expect.layout = layout_of(f);
+  icrc_masks_for(p.expect.layout, p.expect.icrc_masks);
   p.expect.len = f.payload;
 }
 
@@ -101,6 +103,7 @@ RT_HD inline void predict_reply(Prediction& p, const FrameSpec& spec) {
   zero_bytes(p.reply.bytes, kPredictBytes);
   copy_bytes(p.reply.bytes, frame, f.payload);
   p.reply.layout = layout_of(f);
+  icrc_masks_for(p.reply.layout, p.reply.icrc_masks);
   p.reply.len = f.payload;
   p.reply_ip_sum = 0;
   if (f.ip_version == 4) {
@@ -148,6 +151,7 @@ RT_HD inline bool predicted(const Team& t, const Prediction& p, const uint8_t* f
   req->psn = uint32_t(frame[bth + 9]) << 16 | uint32_t(frame[bth + 10]) << 8 | frame[bth + 11];
   req->layout = l;
   req->layout.end = len - kIcrcBytes;
+  req->layout.masks = h.icrc_masks;
   return icrc_team_fits(req->layout);
 }
 

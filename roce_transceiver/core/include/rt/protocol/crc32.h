@@ -13,7 +13,10 @@ constexpr uint32_t kCrc32Poly = 0xEDB88320u;  // x^32 + x^26 + ... + 1, bit-reve
 
 struct Crc32Tables {
   uint32_t t[8][256];  // t[k][b]: CRC of byte b followed by k zero bytes
-  uint32_t x128j[32];  // x^(128 j) mod P: what 16 j zero bytes multiply a register by
+  // shift16[j][k][n]: the register (n << 4k) after 16 j zero bytes. Feeding
+  // zero bytes is linear in the register, so a register's shift is the XOR
+  // of its eight nibbles' entries: eight lookups instead of 16 j table steps.
+  uint32_t shift16[32][8][16];
 };
 
 RT_HD constexpr Crc32Tables make_crc32_tables() {
@@ -26,12 +29,14 @@ RT_HD constexpr Crc32Tables make_crc32_tables() {
   for (uint32_t b = 0; b < 256; ++b)
     for (int k = 1; k < 8; ++k)
       tables.t[k][b] = (tables.t[k - 1][b] >> 8) ^ tables.t[0][tables.t[k - 1][b] & 0xFF];
-  // A zero byte fed to the register multiplies it by x^8; x^0 is bit 31.
-  uint32_t x = 0x80000000u;
-  for (int j = 0; j < 32; ++j) {
-    tables.x128j[j] = x;
-    for (int i = 0; i < 16; ++i) x = tables.t[0][x & 0xFF] ^ (x >> 8);
-  }
+  for (uint32_t k = 0; k < 8; ++k)
+    for (uint32_t n = 0; n < 16; ++n) {
+      uint32_t x = n << (4 * k);
+      for (int j = 0; j < 32; ++j) {
+        tables.shift16[j][k][n] = x;
+        for (int i = 0; i < 16; ++i) x = tables.t[0][x & 0xFF] ^ (x >> 8);
+      }
+    }
   return tables;
 }
 
@@ -74,6 +79,13 @@ RT_HD inline uint32_t crc32_step8(const Crc32Tables& tb, uint32_t c, uint32_t lo
   return tb.t[7][lo & 0xFF] ^ tb.t[6][(lo >> 8) & 0xFF] ^ tb.t[5][(lo >> 16) & 0xFF] ^
          tb.t[4][lo >> 24] ^ tb.t[3][hi & 0xFF] ^ tb.t[2][(hi >> 8) & 0xFF] ^
          tb.t[1][(hi >> 16) & 0xFF] ^ tb.t[0][hi >> 24];
+}
+
+// The raw register c after 16 j zero bytes (j < 32).
+RT_HD inline uint32_t crc32_shift16(const Crc32Tables& tb, uint32_t j, uint32_t c) {
+  uint32_t r = 0;
+  for (uint32_t k = 0; k < 8; ++k) r ^= tb.shift16[j][k][(c >> (4 * k)) & 15];
+  return r;
 }
 
 // crc32_update with the caller's copy of the tables (a kernel may keep one in

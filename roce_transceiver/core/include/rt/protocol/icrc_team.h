@@ -11,11 +11,10 @@
 //   and the padded payload all are), so chunks cut from its end, with zeros
 //   in front of the first, fall on whole words of the IP-relative layout,
 //   which is where the masks are stated (mask_word).
-// Chunk j from the end is then shifted by 16 j bytes: a product with
-// x^(128 j), from the tables, and the XOR of all chunks is the register.
+// Chunk j from the end is then shifted by 16 j bytes (crc32_shift16, eight
+// table lookups), and the XOR of all chunks is the register.
 #pragma once
 
-#include "rt/protocol/crc32_combine.h"
 #include "rt/protocol/icrc.h"
 #include "rt/team.h"
 
@@ -28,30 +27,69 @@ struct IcrcLayout {
   uint32_t ip_version;  // 4 or 6
   uint32_t masked;      // IP + UDP + BTH bytes: where masks may apply
   uint32_t end;         // where the ICRC field starts
+  // masks[i]: what mask_word() gives for IP-relative word i < masked / 4,
+  // worked out once per layout; null: worked out per word.
+  const uint32_t* masks;
 };
 
 // The most input a team covers: one chunk per lane of a warp.
 constexpr uint32_t kIcrcTeamMaxChunks = 32;
+// Header words that may carry masks: IPv4 with the longest options, UDP, BTH.
+constexpr uint32_t kIcrcMaskWords = (60 + 8 + 12) / 4;
+
+RT_HD inline void icrc_masks_for(const IcrcLayout& l, uint32_t* masks) {
+  for (uint32_t i = 0; i < kIcrcMaskWords; ++i)
+    masks[i] = 4 * i < l.masked ? icrc_detail::mask_word(4 * i, l.ip_version, l.l3_len) : 0;
+}
 
 namespace icrc_team_detail {
 
-// Word `p` (byte offset into the input, a multiple of 4, may be negative:
-// the zeros in front of the first chunk).
-RT_HD inline uint32_t input_word(const uint8_t* frame, const IcrcLayout& l, int32_t p) {
-  if (p < 0) return 0;
-  if (p < 4) return 0xFFFFFFFFu;
-  const uint32_t a = uint32_t(p) - 4;  // from the IP header
-  const uint32_t w = load_le32(frame + l.l3 + a);
-  return a < l.masked ? w | icrc_detail::mask_word(a, l.ip_version, l.l3_len) : w;
+// Four little-endian words from p, which may be 2 bytes off a word boundary
+// (the IP header follows a 14-byte Ethernet header). The GPU reads the five
+// aligned words around them and shifts: a byte at a time costs four loads a word.
+RT_HD inline void load_words(const uint8_t* p, uint32_t w[4]) {
+#if RT_DEVICE_CODE
+  const uint32_t off = uint32_t(reinterpret_cast<uintptr_t>(p) & 3);
+  const auto* q = reinterpret_cast<const uint32_t*>(p - off);
+  uint32_t a[5];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) a[i] = i < 4 || off ? q[i] : 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w[i] = __funnelshift_r(a[i], a[i + 1], 8 * off);
+#else
+  for (int i = 0; i < 4; ++i) w[i] = load_le32(p + 4 * i);
+#endif
 }
 
-// The raw register of chunk j (16 bytes ending 16 j bytes before the input's
-// end), started from zero.
-RT_HD inline uint32_t chunk_register(const Crc32Tables& tb, const uint8_t* frame,
-                                     const IcrcLayout& l, int32_t input_len, uint32_t j) {
-  const int32_t p = input_len - int32_t(kChunkBytes * (j + 1));
-  const uint32_t c = crc32_step8(tb, 0, input_word(frame, l, p), input_word(frame, l, p + 4));
-  return crc32_step8(tb, c, input_word(frame, l, p + 8), input_word(frame, l, p + 12));
+RT_HD inline uint32_t mask_at(const IcrcLayout& l, uint32_t a) {
+  if (a >= l.masked) return 0;
+  return l.masks ? l.masks[a / 4] : icrc_detail::mask_word(a, l.ip_version, l.l3_len);
+}
+
+// The four input words of the chunk that starts at input byte p (a multiple
+// of 4; negative: the zeros in front of the first chunk).
+RT_HD inline void chunk_words(const uint8_t* frame, const IcrcLayout& l, int32_t p, uint32_t w[4]) {
+  if (p >= 4) {                          // all from the frame
+    const uint32_t a = uint32_t(p) - 4;  // from the IP header
+    load_words(frame + l.l3 + a, w);
+    for (uint32_t i = 0; i < 4; ++i) w[i] |= mask_at(l, a + 4 * i);
+    return;
+  }
+  for (int32_t i = 0; i < 4; ++i) {  // the first chunk: zeros, the ones, then the IP header
+    const int32_t q = p + 4 * i;
+    if (q < 0) {
+      w[i] = 0;
+    } else if (q < 4) {
+      w[i] = 0xFFFFFFFFu;
+    } else {
+      const uint32_t a = uint32_t(q) - 4;
+      w[i] = load_le32(frame + l.l3 + a) | mask_at(l, a);
+    }
+  }
+}
+
+RT_HD inline uint32_t chunk_step(const Crc32Tables& tb, uint32_t reg, const uint32_t w[4]) {
+  return crc32_step8(tb, crc32_step8(tb, reg, w[0], w[1]), w[2], w[3]);
 }
 
 }  // namespace icrc_team_detail
@@ -65,17 +103,18 @@ RT_HD inline uint32_t icrc_team(const Team& t, const uint8_t* frame, const IcrcL
   const int32_t input_len = int32_t(l.end - l.l3) + 4;
   const uint32_t chunks = (uint32_t(input_len) + kChunkBytes - 1) / kChunkBytes;
   uint32_t reg = 0;
+  uint32_t w[4];
   if constexpr (Team::kLanes == 1) {
     // One lane: feed the chunks in order, no shifts needed.
     for (uint32_t j = chunks; j-- > 0;) {
-      const int32_t p = input_len - int32_t(kChunkBytes * (j + 1));
-      reg = crc32_step8(tb, reg, input_word(frame, l, p), input_word(frame, l, p + 4));
-      reg = crc32_step8(tb, reg, input_word(frame, l, p + 8), input_word(frame, l, p + 12));
+      chunk_words(frame, l, input_len - int32_t(kChunkBytes * (j + 1)), w);
+      reg = chunk_step(tb, reg, w);
     }
   } else {
     for (uint32_t j = t.lane(); j < chunks; j += t.size()) {
-      const uint32_t c = chunk_register(tb, frame, l, input_len, j);
-      reg ^= j ? crc32_mulmod(tb.x128j[j], c) : c;
+      chunk_words(frame, l, input_len - int32_t(kChunkBytes * (j + 1)), w);
+      const uint32_t c = chunk_step(tb, 0, w);
+      reg ^= j ? crc32_shift16(tb, j, c) : c;
     }
     reg = t.xor_all(reg);
   }
