@@ -49,6 +49,16 @@ class Completion:
     rx_timestamp_ns: int
     done_timestamp_ns: int
 
+    @property
+    def request_array(self) -> np.ndarray:
+        """``request`` as a read-only uint8 numpy array viewing the same bytes (no copy)."""
+        return np.frombuffer(self.request, dtype=np.uint8)
+
+    @property
+    def reply_array(self) -> np.ndarray:
+        """``reply`` as a read-only uint8 numpy array viewing the same bytes (no copy)."""
+        return np.frombuffer(self.reply, dtype=np.uint8)
+
 
 @dataclass(frozen=True)
 class RoundTrip:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 from engine_helpers import (
     EXECUTORS,
@@ -138,6 +139,10 @@ def test_completions_carry_request_reply_opcode_and_psn(setup, transport):
         assert {c.opcode for c in records} == {OPCODES[f"{transport}_SEND_ONLY"]}
         assert [c.psn for c in records] == [psn_add(qp["rx_psn"], i) for i in range(8)]
         assert all(c.imm is None and not c.handler_error and not c.reply_dropped for c in records)
+        for c, p in zip(records, payloads, strict=True):  # numpy views of the same bytes
+            for arr, raw in ((c.request_array, c.request), (c.reply_array, c.reply)):
+                assert arr.dtype == np.uint8 and not arr.flags.writeable and arr.base is raw
+                assert arr.tobytes() == p
         if executor == "cpu":  # one clock; on cuda the far end and the kernel may not share it
             assert all(0 < c.rx_timestamp_ns <= c.done_timestamp_ns for c in records)
         assert t.receive() == []

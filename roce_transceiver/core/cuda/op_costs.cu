@@ -43,6 +43,7 @@ enum Op : int {
   kArrive,
   kPredicted,
   kIcrcTeam,
+  kTemplate,
   kRunHandler,
   kPatchReply,
   kCopyOutTeam,
@@ -75,6 +76,7 @@ const char* const kOpNames[kNumOps] = {
     "express: arrive (descriptor + frame, one trip), warp",
     "express: header compare (predicted), warp",
     "express: icrc_team, warp",
+    "express: reply template to staging, warp",
     "express: run_handler (reserve, echo), lane 0",
     "express: patch_reply, lane 0",
     "express: reply to the tx slot, warp",
@@ -205,26 +207,29 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     sink += hit ? icrc_team(team, a.frame, req.layout) : 0;
     __syncwarp();
     t[3] = cycles();
+    copy_wide_team(team, f_out, st.pred.reply.bytes, st.pred.reply.len);
+    __syncwarp();
+    t[4] = cycles();
     engine_detail::HandlerReply r{};
     const Message m{hit ? a.frame + req.payload : f_in, req.payload_len, 0, false, 0x04};
     if (lane == 0)
       r = engine_detail::run_handler<Scope::kDevice>(d, st, &stg, m, st.pred.reply.len);
     __syncwarp();
-    t[4] = cycles();
+    t[5] = cycles();
     uint32_t len = 0;
-    if (lane == 0 && r.frame) len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn);
+    if (lane == 0 && r.frame) len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, true);
     len = __shfl_sync(0xFFFFFFFFu, len, 0);
     __syncwarp();
-    t[5] = cycles();
+    t[6] = cycles();
     copy_wide_team(team, d.tx.slot(st.tx_pi), f_out, len);
     __syncwarp();
-    t[6] = cycles();
+    t[7] = cycles();
     if (lane == 0 && len) engine_detail::submit_counted<Scope::kDevice>(d, st, len);
     __syncwarp();
-    t[7] = cycles();
+    t[8] = cycles();
     if (lane == 0) count(st.tally, Counter::kReplies);
     __syncwarp();
-    t[8] = cycles();
+    t[9] = cycles();
     if (lane == 0)
       for (int op = kArrive; op < kNumOps; ++op)
         out[op * kMaxRepeats + rep] = t[op - kArrive + 1] - t[op - kArrive];

@@ -568,6 +568,13 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   if ((d.check_icrc || a.speculative) &&
       icrc_team(t, a.frame, req.layout) != load_le32(a.frame + req.layout.end))
     return false;
+  // The reply header's template goes into the staging buffer while the
+  // leader is busy, a chunk a lane, before the handler writes the payload
+  // behind it. (A ring slot is only written once reserved: the leader's job.)
+  if (stg) {
+    copy_wide_team(t, stg->tx, st.pred.reply.bytes, st.pred.reply.len);
+    t.sync();
+  }
   uint32_t reply_len = 0;
   const Message m{a.frame + req.payload, req.payload_len, 0, false,
                   a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))]};
@@ -577,7 +584,8 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
     count(st.tally, Counter::kRxBytes, a.len);
     count(st.tally, Counter::kExpress);
     r = run_handler<S>(d, st, stg, m, st.pred.reply.len);
-    if (r.n >= 0 && r.slot) reply_len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn);
+    if (r.n >= 0 && r.slot)
+      reply_len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, stg != nullptr);
   }
   reply_len = t.from_leader(reply_len);
   if (reply_len) {

@@ -156,10 +156,11 @@ RT_HD inline bool predicted(const Team& t, const Prediction& p, const uint8_t* f
 }
 
 // Leader: the reply header for `payload_len` bytes at `frame` + reply.len,
-// PSN `psn`; zeroes the pad. Returns the frame's length; the ICRC is the
-// caller's (a team computes it).
+// PSN `psn`; zeroes the pad. Copies the template first unless the team did
+// (copied: it is in `frame` already). Returns the frame's length; the ICRC is
+// the caller's (a team computes it).
 RT_HD inline uint32_t patch_reply(const Prediction& p, uint8_t* frame, uint32_t payload_len,
-                                  uint32_t psn) {
+                                  uint32_t psn, bool copied = false) {
   using namespace prediction_detail;
   const HeaderTemplate& h = p.reply;
   const IcrcLayout& l = h.layout;
@@ -167,7 +168,7 @@ RT_HD inline uint32_t patch_reply(const Prediction& p, uint8_t* frame, uint32_t 
   const uint32_t len = h.len + payload_len + pad + kIcrcBytes;
   const uint32_t l4 = l.l3 + l.l3_len;
   const uint32_t bth = l4 + uint32_t(sizeof(UdpHdr));
-  copy_bytes(frame, h.bytes, h.len);
+  if (!copied) copy_bytes(frame, h.bytes, h.len);
   zero_bytes(frame + h.len + payload_len, pad);
   if (l.ip_version == 4) {
     put_be16(frame + l.l3 + 2, len - l.l3);
