@@ -46,6 +46,7 @@ enum Op : int {
   kTemplate,
   kRunHandler,
   kPatchReply,
+  kIcrcTeam2,
   kCopyOutTeam,
   kSubmitCounted,
   kCountOne,
@@ -77,8 +78,9 @@ const char* const kOpNames[kNumOps] = {
     "express: header compare (predicted), warp",
     "express: icrc_team, warp",
     "express: reply template to staging, warp",
-    "express: run_handler (reserve, echo), lane 0",
+    "express: run_handler (reserve, echo), warp",
     "express: patch_reply, lane 0",
+    "express: request + reply ICRCs together (icrc_team2), warp",
     "express: reply to the tx slot, warp",
     "express: submit_counted (doorbell), lane 0",
     "express: one count(), lane 0",
@@ -210,10 +212,9 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     copy_wide_team(team, f_out, st.pred.reply.bytes, st.pred.reply.len);
     __syncwarp();
     t[4] = cycles();
-    engine_detail::HandlerReply r{};
     const Message m{hit ? a.frame + req.payload : f_in, req.payload_len, 0, false, 0x04};
-    if (lane == 0)
-      r = engine_detail::run_handler<Scope::kDevice>(d, st, &stg, m, st.pred.reply.len);
+    const engine_detail::HandlerReply r =
+        engine_detail::run_handler<Scope::kDevice>(d, st, &stg, m, st.pred.reply.len, team);
     __syncwarp();
     t[5] = cycles();
     uint32_t len = 0;
@@ -221,15 +222,25 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     len = __shfl_sync(0xFFFFFFFFu, len, 0);
     __syncwarp();
     t[6] = cycles();
-    copy_wide_team(team, d.tx.slot(st.tx_pi), f_out, len);
+    if (hit && len) {
+      IcrcLayout l = st.pred.reply.layout;
+      l.end = len - kIcrcBytes;
+      l.masks = st.pred.reply.icrc_masks;
+      uint32_t rx_icrc = 0, tx_icrc = 0;
+      icrc_team2(team, a.frame, req.layout, f_out, l, &rx_icrc, &tx_icrc);
+      sink += rx_icrc + tx_icrc;
+    }
     __syncwarp();
     t[7] = cycles();
-    if (lane == 0 && len) engine_detail::submit_counted<Scope::kDevice>(d, st, len);
+    copy_wide_team(team, d.tx.slot(st.tx_pi), f_out, len);
     __syncwarp();
     t[8] = cycles();
-    if (lane == 0) count(st.tally, Counter::kReplies);
+    if (lane == 0 && len) engine_detail::submit_counted<Scope::kDevice>(d, st, len);
     __syncwarp();
     t[9] = cycles();
+    if (lane == 0) count(st.tally, Counter::kReplies);
+    __syncwarp();
+    t[10] = cycles();
     if (lane == 0)
       for (int op = kArrive; op < kNumOps; ++op)
         out[op * kMaxRepeats + rep] = t[op - kArrive + 1] - t[op - kArrive];

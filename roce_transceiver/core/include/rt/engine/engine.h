@@ -74,6 +74,7 @@ struct EngineState {
   uint32_t comp_pi;
   uint32_t comp_ci_seen;     // last reading of the completion consumer index
   uint32_t passes;           // loop passes, for work done only every so often
+  uint32_t idle_passes;      // passes in a row that found nothing
   uint32_t since_publish;    // messages since the counters were last published
   uint32_t expected_psn;     // next PSN from the peer
   uint32_t send_psn;         // next PSN we send
@@ -258,29 +259,38 @@ struct HandlerReply {
   uint8_t flags;   // the completion's flags so far
 };
 
-// Run the handler on a completed message; its reply payload goes `offset`
-// bytes into the reply frame.
-template <Scope S>
+// Team-wide: run the handler on a completed message; its reply payload goes
+// `offset` bytes into the reply frame. Every lane gets the same answer.
+// Counts nothing (count_handled() does): the express path runs handlers
+// before its ICRC verdict, and drops what they wrote if the frame is bad.
+template <Scope S, class Team = SoloTeam>
 RT_HD inline HandlerReply run_handler(const EngineDesc& d, EngineState& st, const Staging* stg,
-                                      const Message& m, uint32_t offset) {
-  count(st.tally, Counter::kMessages);
+                                      const Message& m, uint32_t offset, const Team& t = Team{}) {
+  uint64_t slot = 0;
+  if (t.leader()) slot = reinterpret_cast<uintptr_t>(tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen));
   HandlerReply r;
-  r.slot = tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen);
+  r.slot = reinterpret_cast<uint8_t*>(t.from_leader(slot));
   // The largest payload whose padded length and ICRC still fit the slot.
   const uint32_t room =
       d.tx.slot_bytes > offset + kIcrcBytes ? (d.tx.slot_bytes - offset - kIcrcBytes) & ~3u : 0;
   r.frame = r.slot ? (stg ? stg->tx : r.slot) : nullptr;
   r.out = r.frame ? r.frame + offset : d.reply_scratch;
-  r.n = handle(d.handler, m, r.out, r.slot ? room : d.reply_scratch_bytes);
+  r.n = handle_team(t, d.handler, m, r.out, r.slot ? room : d.reply_scratch_bytes);
   r.flags = m.has_imm ? kCompletionHasImm : 0;
-  if (r.n == kHandlerError) {
-    count(st.tally, Counter::kHandlerErrors);
+  if (r.n == kHandlerError)
     r.flags |= kCompletionHandlerError;
-  } else if (r.n >= 0 && !r.slot) {
-    count(st.tally, Counter::kTxRingFull);
+  else if (r.n >= 0 && !r.slot)
     r.flags |= kCompletionReplyDropped;
-  }
   return r;
+}
+
+// Leader: count a message the handler took, and what became of its reply.
+RT_HD inline void count_handled(EngineState& st, const HandlerReply& r) {
+  count(st.tally, Counter::kMessages);
+  if (r.n == kHandlerError)
+    count(st.tally, Counter::kHandlerErrors);
+  else if (r.n >= 0 && !r.slot)
+    count(st.tally, Counter::kTxRingFull);
 }
 
 // The host's record of one message: request and reply bytes, as much as fits.
@@ -316,6 +326,7 @@ RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* s
                           const Message& m, uint32_t psn, uint64_t rx_ts) {
   FrameSpec spec = reply_send_spec(d);
   HandlerReply r = run_handler<S>(d, st, stg, m, payload_offset(spec));
+  count_handled(st, r);
   if (r.n >= 0 && r.slot) {
     spec.psn = st.send_psn;
     if (encode_and_submit<S>(d, st, stg, r.slot, r.frame, spec, ByteSpan(r.out, uint32_t(r.n)))) {
@@ -565,38 +576,44 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   if ((reinterpret_cast<uintptr_t>(a.frame) & 15) || d.rx.slot_bytes < kPredictBytes) return false;
   ExpressRequest req;
   if (!predicted(t, st.pred, a.frame, a.len, &req) || req.psn != st.expected_psn) return false;
-  if ((d.check_icrc || a.speculative) &&
-      icrc_team(t, a.frame, req.layout) != load_le32(a.frame + req.layout.end))
-    return false;
-  // The reply header's template goes into the staging buffer while the
-  // leader is busy, a chunk a lane, before the handler writes the payload
-  // behind it. (A ring slot is only written once reserved: the leader's job.)
-  if (stg) {
+  // The reply is built before the request's ICRC is known, so both CRCs are
+  // taken in one pass; a request that fails its ICRC leaves its reply unsent
+  // and its counters untouched (handlers are pure: handler.h).
+  if (stg) {  // the template, a chunk a lane, before the handler writes the payload behind it
     copy_wide_team(t, stg->tx, st.pred.reply.bytes, st.pred.reply.len);
     t.sync();
   }
-  uint32_t reply_len = 0;
   const Message m{a.frame + req.payload, req.payload_len, 0, false,
                   a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))]};
-  HandlerReply r{};
+  const HandlerReply r = run_handler<S>(d, st, stg, m, st.pred.reply.len, t);
+  uint32_t reply_len = 0;
+  if (t.leader() && r.n >= 0 && r.slot)
+    reply_len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, stg != nullptr);
+  reply_len = t.from_leader(reply_len);
+  t.sync();  // the leader's header and the handler's payload, seen by every lane
+  uint8_t* slot = d.tx.slot(st.tx_pi);
+  uint8_t* out = stg ? stg->tx : slot;
+  IcrcLayout l = st.pred.reply.layout;
+  l.end = reply_len - kIcrcBytes;
+  l.masks = st.pred.reply.icrc_masks;
+  const bool verify = d.check_icrc || a.speculative;
+  uint32_t rx_icrc = 0, tx_icrc = 0;
+  if (verify && reply_len) {
+    icrc_team2(t, a.frame, req.layout, out, l, &rx_icrc, &tx_icrc);
+  } else if (verify) {
+    rx_icrc = icrc_team(t, a.frame, req.layout);
+  } else if (reply_len) {
+    tx_icrc = icrc_team(t, out, l);
+  }
+  if (verify && rx_icrc != load_le32(a.frame + req.layout.end)) return false;
   if (t.leader()) {
     count(st.tally, Counter::kRxPackets);
     count(st.tally, Counter::kRxBytes, a.len);
     count(st.tally, Counter::kExpress);
-    r = run_handler<S>(d, st, stg, m, st.pred.reply.len);
-    if (r.n >= 0 && r.slot)
-      reply_len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, stg != nullptr);
+    count_handled(st, r);
   }
-  reply_len = t.from_leader(reply_len);
   if (reply_len) {
-    t.sync();  // the leader's header and the handler's payload, seen by every lane
-    uint8_t* slot = d.tx.slot(st.tx_pi);
-    uint8_t* out = stg ? stg->tx : slot;
-    IcrcLayout l = st.pred.reply.layout;
-    l.end = reply_len - kIcrcBytes;
-    l.masks = st.pred.reply.icrc_masks;
-    const uint32_t icrc = icrc_team(t, out, l);
-    if (t.leader()) store_le32(out + l.end, icrc);
+    if (t.leader()) store_le32(out + l.end, tx_icrc);
     t.sync();
     if (stg) {
       copy_wide_team(t, slot, out, reply_len);
@@ -622,6 +639,9 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
 
 }  // namespace engine_detail
 
+// Idle passes before the loop gives slots back and publishes its counters.
+constexpr uint32_t kSettlePasses = 8;
+
 // One pass of the loop, run by a team (team.h): a CPU thread alone, or a
 // warp. Returns the work done (packets and host sends), so an executor can
 // back off when it is 0. S is the scope of the wire rings (rx, tx): kSystem
@@ -646,18 +666,22 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
   }
   if (t.leader()) {
     ++st.passes;
-    // Slots go back in bulk (each release is a fence and a bus write), and at
-    // once when the loop goes idle, so a producer never waits on a lazy release.
-    const uint32_t held = st.rx_ci - st.rx_released;
-    if (held && (done == 0 || held >= (d.rx.depth() >> 2))) {
-      rx_release<S>(d.rx, st.rx_ci);
-      st.rx_released = st.rx_ci;
-    }
     // The host's send ring is polled every 16th pass: sends are not on the
     // request/reply critical path, and each poll may cross the bus.
     if ((st.passes & 15) == 0) done += drain_host_tx<S>(d, st, stg);
+    st.idle_passes = done ? 0 : st.idle_passes + 1;
+    // Once the loop has been idle a few passes: not in the pass right after a
+    // reply, where the next request is likely on its way.
+    const bool settled = st.idle_passes == kSettlePasses;
+    // Slots go back in bulk (each release is a fence and a bus write), and
+    // when the loop settles, so a producer never waits long on a lazy release.
+    const uint32_t held = st.rx_ci - st.rx_released;
+    if (held && (settled || held >= (d.rx.depth() >> 2))) {
+      rx_release<S>(d.rx, st.rx_ci);
+      st.rx_released = st.rx_ci;
+    }
     st.since_publish += done;
-    if (st.tally.dirty && (done == 0 || st.since_publish >= 32)) {
+    if (st.tally.dirty && (settled || st.since_publish >= 32)) {
       publish<Scope::kSystem>(st.tally, d.counters);
       st.since_publish = 0;
     }

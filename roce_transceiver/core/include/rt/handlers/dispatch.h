@@ -5,6 +5,7 @@
 #include "rt/handlers/echo.h"
 #include "rt/handlers/handler.h"
 #include "rt/handlers/qec.h"
+#include "rt/team.h"
 
 namespace rt {
 
@@ -18,6 +19,27 @@ RT_HD inline int handle(const HandlerDesc& h, const Message& m, uint8_t* reply, 
     }
   }
   return kHandlerError;
+}
+
+// handle() by a team: the echo's copy is shared by the lanes (a byte each, so
+// any alignment); the others run on the leader. Every lane gets the result.
+template <class Team>
+RT_HD inline int handle_team(const Team& t, const HandlerDesc& h, const Message& m, uint8_t* reply,
+                             uint32_t capacity) {
+  if constexpr (Team::kLanes > 1) {
+    if (h.kind == HandlerKind::kEcho) {
+      if (m.len > capacity) return kHandlerError;
+      if (reply != m.data)
+        for (uint32_t i = t.lane(); i < m.len; i += t.size()) reply[i] = m.data[i];
+      t.sync();
+      return int(m.len);
+    }
+  }
+  int n = 0;
+  if (t.leader()) n = handle(h, m, reply, capacity);
+  n = int(t.from_leader(uint32_t(n)));
+  t.sync();
+  return n;
 }
 
 }  // namespace rt

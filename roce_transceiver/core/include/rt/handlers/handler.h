@@ -3,6 +3,11 @@
 // Independent of the queue mode: the Ethernet-mode engine (engine.h) and the
 // Verbs mode both hand a Message to handle() and transmit what it writes. A
 // handler is picked by an enum switch (no virtual calls in RT_HD code).
+//
+// Handlers are pure: what they write is the reply, nothing else. The engine's
+// express path runs a handler before the request's ICRC is checked and drops
+// the reply when the check fails, so a handler with side effects would act on
+// frames the engine then discards.
 #pragma once
 
 #include "rt/handlers/qec.h"

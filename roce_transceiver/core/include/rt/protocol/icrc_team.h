@@ -121,6 +121,36 @@ RT_HD inline uint32_t icrc_team(const Team& t, const uint8_t* frame, const IcrcL
   return ~reg;
 }
 
+// Two ICRCs at once (a request's and its reply's): each lane works on both
+// frames' chunks together, so the two chains of table lookups overlap.
+template <class Team>
+RT_HD inline void icrc_team2(const Team& t, const uint8_t* fa, const IcrcLayout& la,
+                             const uint8_t* fb, const IcrcLayout& lb, uint32_t* a, uint32_t* b) {
+  if constexpr (Team::kLanes == 1) {
+    *a = icrc_team(t, fa, la);
+    *b = icrc_team(t, fb, lb);
+  } else {
+    using namespace icrc_team_detail;
+    const Crc32Tables& tb = detail::crc32_tables();
+    const int32_t len_a = int32_t(la.end - la.l3) + 4, len_b = int32_t(lb.end - lb.l3) + 4;
+    const uint32_t chunks_a = (uint32_t(len_a) + kChunkBytes - 1) / kChunkBytes;
+    const uint32_t chunks_b = (uint32_t(len_b) + kChunkBytes - 1) / kChunkBytes;
+    const uint32_t chunks = chunks_a > chunks_b ? chunks_a : chunks_b;
+    uint32_t reg_a = 0, reg_b = 0, wa[4], wb[4];
+    for (uint32_t j = t.lane(); j < chunks; j += t.size()) {
+      const bool in_a = j < chunks_a, in_b = j < chunks_b;
+      if (in_a) chunk_words(fa, la, len_a - int32_t(kChunkBytes * (j + 1)), wa);
+      if (in_b) chunk_words(fb, lb, len_b - int32_t(kChunkBytes * (j + 1)), wb);
+      const uint32_t ca = in_a ? chunk_step(tb, 0, wa) : 0;
+      const uint32_t cb = in_b ? chunk_step(tb, 0, wb) : 0;
+      reg_a ^= j ? crc32_shift16(tb, j, ca) : ca;
+      reg_b ^= j ? crc32_shift16(tb, j, cb) : cb;
+    }
+    *a = ~t.xor_all(reg_a);
+    *b = ~t.xor_all(reg_b);
+  }
+}
+
 RT_HD inline bool icrc_team_fits(const IcrcLayout& l) {
   return l.end > l.l3 && (l.end - l.l3) % 4 == 0 &&
          l.end - l.l3 + 4 <= kIcrcTeamMaxChunks * kChunkBytes;
