@@ -27,6 +27,14 @@
 
 // True while compiling the device side of a .cu file. Branch on this only in
 // this header and in the few leaf helpers that must differ (tables, clocks).
+// For the loop's rare paths: kept out of line so the common path, inlined
+// into the persistent kernel, keeps its registers (no spills to local memory).
+#if defined(__CUDACC__)
+#define RT_COLD __noinline__
+#else
+#define RT_COLD __attribute__((noinline))
+#endif
+
 #if defined(__CUDA_ARCH__)
 #define RT_DEVICE_CODE 1
 #else

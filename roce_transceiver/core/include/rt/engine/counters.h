@@ -68,7 +68,7 @@ RT_HD inline void count(CounterTally& t, Counter which, uint64_t n = 1) {
 }
 
 template <Scope S>
-RT_HD inline void publish(CounterTally& t, Counters* out) {
+RT_HD RT_COLD inline void publish(CounterTally& t, Counters* out) {
   for (uint32_t i = 0; t.dirty; ++i, t.dirty >>= 1)
     if (t.dirty & 1u) store_relaxed<S>(&out->v[i], t.v[i]);
 }

@@ -294,8 +294,8 @@ RT_HD inline void count_handled(EngineState& st, const HandlerReply& r) {
 }
 
 // The host's record of one message: request and reply bytes, as much as fits.
-RT_HD inline void record_completion(const EngineDesc& d, EngineState& st, const Message& m,
-                                    const HandlerReply& r, uint32_t psn, uint64_t rx_ts) {
+RT_HD RT_COLD inline void record_completion(const EngineDesc& d, EngineState& st, const Message& m,
+                                            const HandlerReply& r, uint32_t psn, uint64_t rx_ts) {
   if (!d.record_completions) return;
   uint8_t* rec = tx_reserve<Scope::kSystem>(d.completions, st.comp_pi, st.comp_ci_seen);
   if (!rec) {
@@ -425,8 +425,8 @@ RT_HD inline void receive_response(EngineState& st, const FrameView& f) {
 }
 
 template <Scope S>
-RT_HD inline void receive_packet(const EngineDesc& d, EngineState& st, const Staging* stg,
-                                 ByteSpan frame, uint64_t rx_ts) {
+RT_HD RT_COLD inline void receive_packet(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                         ByteSpan frame, uint64_t rx_ts) {
   count(st.tally, Counter::kRxPackets);
   count(st.tally, Counter::kRxBytes, frame.size);
   const DecodeResult r = decode(frame);
@@ -479,7 +479,8 @@ RT_HD inline void receive_packet(const EngineDesc& d, EngineState& st, const Sta
 // The host's queued payloads, sent as SEND Only to the peer. Stops, without
 // dropping, when the tx ring is full: the host ring is the backpressure.
 template <Scope S>
-RT_HD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st, const Staging* stg) {
+RT_HD RT_COLD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st,
+                                            const Staging* stg) {
   uint32_t n = 0;
   for (; n < d.batch; ++n) {
     const RxDesc* desc = rx_poll<Scope::kSystem>(d.host_tx, st.host_ci);
