@@ -4,10 +4,9 @@ Goal: the express path is an optimisation only. For any sequence of frames the e
 transmits the same bytes, records the same completions and counts the same counters with
 ``express`` on as with it off; and it does take the frames it was built for.
 - A scripted sequence mixing what the express path takes (SEND Onlys repeating the learned
-  header: payload sizes 0 to 300 bytes with every pad, rewritten TTL/TOS) with everything it
-  must leave to the general path (the first SEND Only, a frame over 512 bytes, a corrupt
-  ICRC, a PSN gap, another UDP source port, an ACK request, immediate data, a two-packet
-  SEND, a wrong QP).
+  header: payload sizes 0 to 1506 bytes with every pad, rewritten TTL/TOS) with everything it
+  must leave to the general path (the first SEND Only, a corrupt ICRC, a PSN gap, another UDP
+  source port, an ACK request, immediate data, a two-packet SEND, a wrong QP).
 - Every byte of a learned header changed in turn (ICRC recomputed, so only the header
   differs): each frame gets exactly what the general path gives it.
 
@@ -44,7 +43,8 @@ def scripted(peer: Peer) -> list[bytes]:
     for n in (1, 2, 3):  # express, pad 3, 2, 1
         send("SEND_ONLY", b"C" * n)
     send("SEND_ONLY", bytes(range(256)) + b"D" * 44)  # express, 300 bytes
-    send("SEND_ONLY", b"E" * 600)  # general: over 512 bytes
+    send("SEND_ONLY", b"E" * 600)  # express: a warp's lanes take two chunks each
+    send("SEND_ONLY", bytes(range(251)) * 6)  # express, 1506 bytes: four rounds of chunks
     send("SEND_ONLY", b"F" * 32, ip_ttl=3, ip_tos=2)  # express: routers rewrite these
     bad = peer.frame("SEND_ONLY", b"G" * 32, psn=peer.psn)
     frames.append(bad[:-4] + bytes(b ^ 0x5A for b in bad[-4:]))  # general: ICRC error
@@ -66,7 +66,7 @@ def scripted(peer: Peer) -> list[bytes]:
     return frames
 
 
-EXPRESS_IN_SCRIPT = 10  # B, empty, 3 pads, 300 B, F, I, K, Q
+EXPRESS_IN_SCRIPT = 12  # B, empty, 3 pads, 300 B, 600 B, 1506 B, F, I, K, Q
 
 
 def each_header_byte_changed(peer: Peer) -> list[bytes]:

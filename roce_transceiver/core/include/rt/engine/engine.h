@@ -424,9 +424,13 @@ RT_HD inline void receive_response(EngineState& st, const FrameView& f) {
   count(st.tally, (syndrome & 0x60) == 0 ? Counter::kAcksReceived : Counter::kNaksReceived);
 }
 
+// A frame's ICRC as a team found it before the general path, or unchecked.
+enum class IcrcVerdict : uint8_t { kUnchecked, kGood, kBad };
+
 template <Scope S>
 RT_HD RT_COLD inline void receive_packet(const EngineDesc& d, EngineState& st, const Staging* stg,
-                                         ByteSpan frame, uint64_t rx_ts) {
+                                         ByteSpan frame, uint64_t rx_ts,
+                                         IcrcVerdict icrc = IcrcVerdict::kUnchecked) {
   count(st.tally, Counter::kRxPackets);
   count(st.tally, Counter::kRxBytes, frame.size);
   const DecodeResult r = decode(frame);
@@ -435,7 +439,8 @@ RT_HD RT_COLD inline void receive_packet(const EngineDesc& d, EngineState& st, c
     return;
   }
   const FrameView& f = r.frame;
-  if (d.check_icrc && !icrc_ok(f)) {  // RC too: a corrupt packet is dropped silently
+  const bool icrc_bad = icrc == IcrcVerdict::kUnchecked ? !icrc_ok(f) : icrc == IcrcVerdict::kBad;
+  if (d.check_icrc && icrc_bad) {  // RC too: a corrupt packet is dropped silently
     count(st.tally, Counter::kIcrcErrors);
     return;
   }
@@ -498,6 +503,9 @@ RT_HD RT_COLD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st
   return n;
 }
 
+// What a warp reads of a slot together with its descriptor: 16 bytes a lane.
+constexpr uint32_t kReadAheadBytes = 512;
+
 // A frame taken from the rx ring, where the team reads it.
 struct Arrival {
   const uint8_t* frame;  // null: nothing arrived
@@ -540,8 +548,7 @@ RT_HD inline Arrival arrive(const Team& t, const EngineDesc& d, const EngineStat
   } else {
     Chunk16 head{};
     if (t.leader()) head = load_fresh16(reinterpret_cast<const uint8_t*>(desc));
-    const uint32_t ahead =
-        (d.rx.slot_bytes < kExpressMaxFrame ? d.rx.slot_bytes : kExpressMaxFrame);
+    const uint32_t ahead = (d.rx.slot_bytes < kReadAheadBytes ? d.rx.slot_bytes : kReadAheadBytes);
     const uint8_t* slot = d.rx.slot(ci);
     for (uint32_t c = t.lane(); c * kChunkBytes < ahead; c += t.size())
       reinterpret_cast<Chunk16*>(stg->rx)[c] = load_fresh16(slot + c * kChunkBytes);
@@ -558,11 +565,44 @@ RT_HD inline Arrival arrive(const Team& t, const EngineDesc& d, const EngineStat
   ts = t.from_leader(ts);
   t.sync();
   // Unchecked by an ICRC, or longer than what was read ahead: read it again, in order.
-  if (!d.check_icrc || len > kExpressMaxFrame) {
+  if (!d.check_icrc || len > kReadAheadBytes) {
     stage_ordered<S>(t, d, ci, stg, len);
     return Arrival{stg->rx, len, ts, false};
   }
   return Arrival{stg->rx, len, ts, true};
+}
+
+// Team-wide, for a frame the general path takes: its ICRC checked by every
+// lane (a long WRITE costs one thread tens of microseconds on a GPU). The
+// leader decodes to find the layout; a frame that does not decode is left to
+// the general path, which says why.
+template <class Team>
+RT_HD inline IcrcVerdict icrc_verdict(const Team& t, const EngineDesc& d, const uint8_t* frame,
+                                      uint32_t len) {
+  if constexpr (Team::kLanes == 1) {
+    return IcrcVerdict::kUnchecked;  // one thread: receive_packet's own check is as fast
+  } else {
+    if (!d.check_icrc) return IcrcVerdict::kUnchecked;
+    uint32_t ok = 0, l3 = 0, l3_len = 0, version = 0, masked = 0, end = 0;
+    if (t.leader()) {
+      const DecodeResult r = decode(ByteSpan(frame, len));
+      if (r.ok()) {
+        const FrameView& f = r.frame;
+        ok = 1;
+        l3 = f.l3;
+        l3_len = f.l3_len;
+        version = f.ip_version;
+        masked = f.bth + uint32_t(sizeof(Bth)) - f.l3;
+        end = f.icrc;
+      }
+    }
+    if (!t.from_leader(ok)) return IcrcVerdict::kUnchecked;
+    const IcrcLayout l{t.from_leader(l3),     t.from_leader(l3_len), t.from_leader(version),
+                       t.from_leader(masked), t.from_leader(end),    nullptr};
+    if (!icrc_team_fits(l)) return IcrcVerdict::kUnchecked;
+    const bool good = icrc_team(t, frame, l) == load_le32(frame + l.end);
+    return good ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+  }
 }
 
 // Team-wide: take a predicted SEND Only (prediction.h) the short way:
@@ -660,7 +700,8 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
     if (!a.frame) break;
     if (!express<S>(t, d, st, stg, a)) {
       if (a.speculative) stage_ordered<S>(t, d, st.rx_ci, stg, a.len);
-      if (t.leader()) receive_packet<S>(d, st, stg, ByteSpan(a.frame, a.len), a.ts);
+      const IcrcVerdict icrc = icrc_verdict(t, d, a.frame, a.len);
+      if (t.leader()) receive_packet<S>(d, st, stg, ByteSpan(a.frame, a.len), a.ts, icrc);
     }
     if (t.leader()) ++st.rx_ci;
     t.sync();

@@ -21,9 +21,6 @@ namespace rt {
 
 // Header room: Ethernet + 802.1Q + IPv6 + UDP + BTH is 78 bytes.
 constexpr uint32_t kPredictBytes = 96;
-// The express path's frames at most: one 16-byte chunk per lane of a warp
-// covers the ICRC's input.
-constexpr uint32_t kExpressMaxFrame = 512;
 
 struct HeaderTemplate {
   alignas(16) uint8_t bytes[kPredictBytes];
@@ -60,7 +57,7 @@ RT_HD inline void predict_from(Prediction& p, const FrameView& f) {
   using namespace prediction_detail;
   const Bth& bth = f.bth_hdr();
   if ((bth.opcode & 0x1F) != 0x04 || bth.ack_requested()) return;
-  if (f.payload > kPredictBytes || f.end != f.len || f.len > kExpressMaxFrame) return;
+  if (f.payload > kPredictBytes || f.end != f.len) return;
   if (f.ip_version == 4 && get_be16(f.base + f.l3 + 2) != f.end - f.l3) return;
   if (f.ip_version == 6 && get_be16(f.base + f.l3 + 4) != f.end - f.l3 - f.l3_len) return;
   uint8_t* care = p.care;
@@ -128,7 +125,7 @@ RT_HD inline bool predicted(const Team& t, const Prediction& p, const uint8_t* f
                             ExpressRequest* req) {
   using namespace prediction_detail;
   const HeaderTemplate& h = p.expect;
-  if (h.len == 0 || len > kExpressMaxFrame || len < h.len + kIcrcBytes) return false;
+  if (h.len == 0 || len < h.len + kIcrcBytes) return false;
   bool differ = false;
   for (uint32_t c = t.lane(); c * kChunkBytes < h.len; c += t.size()) {
     const auto* got = reinterpret_cast<const uint32_t*>(frame + c * kChunkBytes);

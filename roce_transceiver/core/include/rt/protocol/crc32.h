@@ -16,7 +16,8 @@ struct Crc32Tables {
   // shift16[j][k][n]: the register (n << 4k) after 16 j zero bytes. Feeding
   // zero bytes is linear in the register, so a register's shift is the XOR
   // of its eight nibbles' entries: eight lookups instead of 16 j table steps.
-  uint32_t shift16[32][8][16];
+  // j = 32: 512 bytes, a warp's stride.
+  uint32_t shift16[33][8][16];
 };
 
 RT_HD constexpr Crc32Tables make_crc32_tables() {
@@ -32,7 +33,7 @@ RT_HD constexpr Crc32Tables make_crc32_tables() {
   for (uint32_t k = 0; k < 8; ++k)
     for (uint32_t n = 0; n < 16; ++n) {
       uint32_t x = n << (4 * k);
-      for (int j = 0; j < 32; ++j) {
+      for (int j = 0; j < 33; ++j) {
         tables.shift16[j][k][n] = x;
         for (int i = 0; i < 16; ++i) x = tables.t[0][x & 0xFF] ^ (x >> 8);
       }
@@ -81,7 +82,7 @@ RT_HD inline uint32_t crc32_step8(const Crc32Tables& tb, uint32_t c, uint32_t lo
          tb.t[1][(hi >> 16) & 0xFF] ^ tb.t[0][hi >> 24];
 }
 
-// The raw register c after 16 j zero bytes (j < 32).
+// The raw register c after 16 j zero bytes (j <= 32).
 RT_HD inline uint32_t crc32_shift16(const Crc32Tables& tb, uint32_t j, uint32_t c) {
   uint32_t r = 0;
   for (uint32_t k = 0; k < 8; ++k) r ^= tb.shift16[j][k][(c >> (4 * k)) & 15];

@@ -32,8 +32,6 @@ struct IcrcLayout {
   const uint32_t* masks;
 };
 
-// The most input a team covers: one chunk per lane of a warp.
-constexpr uint32_t kIcrcTeamMaxChunks = 32;
 // Header words that may carry masks: IPv4 with the longest options, UDP, BTH.
 constexpr uint32_t kIcrcMaskWords = (60 + 8 + 12) / 4;
 
@@ -92,33 +90,52 @@ RT_HD inline uint32_t chunk_step(const Crc32Tables& tb, uint32_t reg, const uint
   return crc32_step8(tb, crc32_step8(tb, reg, w[0], w[1]), w[2], w[3]);
 }
 
+// The input's bytes and chunks (the last one may be padded in front).
+struct Input {
+  int32_t len;
+  uint32_t chunks;
+};
+RT_HD inline Input input_of(const IcrcLayout& l) {
+  const int32_t len = int32_t(l.end - l.l3) + 4;
+  return Input{len, (uint32_t(len) + kChunkBytes - 1) / kChunkBytes};
+}
+
+// Chunk j's raw register, started from zero (0 past the input).
+RT_HD inline uint32_t chunk_register(const Crc32Tables& tb, const uint8_t* frame,
+                                     const IcrcLayout& l, const Input& in, uint32_t j) {
+  if (j >= in.chunks) return 0;
+  uint32_t w[4];
+  chunk_words(frame, l, in.len - int32_t(kChunkBytes * (j + 1)), w);
+  return chunk_step(tb, 0, w);
+}
+
 }  // namespace icrc_team_detail
 
-// Every lane gets the ICRC. The caller makes sure (end - l3) is a multiple of
-// 4 and the input fits kIcrcTeamMaxChunks chunks (icrc_team_fits()).
+// Every lane gets the ICRC of the frame laid out as `l`; the caller makes sure
+// (end - l3) is a multiple of 4 (icrc_team_fits()). A warp's lane k takes
+// chunks k, k + 32, k + 64...: Horner's rule over its chunks with the 512-byte
+// shift, then its own shift of 16 k bytes.
 template <class Team>
 RT_HD inline uint32_t icrc_team(const Team& t, const uint8_t* frame, const IcrcLayout& l) {
   using namespace icrc_team_detail;
+  static_assert(Team::kLanes == 1 || Team::kLanes == 32, "shift tables are for a warp");
   const Crc32Tables& tb = detail::crc32_tables();
-  const int32_t input_len = int32_t(l.end - l.l3) + 4;
-  const uint32_t chunks = (uint32_t(input_len) + kChunkBytes - 1) / kChunkBytes;
+  const Input in = input_of(l);
   uint32_t reg = 0;
-  uint32_t w[4];
   if constexpr (Team::kLanes == 1) {
     // One lane: feed the chunks in order, no shifts needed.
-    for (uint32_t j = chunks; j-- > 0;) {
-      chunk_words(frame, l, input_len - int32_t(kChunkBytes * (j + 1)), w);
+    uint32_t w[4];
+    for (uint32_t j = in.chunks; j-- > 0;) {
+      chunk_words(frame, l, in.len - int32_t(kChunkBytes * (j + 1)), w);
       reg = chunk_step(tb, reg, w);
     }
+    return ~reg;
   } else {
-    for (uint32_t j = t.lane(); j < chunks; j += t.size()) {
-      chunk_words(frame, l, input_len - int32_t(kChunkBytes * (j + 1)), w);
-      const uint32_t c = chunk_step(tb, 0, w);
-      reg ^= j ? crc32_shift16(tb, j, c) : c;
-    }
-    reg = t.xor_all(reg);
+    const uint32_t rounds = (in.chunks + 31) / 32;
+    for (uint32_t m = rounds; m-- > 0;)
+      reg = crc32_shift16(tb, 32, reg) ^ chunk_register(tb, frame, l, in, t.lane() + 32 * m);
+    return ~t.xor_all(t.lane() ? crc32_shift16(tb, t.lane(), reg) : reg);
   }
-  return ~reg;
 }
 
 // Two ICRCs at once (a request's and its reply's): each lane works on both
@@ -132,19 +149,19 @@ RT_HD inline void icrc_team2(const Team& t, const uint8_t* fa, const IcrcLayout&
   } else {
     using namespace icrc_team_detail;
     const Crc32Tables& tb = detail::crc32_tables();
-    const int32_t len_a = int32_t(la.end - la.l3) + 4, len_b = int32_t(lb.end - lb.l3) + 4;
-    const uint32_t chunks_a = (uint32_t(len_a) + kChunkBytes - 1) / kChunkBytes;
-    const uint32_t chunks_b = (uint32_t(len_b) + kChunkBytes - 1) / kChunkBytes;
-    const uint32_t chunks = chunks_a > chunks_b ? chunks_a : chunks_b;
-    uint32_t reg_a = 0, reg_b = 0, wa[4], wb[4];
-    for (uint32_t j = t.lane(); j < chunks; j += t.size()) {
-      const bool in_a = j < chunks_a, in_b = j < chunks_b;
-      if (in_a) chunk_words(fa, la, len_a - int32_t(kChunkBytes * (j + 1)), wa);
-      if (in_b) chunk_words(fb, lb, len_b - int32_t(kChunkBytes * (j + 1)), wb);
-      const uint32_t ca = in_a ? chunk_step(tb, 0, wa) : 0;
-      const uint32_t cb = in_b ? chunk_step(tb, 0, wb) : 0;
-      reg_a ^= j ? crc32_shift16(tb, j, ca) : ca;
-      reg_b ^= j ? crc32_shift16(tb, j, cb) : cb;
+    const Input ia = input_of(la), ib = input_of(lb);
+    const uint32_t chunks = ia.chunks > ib.chunks ? ia.chunks : ib.chunks;
+    uint32_t reg_a = 0, reg_b = 0;
+    for (uint32_t m = (chunks + 31) / 32; m-- > 0;) {
+      const uint32_t j = t.lane() + 32 * m;
+      const uint32_t ca = chunk_register(tb, fa, la, ia, j);
+      const uint32_t cb = chunk_register(tb, fb, lb, ib, j);
+      reg_a = crc32_shift16(tb, 32, reg_a) ^ ca;
+      reg_b = crc32_shift16(tb, 32, reg_b) ^ cb;
+    }
+    if (t.lane()) {
+      reg_a = crc32_shift16(tb, t.lane(), reg_a);
+      reg_b = crc32_shift16(tb, t.lane(), reg_b);
     }
     *a = ~t.xor_all(reg_a);
     *b = ~t.xor_all(reg_b);
@@ -152,8 +169,7 @@ RT_HD inline void icrc_team2(const Team& t, const uint8_t* fa, const IcrcLayout&
 }
 
 RT_HD inline bool icrc_team_fits(const IcrcLayout& l) {
-  return l.end > l.l3 && (l.end - l.l3) % 4 == 0 &&
-         l.end - l.l3 + 4 <= kIcrcTeamMaxChunks * kChunkBytes;
+  return l.end > l.l3 && (l.end - l.l3) % 4 == 0;
 }
 
 }  // namespace rt
