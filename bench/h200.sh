@@ -41,6 +41,8 @@ bench() {  # name, args...
 }
 timeout -s ABRT 60 $py -m roce_transceiver bench ops --size 32 --json "$out/ops.json" 2>&1 |
   tee "$out/ops.txt"
+timeout -s ABRT 60 $py -m roce_transceiver bench ops --size 1024 --json "$out/ops_1024.json" 2>&1 |
+  grep -E "icrc|engine_step|express path" >"$out/ops_1024.txt"
 bench roundtrip_cpu_cpu roundtrip --executor cpu --far-end cpu --count 20000
 bench roundtrip_cuda_cpu roundtrip --executor cuda --far-end cpu --count 20000
 bench roundtrip_cuda_gpu roundtrip --executor cuda --far-end gpu --count 20000
