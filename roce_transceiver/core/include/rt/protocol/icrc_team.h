@@ -131,8 +131,9 @@ RT_HD inline uint32_t icrc_team(const Team& t, const uint8_t* frame, const IcrcL
     }
     return ~reg;
   } else {
-    const uint32_t rounds = (in.chunks + 31) / 32;
-    for (uint32_t m = rounds; m-- > 0;)
+    uint32_t m = (in.chunks + 31) / 32 - 1;  // the last round first: no shift for it
+    reg = chunk_register(tb, frame, l, in, t.lane() + 32 * m);
+    while (m-- > 0)
       reg = crc32_shift16(tb, 32, reg) ^ chunk_register(tb, frame, l, in, t.lane() + 32 * m);
     return ~t.xor_all(t.lane() ? crc32_shift16(tb, t.lane(), reg) : reg);
   }
@@ -151,8 +152,10 @@ RT_HD inline void icrc_team2(const Team& t, const uint8_t* fa, const IcrcLayout&
     const Crc32Tables& tb = detail::crc32_tables();
     const Input ia = input_of(la), ib = input_of(lb);
     const uint32_t chunks = ia.chunks > ib.chunks ? ia.chunks : ib.chunks;
-    uint32_t reg_a = 0, reg_b = 0;
-    for (uint32_t m = (chunks + 31) / 32; m-- > 0;) {
+    uint32_t m = (chunks + 31) / 32 - 1;  // the last round first: no shift for it
+    uint32_t reg_a = chunk_register(tb, fa, la, ia, t.lane() + 32 * m);
+    uint32_t reg_b = chunk_register(tb, fb, lb, ib, t.lane() + 32 * m);
+    while (m-- > 0) {
       const uint32_t j = t.lane() + 32 * m;
       const uint32_t ca = chunk_register(tb, fa, la, ia, j);
       const uint32_t cb = chunk_register(tb, fb, lb, ib, j);
