@@ -582,7 +582,9 @@ RT_HD inline IcrcVerdict icrc_verdict(const Team& t, const EngineDesc& d, const 
   if constexpr (Team::kLanes == 1) {
     return IcrcVerdict::kUnchecked;  // one thread: receive_packet's own check is as fast
   } else {
-    if (!d.check_icrc) return IcrcVerdict::kUnchecked;
+    // Below a read-ahead's worth one thread's CRC costs about what the
+    // leader's extra decode would.
+    if (!d.check_icrc || len <= kReadAheadBytes) return IcrcVerdict::kUnchecked;
     uint32_t ok = 0, l3 = 0, l3_len = 0, version = 0, masked = 0, end = 0;
     if (t.leader()) {
       const DecodeResult r = decode(ByteSpan(frame, len));
