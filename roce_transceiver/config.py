@@ -38,14 +38,16 @@ def _multiple_of_64(v: int) -> str | None:
 
 
 def _mac(v: str) -> str | None:
-    """a MAC address, aa:bb:cc:dd:ee:ff."""
+    """a MAC address, aa:bb:cc:dd:ee:ff, or auto (socket NIC, packet mode)."""
+    if v == "auto":
+        return None
     parts = v.replace("-", ":").split(":")
     ok = len(parts) == 6 and all(len(p) == 2 for p in parts)
     try:
         bytes(int(p, 16) for p in parts)
     except ValueError:
         ok = False
-    return None if ok else "not a MAC address (aa:bb:cc:dd:ee:ff)"
+    return None if ok else "not a MAC address (aa:bb:cc:dd:ee:ff) nor auto"
 
 
 def _ip(v: str) -> str | None:
@@ -84,7 +86,28 @@ SCHEMA = Section(
         "executor": Field(
             str, "auto", "who runs the persistent loop", choices=("auto", "cpu", "cuda")
         ),
-        "nic": Field(str, "loopback", "what the queues are joined to", choices=("loopback",)),
+        "nic": Field(
+            str,
+            "loopback",
+            "what the queues are joined to: the in-memory far end, or Linux (socket NIC)",
+            choices=("loopback", "socket"),
+        ),
+        "socket": Section(
+            "The socket NIC (nic: socket; docs/socket_nic.md).",
+            {
+                "mode": Field(
+                    str,
+                    "packet",
+                    "packet: AF_PACKET on an interface, whole frames (root); udp: port 4791",
+                    choices=("packet", "udp"),
+                ),
+                "interface": Field(str, None, "packet mode: the interface to bind", nullable=True),
+                "capture": Field(
+                    str, None, "pcap file of every frame in and out; null: none", nullable=True
+                ),
+                "batch": Field(int, 32, "frames per recvmmsg / sendmmsg", minimum=1, maximum=1024),
+            },
+        ),
         "far_end": Field(
             str,
             "cpu",
@@ -112,7 +135,9 @@ SCHEMA = Section(
         "local": Section(
             "Our addresses.",
             {
-                "mac": Field(str, "02:00:00:00:00:01", "our MAC", check=_mac),
+                "mac": Field(
+                    str, "02:00:00:00:00:01", "our MAC; auto: the interface's", check=_mac
+                ),
                 "ip": Field(str, "10.0.0.1", "our IPv4 or IPv6 address", check=_ip),
                 "udp_sport": Field(
                     int, 49152, "UDP source port of what we send", minimum=1, maximum=65535
@@ -122,7 +147,12 @@ SCHEMA = Section(
         "peer": Section(
             "The peer's addresses.",
             {
-                "mac": Field(str, "02:00:00:00:00:02", "the peer's MAC", check=_mac),
+                "mac": Field(
+                    str,
+                    "02:00:00:00:00:02",
+                    "the peer's MAC; auto: from the kernel's neighbour table (IPv4)",
+                    check=_mac,
+                ),
                 "ip": Field(str, "10.0.0.2", "the peer's IP (same version as local.ip)", check=_ip),
             },
         ),
@@ -271,6 +301,19 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             source=source,
             line=_line_of(data, "far_end"),
         )
+
+    def fail(message: str, key: str) -> ConfigError:
+        return ConfigError(message, key=key, source=source, line=_line_of(data, key))
+
+    sock = cfg["socket"]
+    if cfg["nic"] == "socket":
+        if cfg["far_end"] != "cpu":
+            raise fail("nic 'socket': the far end is the network; far_end must be 'cpu'", "far_end")
+        if sock["mode"] == "packet" and not sock["interface"]:
+            raise fail("socket.mode 'packet' needs socket.interface", "socket.interface")
+    for side in ("local", "peer"):
+        if cfg[side]["mac"] == "auto" and (cfg["nic"] != "socket" or sock["mode"] != "packet"):
+            raise fail("'auto' needs nic 'socket' in packet mode (an interface)", f"{side}.mac")
     local = ipaddress.ip_address(cfg["local"]["ip"])
     peer = ipaddress.ip_address(cfg["peer"]["ip"])
     if local.version != peer.version:
@@ -284,6 +327,22 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
 
 def _mac_bytes(mac: str) -> bytes:
     return bytes(int(p, 16) for p in mac.replace("-", ":").split(":"))
+
+
+def _resolved_mac(cfg: dict[str, Any], side: str) -> bytes:
+    """``side``'s MAC, with ``auto`` looked up on the socket NIC's interface."""
+    from roce_transceiver.netinfo import NetInfoError, interface_mac, neighbour_mac
+
+    mac = cfg[side]["mac"]
+    if mac != "auto":
+        return _mac_bytes(mac)
+    interface = cfg["socket"]["interface"]
+    try:
+        if side == "local":
+            return _mac_bytes(interface_mac(interface))
+        return _mac_bytes(neighbour_mac(cfg["peer"]["ip"], interface))
+    except NetInfoError as e:
+        raise ConfigError(str(e), key=f"{side}.mac") from None
 
 
 def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> dict[str, Any]:
@@ -310,8 +369,13 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
         "pkey": cfg["qp"]["pkey"],
         "rx_psn": cfg["qp"]["rx_psn"],
         "tx_psn": cfg["qp"]["tx_psn"],
-        "local_mac": _mac_bytes(cfg["local"]["mac"]),
-        "peer_mac": _mac_bytes(cfg["peer"]["mac"]),
+        "local_mac": _resolved_mac(cfg, "local"),
+        "peer_mac": _resolved_mac(cfg, "peer"),
+        "nic": cfg["nic"],
+        "socket_mode": cfg["socket"]["mode"],
+        "socket_interface": cfg["socket"]["interface"] or "",
+        "socket_capture": cfg["socket"]["capture"] or "",
+        "socket_batch": cfg["socket"]["batch"],
         "ip_version": local_ip.version,
         "local_ip": local_ip.packed,
         "peer_ip": ipaddress.ip_address(cfg["peer"]["ip"]).packed,

@@ -132,7 +132,7 @@ class Transceiver:
         self._started = True
         try:
             self._core.start()
-        except RuntimeError as e:
+        except (ValueError, RuntimeError) as e:
             raise TransceiverError(f"start(): {e}") from None
         return self
 
@@ -174,10 +174,14 @@ class Transceiver:
 
     # -- data -------------------------------------------------------------
     def stats(self) -> dict[str, int]:
-        """The loop's counters, read while it runs; after stop(), their final values."""
+        """The loop's counters, read while it runs; after stop(), their final values.
+        With the socket NIC, its own counters too (``nic_*``)."""
         if not self._stopped:
             self._check()
-        return {k: int(v) for k, v in self._core.counters().items()}
+        out = {k: int(v) for k, v in self._core.counters().items()}
+        if self.config["nic"] == "socket":
+            out.update({k: int(v) for k, v in self._core.nic_stats().items()})
+        return out
 
     def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:
         """Queue ``data`` to be sent to the peer as a SEND; waits up to ``timeout``

@@ -28,14 +28,15 @@ void take_bytes(const pb::handle& v, uint8_t (&dst)[N], size_t want, const std::
 // programming error on the Python side and is reported as such.
 host::TransceiverConfig config_from_dict(const pb::dict& d) {
   static const std::set<std::string> known = {
-      "executor",   "far_end",        "rx_depth",         "tx_depth",
-      "slot_bytes", "host_tx_depth",  "completion_depth", "completion_slot_bytes",
-      "batch",      "msg_buf_bytes",  "check_icrc",       "record_completions",
-      "qpn",        "peer_qpn",       "transport",        "pkey",
-      "rx_psn",     "tx_psn",         "local_mac",        "peer_mac",
-      "ip_version", "local_ip",       "peer_ip",          "udp_sport",
-      "vlan",       "handler",        "qec_blob",         "regions",
-      "cpu_core",   "stop_timeout_s", "express"};
+      "executor",    "far_end",          "rx_depth",         "tx_depth",
+      "slot_bytes",  "host_tx_depth",    "completion_depth", "completion_slot_bytes",
+      "batch",       "msg_buf_bytes",    "check_icrc",       "record_completions",
+      "qpn",         "peer_qpn",         "transport",        "pkey",
+      "rx_psn",      "tx_psn",           "local_mac",        "peer_mac",
+      "ip_version",  "local_ip",         "peer_ip",          "udp_sport",
+      "vlan",        "handler",          "qec_blob",         "regions",
+      "cpu_core",    "stop_timeout_s",   "express",          "nic",
+      "socket_mode", "socket_interface", "socket_capture",   "socket_batch"};
   for (const auto& item : d) {
     const std::string key = item.first.cast<std::string>();
     if (!known.count(key)) throw pb::value_error("engine config: unknown key '" + key + "'");
@@ -44,6 +45,11 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
   auto get = [&](const char* key) { return d.contains(key) ? d[key] : pb::object(); };
   if (auto v = get("executor")) c.executor = v.cast<std::string>();
   if (auto v = get("far_end")) c.far_end = v.cast<std::string>();
+  if (auto v = get("nic")) c.nic = v.cast<std::string>();
+  if (auto v = get("socket_mode")) c.socket.mode = v.cast<std::string>();
+  if (auto v = get("socket_interface")) c.socket.interface = v.cast<std::string>();
+  if (auto v = get("socket_capture")) c.socket.capture = v.cast<std::string>();
+  if (auto v = get("socket_batch")) c.socket.batch = v.cast<uint32_t>();
   if (auto v = get("rx_depth")) c.rx_depth = v.cast<uint32_t>();
   if (auto v = get("tx_depth")) c.tx_depth = v.cast<uint32_t>();
   if (auto v = get("slot_bytes")) c.slot_bytes = v.cast<uint32_t>();
@@ -154,6 +160,19 @@ void register_engine(pb::module_& m) {
       .def("stop", &Transceiver::stop, pb::call_guard<pb::gil_scoped_release>())
       .def("running", &Transceiver::running)
       .def("check", &Transceiver::check)
+      .def("nic_stats",
+           [](const Transceiver& t) {
+             const host::SocketNicStats s = t.nic_stats();
+             pb::dict d;
+             d["nic_rx_frames"] = s.rx_frames;
+             d["nic_rx_bytes"] = s.rx_bytes;
+             d["nic_tx_frames"] = s.tx_frames;
+             d["nic_tx_bytes"] = s.tx_bytes;
+             d["nic_filtered"] = s.filtered;
+             d["nic_rx_ring_full"] = s.rx_ring_full;
+             d["nic_tx_errors"] = s.tx_errors;
+             return d;
+           })
       .def("counters",
            [](const Transceiver& t) {
              const std::vector<uint64_t> v = t.counters();

@@ -71,6 +71,12 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   on_gpu_ = c.executor == "cuda";
   if (c.far_end == "gpu" && !on_gpu_)
     throw std::invalid_argument("far_end='gpu' needs executor='cuda'");
+  if (c.nic != "loopback" && c.nic != "socket")
+    throw std::invalid_argument("nic='" + c.nic + "': must be 'loopback' or 'socket'");
+  if (c.nic == "socket" && c.far_end != "cpu")
+    throw std::invalid_argument(
+        "nic='socket' with far_end='gpu': the socket NIC is a CPU thread, its rings sit in "
+        "host memory (far_end='cpu')");
   wire_device_ = c.far_end == "gpu";
   std::string why;
   if (on_gpu_ && !cuda_usable(&why))
@@ -195,15 +201,24 @@ void Transceiver::start() {
   EngineState st;
   engine_init(desc_, &st);
   state_.write(0, &st, sizeof st);
+  if (cfg_.nic == "socket") {  // sockets first: a failure leaves nothing running
+    SocketNicConfig nc = cfg_.socket;
+    nc.qpn = cfg_.qp.qpn;
+    nc.addresses = cfg_.local;
+    nic_ =
+        std::make_unique<SocketNic>(nc, rx_view(false), inject_prod_, tx_view(false), collect_ci_,
+                                    reinterpret_cast<Counters*>(counters_.host()), &ring_drops_);
+  }
   started_ = true;
   if (on_gpu_) {
     kernel_ = std::make_unique<cuda::EngineKernel>();
     kernel_->start(desc_, reinterpret_cast<EngineState*>(state_.device()), wire_device_,
                    reinterpret_cast<uint64_t*>(heartbeat_.host()));
-    return;
+  } else {
+    stop_.store(false);
+    thread_ = std::thread([this] { cpu_loop(); });
   }
-  stop_.store(false);
-  thread_ = std::thread([this] { cpu_loop(); });
+  if (nic_) nic_->start();
 }
 
 void Transceiver::cpu_loop() {
@@ -248,6 +263,15 @@ void Transceiver::stop() {
   if (stopped_) return;
   closing_.store(true, std::memory_order_release);
   store_release<Scope::kSystem>(&far_stop_, 1);  // a CPU far end ends its run
+  std::string nic_error;
+  if (nic_) {  // the wire goes quiet first
+    try {
+      nic_->stop();
+    } catch (const std::exception& e) {
+      nic_error = e.what();
+    }
+    final_nic_stats_ = nic_->stats();
+  }
   if (started_) {
     if (kernel_) {
       kernel_->stop(cfg_.stop_timeout_s);  // throws, keeping every buffer, if it will not stop
@@ -276,6 +300,19 @@ void Transceiver::stop() {
   far_expected_ = Buffer();
   far_times_ = Buffer();
   far_result_ = Buffer();
+  nic_.reset();
+  if (!nic_error.empty()) throw std::runtime_error("the socket NIC failed: " + nic_error);
+}
+
+SocketNicStats Transceiver::nic_stats() const {
+  if (stopped_ || !nic_) return final_nic_stats_;
+  return nic_->stats();
+}
+
+void Transceiver::require_loopback(const char* what) const {
+  if (cfg_.nic != "loopback")
+    throw std::logic_error(std::string(what) + ": the wire is the socket NIC (nic='" + cfg_.nic +
+                           "'); this call drives the loopback wire only");
 }
 
 void Transceiver::require_open(const char* what) const {
@@ -289,6 +326,10 @@ bool Transceiver::running() const {
 
 void Transceiver::check() const {
   if (kernel_) kernel_->check();
+  if (nic_ && !stopped_) {
+    const std::string e = nic_->error();
+    if (!e.empty()) throw std::runtime_error("the socket NIC failed: " + e);
+  }
 }
 
 std::vector<uint64_t> Transceiver::counters() const {
@@ -343,6 +384,7 @@ std::vector<Completion> Transceiver::poll_completions(size_t max) {
 
 bool Transceiver::inject(const uint8_t* frame, size_t len) {
   const CallGuard guard(*this, "inject()");
+  require_loopback("inject()");
   if (wire_device_)
     throw std::logic_error(
         "inject(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
@@ -360,6 +402,7 @@ bool Transceiver::inject(const uint8_t* frame, size_t len) {
 
 std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
   const CallGuard guard(*this, "collect()");
+  require_loopback("collect()");
   if (wire_device_)
     throw std::logic_error(
         "collect(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
@@ -378,6 +421,7 @@ std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
 
 FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   const CallGuard guard(*this, "run_far_end()");
+  require_loopback("roundtrip()");
   if (!running()) throw std::logic_error("run_far_end(): start() the transceiver first");
   if (p.payload_len == 0 || p.payloads.empty() || p.payloads.size() % p.payload_len)
     throw std::invalid_argument(

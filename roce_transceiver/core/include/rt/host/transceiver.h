@@ -12,6 +12,7 @@
 #include "rt/engine/engine.h"
 #include "rt/engine/far_end.h"
 #include "rt/host/memory.h"
+#include "rt/host/socket_nic.h"
 
 namespace rt::cuda {
 class EngineKernel;
@@ -28,6 +29,8 @@ struct RegionConfig {
 struct TransceiverConfig {
   std::string executor = "cpu";  // "cpu" | "cuda"
   std::string far_end = "cpu";   // where the loopback's far end runs: "cpu" | "gpu" (cuda only)
+  std::string nic = "loopback";  // "loopback" | "socket" (socket_nic.h)
+  SocketNicConfig socket;        // nic "socket" only; its addresses and QP are filled in
   uint32_t rx_depth = 256;       // powers of two
   uint32_t tx_depth = 256;
   uint32_t slot_bytes = 2048;
@@ -110,10 +113,13 @@ class Transceiver {
   FarEndRun run_far_end(const FarEndParams& params);
 
   std::vector<uint8_t> read_region(size_t index, size_t offset, size_t len) const;
+  // The socket NIC's counters (zeros with the loopback); after stop(), final.
+  SocketNicStats nic_stats() const;
 
  private:
   void cpu_loop();
   void require_open(const char* what) const;
+  void require_loopback(const char* what) const;
   void wait_for_calls(double timeout_s);
   std::vector<uint64_t> read_counters() const;
   RxRing rx_view(bool far) const;
@@ -152,6 +158,8 @@ class Transceiver {
   std::string cpu_error_;
   std::thread thread_;
   std::unique_ptr<cuda::EngineKernel> kernel_;
+  std::unique_ptr<SocketNic> nic_;
+  SocketNicStats final_nic_stats_{};
   Buffer heartbeat_;
   // The GPU far end's buffers, allocated before the kernel starts: allocating
   // or freeing device memory while a persistent kernel runs can wait for it.

@@ -1,0 +1,85 @@
+// The software NIC: a CPU thread that joins the engine's wire rings to Linux.
+//
+// It is the far side of the rings, as a ConnectX is in GPUNetIO's Ethernet
+// mode with a CPU-assisted doorbell: frames that arrive are produced into the
+// rx ring, frames the engine submits to the tx ring are sent. With the cuda
+// executor the rings sit in pinned host memory mapped into the GPU, so the
+// kernel and this thread meet there; with the cpu executor in host memory.
+//
+// Two modes (docs/socket_nic.md):
+// - packet: an AF_PACKET socket on a named interface carries whole Ethernet
+//   frames both ways, so the engine checks the ICRC the peer computed. Needs
+//   root or CAP_NET_RAW.
+// - udp: a UDP socket on port 4791 for users without root. The kernel owns
+//   the Ethernet, IP and UDP headers: received datagrams get those headers
+//   rebuilt (IP ID 0, DF, TTL 64, as RoCE NICs send them) before the engine
+//   checks the ICRC, and sent frames lose theirs; the socket sends with DF
+//   from an unconnected socket, which makes Linux put ID 0, so the ICRC the
+//   engine computed matches what goes out.
+// Frames move in batches (recvmmsg / sendmmsg), never a syscall per packet.
+// What is not ours (another ethertype, protocol, port or QP; our own frames
+// seen again) is counted and dropped before the engine sees it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "rt/engine/counters.h"
+#include "rt/protocol/encode.h"
+#include "rt/queues/rx_ring.h"
+#include "rt/queues/tx_ring.h"
+
+namespace rt::host {
+
+struct SocketNicConfig {
+  std::string mode = "packet";  // "packet" | "udp"
+  std::string interface;        // packet mode: the interface to bind
+  std::string capture;          // pcap file of every frame in and out; empty: none
+  uint32_t batch = 32;          // frames per recvmmsg / sendmmsg
+  uint32_t qpn = 0;             // ours: frames for another QP are filtered
+  // Our addresses (src_*) and the peer's (dst_*), as in our replies; udp mode
+  // rebuilds received headers from them and sends to dst_ip.
+  FrameSpec addresses;
+};
+
+struct SocketNicStats {
+  uint64_t rx_frames = 0;  // handed to the engine
+  uint64_t rx_bytes = 0;
+  uint64_t tx_frames = 0;  // sent
+  uint64_t tx_bytes = 0;
+  uint64_t filtered = 0;      // not ours: dropped before the engine
+  uint64_t rx_ring_full = 0;  // ours, dropped: the engine's rx ring was full
+  uint64_t tx_errors = 0;     // frames the kernel refused to send
+};
+
+class SocketNic {
+ public:
+  // Opens the sockets and the capture file; throws std::runtime_error naming
+  // what failed (permission, interface, address in use...). `rx_prod` and
+  // `tx_ci` are where the rings' far-side indices stand; `ring_drops` is the
+  // engine's ring-drop counter, which the rx ring's producer owns.
+  SocketNic(const SocketNicConfig& config, RxRing rx, uint32_t rx_prod, TxRing tx, uint32_t tx_ci,
+            Counters* counters, uint64_t* ring_drops);
+  ~SocketNic();
+  SocketNic(const SocketNic&) = delete;
+  SocketNic& operator=(const SocketNic&) = delete;
+
+  void start();
+  // Joins the thread and closes the capture. Idempotent; throws what the
+  // thread failed with, if it did.
+  void stop();
+  SocketNicStats stats() const;
+  // What the thread failed with while running; empty while it is fine.
+  std::string error() const;
+  const SocketNicConfig& config() const { return cfg_; }
+
+ private:
+  struct Impl;
+  SocketNicConfig cfg_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rt::host
