@@ -1,4 +1,4 @@
-"""The ``roce-transceiver`` command line: decode, craft, info, bench.
+"""The ``roce-transceiver`` command line: decode, craft, info, bench, echo, peer.
 
 Every failure the user can cause (bad arguments, a file that is not a pcap, a
 field out of range) is one line on stderr, ``roce-transceiver: error: ...``,
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from roce_transceiver import __version__
-from roce_transceiver.commands import CommandError, bench, craft, decode, info
+from roce_transceiver.commands import CommandError, bench, craft, decode, echo, info, peer
 from roce_transceiver.pcap import PcapError
 
 __all__ = ["PROG", "build_parser", "main"]
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (decode, craft, info, bench):
+    for command in (decode, craft, info, bench, echo, peer):
         command.register(sub)
     return parser
 

@@ -71,6 +71,7 @@ __all__ = [
     "RotatedSurfaceCode",
     "pack_correction",
     "pack_syndrome",
+    "random_syndromes",
     "reply_bytes",
     "request_bytes",
     "unpack_correction",
@@ -337,3 +338,21 @@ class LookupTableDecoder:
             + self.x_corrections.astype("<u4").tobytes()
             + self.z_corrections.astype("<u4").tobytes()
         )
+
+
+def random_syndromes(
+    distance: int, count: int, p: float = 0.03, seed: int = 1
+) -> tuple[list[bytes], list[bytes]]:
+    """``count`` syndrome requests from independent X and Z errors of rate ``p`` on each data
+    qubit, and the corrections the lookup-table decoder answers them with (packed)."""
+    code = RotatedSurfaceCode(distance)
+    decoder = LookupTableDecoder(code)
+    rng = np.random.default_rng(seed)
+    requests, expected = [], []
+    for _ in range(count):
+        ex = (rng.random(code.num_data) < p).astype(np.uint8)
+        ez = (rng.random(code.num_data) < p).astype(np.uint8)
+        request = pack_syndrome(code.hx @ ez % 2, code.hz @ ex % 2)
+        requests.append(request)
+        expected.append(decoder.decode_packed(request))
+    return requests, expected

@@ -10,6 +10,7 @@ import shutil
 from functools import cache
 
 import pytest
+from net_helpers import veth_namespace  # noqa: F401  (a fixture for every test module)
 
 TSHARK_MISSING = "tshark not found on PATH (apt-get install tshark)"
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import EXECUTORS, wait_counters
+from net_helpers import run_cmd
 
 from roce_transceiver.config import ConfigError
 from roce_transceiver.pcap import read_pcap
@@ -165,45 +165,6 @@ def test_packet_mode_unknown_interface_is_a_clear_error() -> None:
 # -- packet mode across a network namespace ------------------------------------------
 
 
-def _run(*cmd: str) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
-    assert done.returncode == 0, f"{' '.join(cmd)}: {done.stderr.strip()}"
-    return done.stdout
-
-
-@pytest.fixture
-def veth_namespace() -> Iterator[tuple[str, str, str]]:
-    """(namespace, our interface, the peer's interface inside the namespace)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates a network namespace and a veth pair")
-    if not shutil.which("ip"):
-        pytest.skip("needs iproute2 (ip) to create a namespace")
-    tag = f"rt{os.getpid() % 100000}"
-    ns, ours, theirs = f"{tag}ns", f"{tag}a", f"{tag}b"
-    _run("ip", "netns", "add", ns)
-    try:
-        _run("ip", "link", "add", ours, "type", "veth", "peer", "name", theirs)
-        _run("ip", "link", "set", theirs, "netns", ns)
-        # No IPv6 autoconfiguration chatter on the pair: only our frames cross it.
-        _run("sysctl", "-q", "-w", f"net.ipv6.conf.{ours}.disable_ipv6=1")
-        _run(
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "sysctl",
-            "-q",
-            "-w",
-            f"net.ipv6.conf.{theirs}.disable_ipv6=1",
-        )
-        _run("ip", "link", "set", ours, "up")
-        _run("ip", "netns", "exec", ns, "ip", "link", "set", theirs, "up")
-        yield ns, ours, theirs
-    finally:
-        subprocess.run(["ip", "link", "del", ours], capture_output=True, timeout=20, check=False)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20, check=False)
-
-
 # The peer, run inside the namespace: SEND Onlys out by AF_PACKET, each echo checked.
 PEER = r"""
 import json, socket, sys, time
@@ -249,7 +210,7 @@ def test_packet_mode_across_a_namespace_echoes_byte_exact(
     executor: str, veth_namespace: tuple[str, str, str], tmp_path: Path
 ) -> None:
     ns, ours, theirs = veth_namespace
-    peer_mac = _run("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{theirs}/address").strip()
+    peer_mac = run_cmd("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{theirs}/address").strip()
     cfg = {
         "executor": executor,
         "nic": "socket",

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-
 from roce_transceiver.bench.floors import Percentiles, format_table, measure_floors
 from roce_transceiver.bench.machine import machine_info
 from roce_transceiver.transceiver import RoundTrip, Transceiver
@@ -159,18 +157,9 @@ def run_qec(
 ) -> dict[str, Any]:
     """The decoder loop at an offered ``rate`` (None: as fast as ``window`` allows);
     every correction is checked against the Python decoder."""
-    from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode, pack_syndrome
+    from roce_transceiver.qec import random_syndromes
 
-    code = RotatedSurfaceCode(distance)
-    decoder = LookupTableDecoder(code)
-    rng = np.random.default_rng(seed)
-    requests, expected = [], []
-    for _ in range(1024):
-        ex = (rng.random(code.num_data) < 0.03).astype(np.uint8)
-        ez = (rng.random(code.num_data) < 0.03).astype(np.uint8)
-        request = pack_syndrome(code.hx @ ez % 2, code.hz @ ex % 2)
-        requests.append(request)
-        expected.append(decoder.decode_packed(request))
+    requests, expected = random_syndromes(distance, 1024, seed=seed)
     config = {
         "executor": executor,
         "far_end": far_end,

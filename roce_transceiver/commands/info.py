@@ -19,7 +19,7 @@ BACKENDS: dict[str, bool] = {
     "cpu executor": True,
     "cuda executor": bool(_core.built_with_cuda),
     "loopback NIC": True,
-    "socket NIC": False,
+    "socket NIC": True,
     "doca NIC": False,
 }
 

@@ -1,0 +1,72 @@
+"""``roce-transceiver echo``: run a transceiver's loop and watch its counters.
+
+Runs the transceiver configured by ``--config`` (its handler: echo, qec...) until
+``--seconds`` pass or Ctrl-C, printing the counters that moved once a second on stderr,
+then a summary on stdout (``--json``: one JSON object).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from roce_transceiver.commands import CommandError
+
+__all__ = ["register", "run"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "echo",
+        help="run the transceiver of a config file and show its counters",
+        description="Run the transceiver configured by --config (usually with the socket NIC, "
+        "so peers can reach it) until --seconds pass or Ctrl-C.",
+    )
+    p.add_argument("--config", required=True, metavar="FILE", help="the transceiver's YAML")
+    p.add_argument("--seconds", type=float, help="stop after this long (default: Ctrl-C)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--json", action="store_true", help="print the final counters as JSON")
+    p.set_defaults(run=run)
+
+
+def _moved(stats: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in stats.items() if v)
+
+
+def run(args: argparse.Namespace) -> int:
+    from roce_transceiver.config import ConfigError
+    from roce_transceiver.transceiver import Transceiver, TransceiverError
+
+    if args.seconds is not None and args.seconds <= 0:
+        raise CommandError(f"echo: --seconds {args.seconds}: must be positive")
+    try:
+        t = Transceiver(args.config)
+        t.start()
+    except (ConfigError, TransceiverError, OSError) as e:
+        raise CommandError(f"echo: {e}") from None
+    print(f"{t.executor_reason}; nic {t.config['nic']}; Ctrl-C stops", file=sys.stderr)
+    start = time.monotonic()
+    try:
+        next_report = start + 1.0
+        while args.seconds is None or time.monotonic() - start < args.seconds:
+            time.sleep(0.01)  # a poll interval: the loop runs on its own
+            if time.monotonic() >= next_report:
+                next_report += 1.0
+                if not args.quiet:
+                    elapsed = time.monotonic() - start
+                    print(f"[{elapsed:5.1f} s] {_moved(t.stats())}", file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        try:
+            t.stop()
+        except TransceiverError as e:
+            raise CommandError(f"echo: {e}") from None
+    stats = t.stats()
+    if args.json:
+        print(json.dumps(stats))
+    else:
+        print(f"after {time.monotonic() - start:.1f} s: {_moved(stats) or 'nothing received'}")
+    return 0

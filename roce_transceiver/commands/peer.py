@@ -1,0 +1,79 @@
+"""``roce-transceiver peer qpu``: a software quantum controller talking to a transceiver.
+
+The peer reads the transceiver's own YAML and mirrors it (its addresses are the config's
+``peer`` section), sends requests over the network and checks the answers
+(:mod:`roce_transceiver.peers.qpu`). Exit status 0 when every request was answered right,
+1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from roce_transceiver.commands import CommandError
+
+__all__ = ["register", "run"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "peer",
+        help="run a software peer against a transceiver (qpu)",
+        description="Run a software peer against a transceiver over the network, "
+        "mirroring the transceiver's configuration file.",
+    )
+    kinds = p.add_subparsers(dest="peer", metavar="PEER", required=True)
+    q = kinds.add_parser(
+        "qpu",
+        help="send syndromes (qec) or payloads (echo), check and time the answers",
+        description="Send requests to the transceiver configured by --config and check and "
+        "time every answer: corrections against the Python decoder (qec), echoes "
+        "against what was sent (echo).",
+    )
+    q.add_argument("--config", required=True, metavar="FILE", help="the transceiver's YAML")
+    q.add_argument("--mode", choices=("udp", "packet"), help="default: the config's socket.mode")
+    q.add_argument("--interface", help="packet mode: the peer's own interface")
+    q.add_argument("--handler", choices=("echo", "qec"), help="default: the config's handler")
+    q.add_argument("--count", type=int, default=1000, help="requests (default 1000)")
+    q.add_argument("--rate", type=float, help="requests per second (default: one at a time)")
+    q.add_argument("--size", type=int, default=32, help="echo payload bytes (default 32)")
+    q.add_argument("--timeout", type=float, default=1.0, help="seconds to wait per answer")
+    q.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    q.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from roce_transceiver.config import ConfigError, load_config
+    from roce_transceiver.peers import LinkError, QpuPeer, open_link
+
+    try:
+        cfg = load_config(args.config)
+    except (ConfigError, OSError) as e:
+        raise CommandError(f"peer qpu: {e}") from None
+    handler = args.handler or cfg["handler"]
+    if handler not in ("echo", "qec"):
+        raise CommandError(f"peer qpu: the transceiver runs handler {handler!r}; use --handler")
+    if args.count < 1:
+        raise CommandError(f"peer qpu: --count {args.count}: must be at least 1")
+    if args.rate is not None and args.rate <= 0:
+        raise CommandError(f"peer qpu: --rate {args.rate}: must be positive")
+    mode = args.mode or cfg["socket"]["mode"]
+    try:
+        with open_link(cfg, mode, args.interface) as link:
+            peer = QpuPeer(
+                link,
+                handler=handler,
+                size=args.size,
+                distance=cfg["qec"]["distance"],
+                first_psn=cfg["qp"]["rx_psn"],
+            )
+            report = peer.run(args.count, rate=args.rate, timeout_s=args.timeout)
+    except (LinkError, ValueError) as e:
+        raise CommandError(f"peer qpu: {e}") from None
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print(f"qpu peer, {handler} over {mode}: {report.summary()}", file=sys.stdout)
+    return 0 if report.lost == 0 and report.wrong == 0 else 1

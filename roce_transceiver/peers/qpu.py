@@ -1,0 +1,136 @@
+"""The ``qpu`` peer: a quantum controller on the other side of the wire.
+
+It sends requests as SEND Only to the transceiver's QP (syndromes for the ``qec`` handler,
+numbered payloads for ``echo``), one at a time or paced at a rate, stamps each, and checks
+every answer: corrections against the Python lookup-table decoder, echoes against what was
+sent. The report has the round trips (min/p50/p99/max), the throughput, and the requests
+that were lost (no answer within the timeout) or answered wrongly.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from roce_transceiver.peers.link import Link
+from roce_transceiver.protocol import psn_add
+from roce_transceiver.qec import random_syndromes
+from roce_transceiver.stats import Percentiles
+
+__all__ = ["QpuPeer", "QpuReport"]
+
+
+@dataclass(frozen=True)
+class QpuReport:
+    sent: int
+    received: int
+    lost: int  # no answer within the timeout
+    wrong: int  # answered, but not with the expected bytes
+    bad_icrc: int  # answers whose ICRC did not verify (counted as wrong too)
+    elapsed_s: float
+    msgs_per_s: float
+    rtt_us: Percentiles | None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rtt_us"] = self.rtt_us.as_dict() if self.rtt_us else None
+        return d
+
+    def summary(self) -> str:
+        head = f"{self.received}/{self.sent} answered, {self.lost} lost, {self.wrong} wrong"
+        if not self.rtt_us:
+            return head
+        r = self.rtt_us
+        return (
+            f"{head}; round trip min {r.min:.1f} / p50 {r.p50:.1f} / p99 {r.p99:.1f} / "
+            f"max {r.max:.1f} us; {self.msgs_per_s:,.0f} msgs/s"
+        )
+
+
+class QpuPeer:
+    """Requests out over ``link``, answers in, checked and timed.
+
+    ``handler`` is what the transceiver runs: ``echo`` (``size``-byte payloads, the request
+    number in the first 4 bytes) or ``qec`` (syndromes of a distance-``distance`` code).
+    ``first_psn`` is the PSN the transceiver expects first (its ``qp.rx_psn``).
+    """
+
+    def __init__(
+        self,
+        link: Link,
+        handler: str = "echo",
+        size: int = 32,
+        distance: int = 3,
+        first_psn: int = 0,
+        seed: int = 1,
+    ) -> None:
+        if handler not in ("echo", "qec"):
+            raise ValueError(f"handler {handler!r}: must be 'echo' or 'qec'")
+        if handler == "echo" and not 4 <= size <= 4096:
+            raise ValueError(f"size {size}: must be 4 to 4096 bytes")
+        self.link = link
+        self.handler = handler
+        self.size = size
+        self.psn = first_psn
+        if handler == "qec":
+            self._requests, self._expected = random_syndromes(distance, 1024, seed=seed)
+        else:
+            rng = np.random.default_rng(seed)
+            self._requests = [bytes(rng.integers(0, 256, size, dtype=np.uint8))]
+            self._expected = []
+
+    def request(self, i: int) -> tuple[bytes, bytes]:
+        """Request ``i`` and the answer it must get."""
+        if self.handler == "qec":
+            k = i % len(self._requests)
+            return self._requests[k], self._expected[k]
+        payload = struct.pack("<I", i & 0xFFFFFFFF) + self._requests[0][4:]
+        return payload, payload
+
+    def run(self, count: int, rate: float | None = None, timeout_s: float = 1.0) -> QpuReport:
+        """Send ``count`` requests (paced at ``rate`` per second when given) and wait for
+        each answer up to ``timeout_s``."""
+        if count < 1:
+            raise ValueError(f"count {count}: must be at least 1")
+        rtts: list[float] = []
+        lost = wrong = bad_icrc = 0
+        interval = 1.0 / rate if rate else 0.0
+        start = time.perf_counter()
+        next_send = start
+        for i in range(count):
+            if interval:
+                while time.perf_counter() < next_send:
+                    pass  # pacing: a busy wait keeps the send time exact
+                next_send += interval
+            payload, expected = self.request(i)
+            frame = self.link.addresses.frame("SEND_ONLY", payload, psn=self.psn)
+            self.psn = psn_add(self.psn, 1)
+            t0 = time.perf_counter()
+            self.link.send(frame)
+            answer = self.link.receive(timeout_s)
+            t1 = time.perf_counter()
+            if answer is None:
+                lost += 1
+                continue
+            rtts.append((t1 - t0) * 1e6)
+            if not answer.icrc_ok:
+                bad_icrc += 1
+                wrong += 1
+            elif answer.payload != expected:
+                wrong += 1
+        elapsed = time.perf_counter() - start
+        received = count - lost
+        return QpuReport(
+            sent=count,
+            received=received,
+            lost=lost,
+            wrong=wrong,
+            bad_icrc=bad_icrc,
+            elapsed_s=elapsed,
+            msgs_per_s=received / elapsed if elapsed > 0 else 0.0,
+            rtt_us=Percentiles.from_samples(rtts, unit="us") if rtts else None,
+        )
