@@ -114,7 +114,31 @@ SCHEMA = Section(
             "loopback: where the far end of the wire runs (gpu needs executor cuda)",
             choices=("cpu", "gpu"),
         ),
-        "handler": Field(str, "echo", "what runs on each message", choices=("echo", "sink", "qec")),
+        "handler": Field(
+            str,
+            "echo",
+            "what runs on each message (frames: HSB frame streams into pages)",
+            choices=("echo", "sink", "qec", "frames"),
+        ),
+        "frames": Section(
+            "The frames handler: a ring of pages the sensor writes frames into (docs/frames.md).",
+            {
+                "pages": Field(int, 8, "frame buffers", minimum=1, maximum=4096),
+                "page_bytes": Field(
+                    int,
+                    1 << 20,
+                    "bytes per frame buffer",
+                    minimum=256,
+                    maximum=1 << 30,
+                    check=_multiple_of_64,
+                ),
+                "metadata": Field(
+                    bool, True, "the end-of-frame packet carries the 128-byte metadata record"
+                ),
+                "va": Field(int, 0x1_0000_0000, "address the sensor writes page 0 at", minimum=0),
+                "rkey": Field(int, 0x46524D53, "the pages' rkey", minimum=0, maximum=2**32 - 1),
+            },
+        ),
         "qec": Section(
             "The qec handler.",
             {"distance": Field(int, 3, "rotated surface code distance", choices=(3, 5))},
@@ -305,6 +329,13 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
     def fail(message: str, key: str) -> ConfigError:
         return ConfigError(message, key=key, source=source, line=_line_of(data, key))
 
+    if cfg["handler"] == "frames":
+        if not cfg["completions"]:
+            raise fail("the frames handler hands frames over as completions: on", "completions")
+        if any(r["rkey"] == cfg["frames"]["rkey"] for r in cfg["regions"]):
+            raise fail("the frames' rkey is used by a region too", "frames.rkey")
+        if cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] >= 1 << 32:
+            raise fail("pages x page_bytes must stay under 4 GiB (one region)", "frames.page_bytes")
     sock = cfg["socket"]
     if cfg["nic"] == "socket":
         if cfg["far_end"] != "cpu":
@@ -349,6 +380,10 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
     """The flat dict the C++ core takes (roce_transceiver/core/src/register_engine.cpp)."""
     q = cfg["queues"]
     local_ip = ipaddress.ip_address(cfg["local"]["ip"])
+    fr = cfg["frames"]
+    # The frames handler's pages are one more registered region, after the configured ones.
+    frames_on = cfg["handler"] == "frames"
+    frame_pages = [(fr["va"], fr["rkey"], fr["pages"] * fr["page_bytes"])] if frames_on else []
     out: dict[str, Any] = {
         "executor": executor,
         "far_end": cfg["far_end"],
@@ -382,7 +417,11 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
         "udp_sport": cfg["local"]["udp_sport"],
         "vlan": cfg["vlan"],
         "handler": cfg["handler"],
-        "regions": [(r["va"], r["rkey"], r["length"]) for r in cfg["regions"]],
+        "regions": [(r["va"], r["rkey"], r["length"]) for r in cfg["regions"]] + frame_pages,
+        "frames_region": len(cfg["regions"]),
+        "frames_page_bytes": fr["page_bytes"],
+        "frames_pages": fr["pages"],
+        "frames_metadata": fr["metadata"],
         "cpu_core": -1 if cfg["cpu_core"] is None else cfg["cpu_core"],
         "stop_timeout_s": cfg["stop_timeout_s"],
     }

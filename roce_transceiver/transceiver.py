@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 
 from roce_transceiver import _core
 from roce_transceiver.config import core_config, load_config
+from roce_transceiver.frames import Frame
 from roce_transceiver.stats import Percentiles
 
 __all__ = ["Completion", "RoundTrip", "Transceiver", "TransceiverError", "pick_executor"]
@@ -123,6 +125,8 @@ class Transceiver:
             raise TransceiverError(str(e)) from None
         self._started = False
         self._stopped = False
+        self._messages: deque[Completion] = deque()
+        self._frames: deque[Frame] = deque()
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> Transceiver:
@@ -201,16 +205,50 @@ class Transceiver:
         except (ValueError, RuntimeError) as e:
             raise TransceiverError(f"send(): {e}") from None
 
-    def receive(self, timeout: float | None = 0.0, max_messages: int = 1024) -> list[Completion]:
-        """Completed messages, oldest first; waits up to ``timeout`` s for at least one."""
-        self._require_running("receive()")
+    def _poll(self, max_records: int) -> None:
+        """Move what the engine completed into the message and frame queues."""
+        for r in self._core.poll_completions(max_records):
+            frame = r.pop("frame")
+            if frame is None:
+                self._messages.append(Completion(**r))
+            else:
+                self._frames.append(self._frame(frame))
+
+    def _frame(self, f: dict[str, Any]) -> Frame:
+        page, n = f["page"], f["bytes"]
+
+        def data() -> np.ndarray:
+            view = self._core.page_view(page, n)
+            if view is not None:  # host memory: the page itself
+                return np.frombuffer(view, dtype=np.uint8)
+            region = len(self.config["regions"])
+            offset = page * self.config["frames"]["page_bytes"]
+            return np.frombuffer(bytes(self._core.read_region(region, offset, n)), dtype=np.uint8)
+
+        def release() -> None:
+            if not self._stopped:
+                self._core.release_page(page)
+
+        return Frame(**f, _data=data, _release=release)
+
+    def _take(self, queue: deque[Any], what: str, timeout: float | None, most: int) -> list[Any]:
+        self._require_running(what)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            records = self._core.poll_completions(max_messages)
-            if records or (deadline is not None and time.monotonic() >= deadline):
-                return [Completion(**r) for r in records]
+            self._poll(4096)
+            if queue or (deadline is not None and time.monotonic() >= deadline):
+                return [queue.popleft() for _ in range(min(most, len(queue)))]
             self._check()
             time.sleep(20e-6)
+
+    def receive(self, timeout: float | None = 0.0, max_messages: int = 1024) -> list[Completion]:
+        """Completed messages, oldest first; waits up to ``timeout`` s for at least one."""
+        return self._take(self._messages, "receive()", timeout, max_messages)
+
+    def frames(self, timeout: float | None = 0.0, max_frames: int = 1024) -> list[Frame]:
+        """Frames the frames handler completed, oldest first (waits up to ``timeout`` s for
+        one). Each holds its page until released (:meth:`Frame.release`)."""
+        return self._take(self._frames, "frames()", timeout, max_frames)
 
     def __iter__(self) -> Iterator[Completion]:
         """Completed messages as they come, until the transceiver stops."""

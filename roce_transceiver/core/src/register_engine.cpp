@@ -27,16 +27,46 @@ void take_bytes(const pb::handle& v, uint8_t (&dst)[N], size_t want, const std::
 // The flat config roce_transceiver/config.py produces; an unknown key is a
 // programming error on the Python side and is reported as such.
 host::TransceiverConfig config_from_dict(const pb::dict& d) {
-  static const std::set<std::string> known = {
-      "executor",    "far_end",          "rx_depth",         "tx_depth",
-      "slot_bytes",  "host_tx_depth",    "completion_depth", "completion_slot_bytes",
-      "batch",       "msg_buf_bytes",    "check_icrc",       "record_completions",
-      "qpn",         "peer_qpn",         "transport",        "pkey",
-      "rx_psn",      "tx_psn",           "local_mac",        "peer_mac",
-      "ip_version",  "local_ip",         "peer_ip",          "udp_sport",
-      "vlan",        "handler",          "qec_blob",         "regions",
-      "cpu_core",    "stop_timeout_s",   "express",          "nic",
-      "socket_mode", "socket_interface", "socket_capture",   "socket_batch"};
+  static const std::set<std::string> known = {"executor",
+                                              "far_end",
+                                              "rx_depth",
+                                              "tx_depth",
+                                              "slot_bytes",
+                                              "host_tx_depth",
+                                              "completion_depth",
+                                              "completion_slot_bytes",
+                                              "batch",
+                                              "msg_buf_bytes",
+                                              "check_icrc",
+                                              "record_completions",
+                                              "qpn",
+                                              "peer_qpn",
+                                              "transport",
+                                              "pkey",
+                                              "rx_psn",
+                                              "tx_psn",
+                                              "local_mac",
+                                              "peer_mac",
+                                              "ip_version",
+                                              "local_ip",
+                                              "peer_ip",
+                                              "udp_sport",
+                                              "vlan",
+                                              "handler",
+                                              "qec_blob",
+                                              "regions",
+                                              "cpu_core",
+                                              "stop_timeout_s",
+                                              "express",
+                                              "nic",
+                                              "socket_mode",
+                                              "socket_interface",
+                                              "socket_capture",
+                                              "socket_batch",
+                                              "frames_region",
+                                              "frames_page_bytes",
+                                              "frames_pages",
+                                              "frames_metadata"};
   for (const auto& item : d) {
     const std::string key = item.first.cast<std::string>();
     if (!known.count(key)) throw pb::value_error("engine config: unknown key '" + key + "'");
@@ -46,6 +76,10 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
   if (auto v = get("executor")) c.executor = v.cast<std::string>();
   if (auto v = get("far_end")) c.far_end = v.cast<std::string>();
   if (auto v = get("nic")) c.nic = v.cast<std::string>();
+  if (auto v = get("frames_region")) c.frames_region = v.cast<uint32_t>();
+  if (auto v = get("frames_page_bytes")) c.frames_page_bytes = v.cast<uint32_t>();
+  if (auto v = get("frames_pages")) c.frames_pages = v.cast<uint32_t>();
+  if (auto v = get("frames_metadata")) c.frames_metadata = v.cast<bool>();
   if (auto v = get("socket_mode")) c.socket.mode = v.cast<std::string>();
   if (auto v = get("socket_interface")) c.socket.interface = v.cast<std::string>();
   if (auto v = get("socket_capture")) c.socket.capture = v.cast<std::string>();
@@ -96,8 +130,10 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
       c.handler = HandlerKind::kSink;
     else if (h == "qec")
       c.handler = HandlerKind::kQec;
+    else if (h == "frames")
+      c.handler = HandlerKind::kFrames;
     else
-      throw pb::value_error("handler='" + h + "': must be echo, sink or qec");
+      throw pb::value_error("handler='" + h + "': must be echo, sink, qec or frames");
   }
   if (auto v = get("qec_blob")) {
     const std::string b = v.cast<std::string>();
@@ -125,6 +161,31 @@ pb::dict completion_dict(const host::Completion& c) {
   d["psn"] = c.record.psn;
   d["rx_timestamp_ns"] = c.record.rx_timestamp_ns;
   d["done_timestamp_ns"] = c.record.done_timestamp_ns;
+  d["frame"] = pb::none();
+  if ((c.record.flags & kCompletionFrame) && c.request.size() >= sizeof(FrameRecord)) {
+    FrameRecord r;
+    std::memcpy(&r, c.request.data(), sizeof r);
+    pb::dict f;
+    f["frame_number"] = r.frame_number;
+    f["page"] = r.page;
+    f["bytes"] = r.bytes;
+    f["crc32"] = r.crc32;
+    f["metadata_crc32"] =
+        (r.flags & kFrameHasMetadata) ? pb::object(pb::int_(r.metadata_crc32)) : pb::none();
+    f["psn_first"] = r.psn_first;
+    f["psn_last"] = r.psn_last;
+    f["packets"] = r.packets;
+    f["packets_lost"] = r.packets_lost;
+    f["has_metadata"] = bool(r.flags & kFrameHasMetadata);
+    f["crc_ok"] = bool(r.flags & kFrameCrcOk);
+    f["bytes_ok"] = bool(r.flags & kFrameBytesOk);
+    f["page_match"] = bool(r.flags & kFramePageMatch);
+    f["ptp_s"] = r.ptp_s;
+    f["ptp_ns"] = r.ptp_ns;
+    f["rx_first_ns"] = r.rx_first_ns;
+    f["rx_last_ns"] = r.rx_last_ns;
+    d["frame"] = f;
+  }
   d["request"] = pb::bytes(reinterpret_cast<const char*>(c.request.data()), c.request.size());
   d["reply"] = pb::bytes(reinterpret_cast<const char*>(c.reply.data()), c.reply.size());
   return d;
@@ -160,6 +221,13 @@ void register_engine(pb::module_& m) {
       .def("stop", &Transceiver::stop, pb::call_guard<pb::gil_scoped_release>())
       .def("running", &Transceiver::running)
       .def("check", &Transceiver::check)
+      .def("release_page", &Transceiver::release_page)
+      .def("page_view",
+           [](const Transceiver& t, uint32_t page, size_t len) -> pb::object {
+             const uint8_t* p = t.page_host(page);
+             if (!p || len > t.config().frames_page_bytes) return pb::none();
+             return pb::memoryview::from_memory(static_cast<const void*>(p), pb::ssize_t(len));
+           })
       .def("nic_stats",
            [](const Transceiver& t) {
              const host::SocketNicStats s = t.nic_stats();

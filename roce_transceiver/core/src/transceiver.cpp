@@ -151,6 +151,28 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     qec_.write(0, c.qec_blob.data(), c.qec_blob.size());
     qec_table_relocate(&d.handler.qec, qec_.data());
   }
+  if (c.handler == HandlerKind::kFrames) {
+    if (c.frames_region >= c.regions.size())
+      throw std::invalid_argument("frames: region " + std::to_string(c.frames_region) +
+                                  " is not configured");
+    if (c.frames_pages == 0 || c.frames_pages > kMaxPages || c.frames_page_bytes == 0 ||
+        uint64_t(c.frames_pages) * c.frames_page_bytes > c.regions[c.frames_region].length)
+      throw std::invalid_argument("frames: " + std::to_string(c.frames_pages) + " pages of " +
+                                  std::to_string(c.frames_page_bytes) +
+                                  " bytes do not fit the region (at most 4096 pages)");
+    if (!c.record_completions ||
+        completion_data_bytes(c.completion_slot_bytes) < sizeof(FrameRecord))
+      throw std::invalid_argument(
+          "frames: the host gets frames as completion records: completions on, "
+          "completion_slot_bytes >= " +
+          std::to_string(sizeof(CompletionRecord) + 2 * sizeof(FrameRecord)));
+    page_free_ = Buffer(host_facing, size_t(c.frames_pages) * sizeof(uint32_t));
+    const std::vector<uint32_t> ones(c.frames_pages, 1u);
+    page_free_.write(0, ones.data(), ones.size() * sizeof(uint32_t));
+    d.frames =
+        FramesDesc{c.frames_region, c.frames_page_bytes, c.frames_pages, c.frames_metadata,
+                   reinterpret_cast<uint32_t*>(on_gpu_ ? page_free_.device() : page_free_.host())};
+  }
   d.msg_buf = scratch_.data();
   d.msg_buf_bytes = c.msg_buf_bytes;
   d.reply_scratch = scratch_.data() + c.msg_buf_bytes;
@@ -295,6 +317,7 @@ void Transceiver::stop() {
   state_ = Buffer();
   scratch_ = Buffer();
   qec_ = Buffer();
+  page_free_ = Buffer();
   heartbeat_ = Buffer();
   far_payloads_ = Buffer();
   far_expected_ = Buffer();
@@ -302,6 +325,19 @@ void Transceiver::stop() {
   far_result_ = Buffer();
   nic_.reset();
   if (!nic_error.empty()) throw std::runtime_error("the socket NIC failed: " + nic_error);
+}
+
+void Transceiver::release_page(uint32_t page) {
+  const CallGuard guard(*this, "release_page()");
+  if (cfg_.handler != HandlerKind::kFrames || page >= cfg_.frames_pages)
+    throw std::invalid_argument("release_page(" + std::to_string(page) +
+                                "): not a page of the frames handler");
+  store_release<Scope::kSystem>(reinterpret_cast<uint32_t*>(page_free_.host()) + page, 1u);
+}
+
+const uint8_t* Transceiver::page_host(uint32_t page) const {
+  if (cfg_.handler != HandlerKind::kFrames || page >= cfg_.frames_pages || on_gpu_) return nullptr;
+  return regions_[cfg_.frames_region].data() + size_t(page) * cfg_.frames_page_bytes;
 }
 
 SocketNicStats Transceiver::nic_stats() const {

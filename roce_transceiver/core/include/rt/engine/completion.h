@@ -12,6 +12,7 @@ enum CompletionFlag : uint8_t {
   kCompletionHasImm = 1 << 0,
   kCompletionHandlerError = 1 << 1,
   kCompletionReplyDropped = 1 << 2,  // the handler answered but the tx ring was full
+  kCompletionFrame = 1 << 3,         // a frame (frames.h): a FrameRecord in the data area
 };
 
 struct CompletionRecord {

@@ -31,20 +31,25 @@ enum class Counter : uint32_t {
   kNaksSent,
   kAcksReceived,  // RC ACKs for what we sent
   kNaksReceived,
-  kHostSends,  // messages the host asked to transmit, sent
-  kExpress,    // SEND Onlys taken by the express path (prediction.h): a part of rx_packets
-  kRingDrops,  // written by the producer: rx ring full, packet dropped
+  kHostSends,       // messages the host asked to transmit, sent
+  kExpress,         // SEND Onlys taken by the express path (prediction.h): a part of rx_packets
+  kFrames,          // frames handler: frames recorded for the host
+  kFramesDropped,   // frames not recorded: a packet hit a page the host held, or no room
+  kFrameCrcErrors,  // frames whose page CRC differs from their metadata's
+  kFramePageBusy,   // packets not written: their page was still held by the host
+  kRingDrops,       // written by the producer: rx ring full, packet dropped
   kCount
 };
 
 constexpr uint32_t kNumCounters = uint32_t(Counter::kCount);
 
 constexpr const char* kCounterNames[] = {
-    "rx_packets",     "rx_bytes",      "tx_packets",       "tx_bytes",     "messages",
-    "replies",        "icrc_errors",   "malformed",        "wrong_qp",     "bad_pkey",
-    "psn_gaps",       "duplicates",    "opcode_sequence",  "out_of_range", "unsupported",
-    "handler_errors", "tx_ring_full",  "completion_drops", "acks_sent",    "naks_sent",
-    "acks_received",  "naks_received", "host_sends",       "express",      "ring_drops",
+    "rx_packets",     "rx_bytes",         "tx_packets",       "tx_bytes",     "messages",
+    "replies",        "icrc_errors",      "malformed",        "wrong_qp",     "bad_pkey",
+    "psn_gaps",       "duplicates",       "opcode_sequence",  "out_of_range", "unsupported",
+    "handler_errors", "tx_ring_full",     "completion_drops", "acks_sent",    "naks_sent",
+    "acks_received",  "naks_received",    "host_sends",       "express",      "frames",
+    "frames_dropped", "frame_crc_errors", "frame_page_busy",  "ring_drops",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
               "one name per counter");

@@ -14,6 +14,7 @@
 #include "rt/byte_copy.h"
 #include "rt/engine/completion.h"
 #include "rt/engine/counters.h"
+#include "rt/engine/frames.h"
 #include "rt/engine/prediction.h"
 #include "rt/handlers/dispatch.h"
 #include "rt/protocol/encode.h"
@@ -49,7 +50,8 @@ struct EngineDesc {
   MemRegion regions[kMaxRegions];
   uint32_t num_regions;
   HandlerDesc handler;
-  uint8_t* msg_buf;  // assembles multi-packet SENDs
+  FramesDesc frames;  // handler kFrames
+  uint8_t* msg_buf;   // assembles multi-packet SENDs
   uint32_t msg_buf_bytes;
   uint8_t* reply_scratch;  // the handler's output when the tx ring is full
   uint32_t reply_scratch_bytes;
@@ -88,7 +90,8 @@ struct EngineState {
   uint64_t write_next_va;    // where the next packet lands,
   uint32_t write_remaining;  // and what the RETH still allows
   CounterTally tally;
-  Prediction pred;  // the express path's view of the queue pair
+  Prediction pred;    // the express path's view of the queue pair
+  FrameState frames;  // handler kFrames: the frame in progress
 };
 
 // Staging buffers for an executor whose rings sit across the bus from it (a
@@ -372,6 +375,78 @@ RT_HD inline Verdict execute_send(const EngineDesc& d, EngineState& st, const St
   return Verdict::kAccept;
 }
 
+// The frames handler's WRITE (frames.h), after the RETH checks of
+// execute_write: the page must be in the frames region and hold the packet,
+// and not be held by the host; the frame's account is kept, and its end is
+// left pending for the team (finish_frame). False: dropped (counted).
+template <Scope S>
+RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Staging* stg,
+                               const FrameView& f, uint64_t rx_ts) {
+  FrameState& fs = st.frames;
+  const FramesDesc& fd = d.frames;
+  const MemRegion& r = d.regions[st.write_region];
+  const uint32_t psn = f.bth_hdr().psn.get();
+  const uint64_t at = st.write_next_va - r.va;  // region offset of this packet's first byte
+  const uint32_t page = uint32_t(at / fd.page_bytes);
+  if (st.write_region != fd.region || page >= fd.pages ||
+      at % fd.page_bytes + f.payload_len > fd.page_bytes) {
+    count(st.tally, Counter::kOutOfRange);  // frames live in whole pages of their region
+    st.in_message = 0;
+    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
+    return false;
+  }
+  if (!fs.open) {
+    fs.open = true;
+    fs.dropped = false;
+    fs.bytes = 0;
+    fs.page = page;
+    fs.psn_first = psn;
+    fs.packets = 0;
+    fs.rx_first_ns = rx_ts;
+    fs.meta = HsbMetadataFields{};
+    ++fs.packets;
+  } else if (psn != fs.last_psn) {  // the same PSN right again is a duplicate: not a packet more
+    if (psn_diff(psn, fs.psn_first) < 0) fs.psn_first = psn;  // a late one from the start
+    ++fs.packets;
+  }
+  fs.last_psn = psn;
+  fs.rx_last_ns = rx_ts;
+  const bool end = f.op.is(kLast) && f.op.has(kImmDt);
+  if (page_busy(fs, page)) {  // held by the host: freed since?
+    if (load_acquire<Scope::kSystem>(&fd.page_free[page]))
+      set_page_busy(fs, page, false);
+    else
+      fs.dropped = true;
+  }
+  if (!page_busy(fs, page)) {
+    copy_bytes(r.base + at, f.base + f.payload, f.payload_len);
+    const bool meta = end && fd.metadata;  // the record, not frame data
+    const uint64_t reach = at % fd.page_bytes + f.payload_len;
+    if (!meta && reach > fs.bytes) fs.bytes = reach;
+    if (meta && f.payload_len >= sizeof(HsbFrameMetadata))
+      fs.meta = hsb_metadata_decode(*reinterpret_cast<const HsbFrameMetadata*>(f.base + f.payload));
+  } else {
+    count(st.tally, Counter::kFramePageBusy);
+  }
+  st.write_next_va += f.payload_len;
+  st.write_remaining -= f.payload_len;
+  st.in_message = f.op.is(kLast) ? 0 : kWrite;
+  if (end) {
+    fs.open = false;
+    fs.imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
+    fs.end_page = hsb_imm_page(fs.imm);
+    fs.end_psn = psn;
+    // Lost: the PSNs the frame spans that never arrived (reordered ones did).
+    const int32_t span = psn_diff(psn, fs.psn_first) + 1;
+    fs.lost = span > int32_t(fs.packets) ? uint32_t(span) - fs.packets : 0;
+    if (fs.dropped)
+      count(st.tally, Counter::kFramesDropped);
+    else
+      fs.pending = true;
+  }
+  return true;
+}
+
 // RDMA WRITE First/Middle/Last/Only: place by RETH into a registered region;
 // with immediate, deliver the written bytes to the handler.
 template <Scope S>
@@ -400,6 +475,8 @@ RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const S
     return Verdict::kDrop;
   }
   const MemRegion& r = d.regions[st.write_region];
+  if (d.handler.kind == HandlerKind::kFrames)
+    return frames_write<S>(d, st, stg, f, rx_ts) ? Verdict::kAccept : Verdict::kDrop;
   copy_bytes(r.base + (st.write_next_va - r.va), f.base + f.payload, f.payload_len);
   st.write_next_va += f.payload_len;
   st.write_remaining -= f.payload_len;
@@ -572,6 +649,72 @@ RT_HD inline Arrival arrive(const Team& t, const EngineDesc& d, const EngineStat
   return Arrival{stg->rx, len, ts, true};
 }
 
+// Team-wide: the end of a frame the leader left pending (frames_write): the
+// CRC of its page by the whole team, then, on the leader, its record for the
+// host. The page is the host's from then until it is released.
+template <Scope S, class Team>
+RT_HD inline void finish_frame(const Team& t, const EngineDesc& d, EngineState& st) {
+  FrameState& fs = st.frames;
+  const FramesDesc& fd = d.frames;
+  const bool meta = fd.metadata;
+  // With metadata the sensor's byte count is the frame: a frame that lost
+  // packets then fails its CRC instead of looking short and whole.
+  const uint64_t bytes =
+      meta && fs.meta.bytes_written <= fd.page_bytes ? fs.meta.bytes_written : fs.bytes;
+  const uint8_t* page = d.regions[fd.region].base + uint64_t(fs.page) * fd.page_bytes;
+  const uint32_t crc = crc32_team(t, page, bytes);
+  if (t.leader()) {
+    fs.pending = false;
+    uint8_t* slot = d.record_completions
+                        ? tx_reserve<Scope::kSystem>(d.completions, st.comp_pi, st.comp_ci_seen)
+                        : nullptr;
+    if (!slot || completion_data_bytes(d.completions.slot_bytes) < sizeof(FrameRecord)) {
+      count(st.tally, Counter::kCompletionDrops);  // the host fell behind: no record, page kept
+      count(st.tally, Counter::kFramesDropped);
+    } else {
+      FrameRecord rec{};
+      rec.bytes = bytes;
+      rec.ptp_s = fs.meta.ptp_s;
+      rec.ptp_ns = fs.meta.ptp_ns;
+      rec.rx_first_ns = fs.rx_first_ns;
+      rec.rx_last_ns = fs.rx_last_ns;
+      rec.frame_number = meta ? fs.meta.frame_number : fs.completed;
+      rec.page = fs.page;
+      rec.crc32 = crc;
+      rec.metadata_crc32 = fs.meta.crc32;
+      rec.psn_first = fs.psn_first;
+      rec.psn_last = fs.end_psn;
+      rec.packets = fs.packets;
+      rec.packets_lost = fs.lost;
+      rec.flags = (fs.end_page == fs.page ? kFramePageMatch : 0u) |
+                  (meta ? kFrameHasMetadata : 0u) |
+                  (meta && crc == fs.meta.crc32 ? kFrameCrcOk : 0u) |
+                  (meta && bytes == fs.bytes ? kFrameBytesOk : 0u);
+      if (meta && !(rec.flags & kFrameCrcOk)) count(st.tally, Counter::kFrameCrcErrors);
+      fd.page_free[fs.page] = 0;  // the host's now; published by the record's release below
+      set_page_busy(fs, fs.page, true);
+      CompletionRecord& c = *reinterpret_cast<CompletionRecord*>(slot);
+      c = CompletionRecord{};
+      c.request_len = uint32_t(sizeof(FrameRecord));
+      c.reply_len = kNoReply;
+      c.imm = fs.imm;
+      c.opcode = 0x2B;
+      c.flags = kCompletionFrame | kCompletionHasImm;
+      c.psn = fs.end_psn;
+      c.rx_timestamp_ns = fs.rx_last_ns;
+      c.done_timestamp_ns = now_ns();
+      copy_bytes(slot + sizeof(CompletionRecord), reinterpret_cast<const uint8_t*>(&rec),
+                 uint32_t(sizeof rec));
+      tx_submit<Scope::kSystem>(d.completions, st.comp_pi,
+                                uint32_t(sizeof(CompletionRecord) + sizeof rec), 0,
+                                c.done_timestamp_ns);
+      count(st.tally, Counter::kFrames);
+      ++fs.completed;
+    }
+  }
+  t.sync();
+}
+
 // Team-wide, for a frame the general path takes: its ICRC checked by every
 // lane (a long WRITE costs one thread tens of microseconds on a GPU). The
 // leader decodes to find the layout; a frame that does not decode is left to
@@ -704,6 +847,8 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
       if (a.speculative) stage_ordered<S>(t, d, st.rx_ci, stg, a.len);
       const IcrcVerdict icrc = icrc_verdict(t, d, a.frame, a.len);
       if (t.leader()) receive_packet<S>(d, st, stg, ByteSpan(a.frame, a.len), a.ts, icrc);
+      t.sync();
+      if (st.frames.pending) finish_frame<S>(t, d, st);
     }
     if (t.leader()) ++st.rx_ci;
     t.sync();

@@ -12,7 +12,8 @@ namespace rt {
 RT_HD inline int handle(const HandlerDesc& h, const Message& m, uint8_t* reply, uint32_t capacity) {
   switch (h.kind) {
     case HandlerKind::kEcho: return echo_handle(m, reply, capacity);
-    case HandlerKind::kSink: return kNoReply;
+    case HandlerKind::kSink:
+    case HandlerKind::kFrames: return kNoReply;
     case HandlerKind::kQec: {
       const int n = qec_decode(h.qec, m.data, m.len, reply, capacity);
       return n < 0 ? kHandlerError : n;

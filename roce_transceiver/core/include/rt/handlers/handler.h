@@ -16,9 +16,10 @@
 namespace rt {
 
 enum class HandlerKind : uint32_t {
-  kEcho = 0,  // reply = request (the NVQLink latency loop)
-  kSink = 1,  // consume, never reply
-  kQec = 2,   // surface-code lookup-table decoder (handlers/qec.h)
+  kEcho = 0,    // reply = request (the NVQLink latency loop)
+  kSink = 1,    // consume, never reply
+  kQec = 2,     // surface-code lookup-table decoder (handlers/qec.h)
+  kFrames = 3,  // HSB frame assembly: kept by the engine itself (engine/frames.h), no replies
 };
 
 struct HandlerDesc {

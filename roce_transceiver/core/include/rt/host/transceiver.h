@@ -47,6 +47,11 @@ struct TransceiverConfig {
   HandlerKind handler = HandlerKind::kEcho;
   std::vector<uint8_t> qec_blob;
   std::vector<RegionConfig> regions;
+  // handler kFrames: the pages are regions[frames_region], page_bytes each.
+  uint32_t frames_region = 0;
+  uint32_t frames_page_bytes = 0;
+  uint32_t frames_pages = 0;
+  bool frames_metadata = true;
   int cpu_core = -1;  // pin the cpu executor's thread; -1: no pinning
   double stop_timeout_s = 5.0;
 };
@@ -113,6 +118,11 @@ class Transceiver {
   FarEndRun run_far_end(const FarEndParams& params);
 
   std::vector<uint8_t> read_region(size_t index, size_t offset, size_t len) const;
+  // Frames handler: give page `page` back to the engine (the host is done
+  // with the frame in it). A page not held is left as it is.
+  void release_page(uint32_t page);
+  // Frames handler, host-placed pages only: where page `page` starts, else null.
+  const uint8_t* page_host(uint32_t page) const;
   // The socket NIC's counters (zeros with the loopback); after stop(), final.
   SocketNicStats nic_stats() const;
 
@@ -134,6 +144,7 @@ class Transceiver {
   Buffer state_;              // EngineState
   Buffer scratch_;            // msg_buf + reply_scratch
   Buffer qec_;                // the QEC table blob
+  Buffer page_free_;          // frames handler: per page, 1 free / 0 held by the host
   std::vector<Buffer> regions_;
   EngineDesc desc_{};
   struct Views {

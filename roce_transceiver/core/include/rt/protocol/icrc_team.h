@@ -15,6 +15,7 @@
 // table lookups), and the XOR of all chunks is the register.
 #pragma once
 
+#include "rt/protocol/crc32_combine.h"
 #include "rt/protocol/icrc.h"
 #include "rt/team.h"
 
@@ -173,6 +174,47 @@ RT_HD inline void icrc_team2(const Team& t, const uint8_t* fa, const IcrcLayout&
 
 RT_HD inline bool icrc_team_fits(const IcrcLayout& l) {
   return l.end > l.l3 && (l.end - l.l3) % 4 == 0;
+}
+
+}  // namespace rt
+
+namespace rt {
+
+// zlib's CRC-32 of n bytes by a team (the frames handler's page CRC): the
+// same chunking as icrc_team() without masks, started from a zero register;
+// zlib's all-ones start is added at the end, carried over the n bytes.
+template <class Team>
+RT_HD inline uint32_t crc32_team(const Team& t, const uint8_t* p, uint64_t n) {
+  if constexpr (Team::kLanes == 1) {
+    return crc32_update_fast(0, p, size_t(n));
+  } else {
+    using namespace icrc_team_detail;
+    if (n == 0) return 0;
+    const Crc32Tables& tb = detail::crc32_tables();
+    const uint64_t chunks = (n + kChunkBytes - 1) / kChunkBytes;
+    const auto chunk = [&](uint64_t j) -> uint32_t {
+      if (j >= chunks) return 0;
+      const int64_t start = int64_t(n) - int64_t(kChunkBytes * (j + 1));
+      uint32_t w[4];
+      if (start >= 0) {
+        load_words(p + start, w);
+      } else {  // the first chunk: zeros in front of the data
+        for (int i = 0; i < 4; ++i) {
+          w[i] = 0;
+          for (int b = 0; b < 4; ++b) {
+            const int64_t at = start + 4 * i + b;
+            if (at >= 0) w[i] |= uint32_t(p[at]) << (8 * b);
+          }
+        }
+      }
+      return chunk_step(tb, 0, w);
+    };
+    uint64_t m = (chunks + 31) / 32 - 1;
+    uint32_t reg = chunk(t.lane() + 32 * m);
+    while (m-- > 0) reg = crc32_shift16(tb, 32, reg) ^ chunk(t.lane() + 32 * m);
+    reg = t.xor_all(t.lane() ? crc32_shift16(tb, t.lane(), reg) : reg);
+    return ~(reg ^ crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu));
+  }
 }
 
 }  // namespace rt

@@ -1,0 +1,76 @@
+"""Frames from the frames handler: HSB-style sensor frames, handed over without a copy.
+
+A :class:`Frame` describes one frame the engine assembled in a page (frame buffer): its
+number, page, byte count, PSN range, packets lost, the CRC-32 of its bytes and, with
+metadata, the sensor's CRC and PTP time. ``data`` views the page (host memory: a read-only
+numpy array over the page itself; pages in GPU memory: a copy, for now). The page stays the
+host's until :meth:`Frame.release` gives it back; until then the engine drops (and counts)
+any frame the sensor writes into it, and never waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Frame"]
+
+
+@dataclass
+class Frame:
+    frame_number: int
+    page: int
+    bytes: int
+    crc32: int  # of the page's first ``bytes`` bytes, zlib's
+    metadata_crc32: int | None  # the sensor's, when the frame had metadata
+    has_metadata: bool
+    crc_ok: bool  # metadata present and its CRC matches
+    bytes_ok: bool  # metadata present and its byte count matches what arrived
+    page_match: bool  # the end-of-frame immediate named the page the data went to
+    psn_first: int
+    psn_last: int
+    packets: int
+    packets_lost: int
+    ptp_s: int
+    ptp_ns: int
+    rx_first_ns: int
+    rx_last_ns: int
+    _data: Callable[[], np.ndarray] = field(repr=False, compare=False, default=lambda: np.empty(0))
+    _release: Callable[[], None] = field(repr=False, compare=False, default=lambda: None)
+    released: bool = field(default=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whole and intact: no packet lost, and the CRC matches the metadata's if it had one."""
+        return self.packets_lost == 0 and self.page_match and (self.crc_ok or not self.has_metadata)
+
+    @property
+    def data(self) -> np.ndarray:
+        """The frame's bytes (uint8). Valid until :meth:`release`."""
+        if self.released:
+            raise ValueError(f"frame {self.frame_number}: page {self.page} was released")
+        return self._data()
+
+    def release(self) -> None:
+        """Give the page back to the engine. Idempotent."""
+        if not self.released:
+            self.released = True
+            self._release()
+
+    def as_dict(self) -> dict[str, Any]:
+        keys = [
+            "frame_number",
+            "page",
+            "bytes",
+            "crc32",
+            "metadata_crc32",
+            "psn_first",
+            "psn_last",
+            "packets",
+            "packets_lost",
+            "ok",
+        ]
+        return {k: getattr(self, k) for k in keys}
