@@ -1,4 +1,4 @@
-"""The ``roce-transceiver`` command line: decode, craft, info, bench, echo, peer.
+"""The ``roce-transceiver`` command line: decode, craft, info, bench, echo, listen, peer.
 
 Every failure the user can cause (bad arguments, a file that is not a pcap, a
 field out of range) is one line on stderr, ``roce-transceiver: error: ...``,
@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from roce_transceiver import __version__
-from roce_transceiver.commands import CommandError, bench, craft, decode, echo, info, peer
+from roce_transceiver.commands import (
+    CommandError,
+    bench,
+    craft,
+    decode,
+    echo,
+    info,
+    listen,
+    peer,
+)
 from roce_transceiver.pcap import PcapError
 
 __all__ = ["PROG", "build_parser", "main"]
@@ -39,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (decode, craft, info, bench, echo, peer):
+    for command in (decode, craft, info, bench, echo, listen, peer):
         command.register(sub)
     return parser
 

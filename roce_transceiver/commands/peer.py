@@ -42,6 +42,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--timeout", type=float, default=1.0, help="seconds to wait per answer")
     q.add_argument("--json", action="store_true", help="print the report as one JSON object")
     q.set_defaults(run=run)
+    sn = kinds.add_parser(
+        "sensor",
+        help="send HSB-style frames (UC WRITE Only + WRITE with Immediate)",
+        description="Send frames as an HSB sensor bridge does to the transceiver configured by "
+        "--config (its frames section says where the pages are), with optional faults.",
+    )
+    sn.add_argument("--config", required=True, metavar="FILE", help="the transceiver's YAML")
+    sn.add_argument("--mode", choices=("udp", "packet"), help="default: the config's socket.mode")
+    sn.add_argument("--interface", help="packet mode: the peer's own interface")
+    sn.add_argument("--frames", type=int, default=10, help="frames to send (default 10)")
+    sn.add_argument("--frame-bytes", type=int, default=65536, dest="frame_bytes")
+    sn.add_argument("--payload", type=int, default=1024, help="data bytes per packet")
+    sn.add_argument("--rate", type=float, help="frames per second (default: as fast as it can)")
+    for fault in ("loss", "reorder", "duplicate", "corrupt"):
+        sn.add_argument(f"--{fault}", type=float, default=0.0, help=f"{fault} rate per packet")
+    sn.add_argument("--json", action="store_true", help="one JSON object per frame sent")
+    sn.set_defaults(run=run_sensor)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,3 +94,48 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"qpu peer, {handler} over {mode}: {report.summary()}", file=sys.stdout)
     return 0 if report.lost == 0 and report.wrong == 0 else 1
+
+
+def run_sensor(args: argparse.Namespace) -> int:
+    import time
+
+    from roce_transceiver.config import ConfigError, load_config
+    from roce_transceiver.peers import LinkError, open_link
+    from roce_transceiver.peers.sensor import Faults, Sensor
+
+    try:
+        cfg = load_config(args.config)
+    except (ConfigError, OSError) as e:
+        raise CommandError(f"peer sensor: {e}") from None
+    if args.frames < 1:
+        raise CommandError(f"peer sensor: --frames {args.frames}: must be at least 1")
+    fr = cfg["frames"]
+    faults = Faults(args.loss, args.reorder, args.duplicate, args.corrupt)
+    mode = args.mode or cfg["socket"]["mode"]
+    try:
+        with open_link(cfg, mode, args.interface, own_port=12288) as link:
+            sensor = Sensor(
+                link.addresses,
+                va=fr["va"],
+                rkey=fr["rkey"],
+                page_bytes=fr["page_bytes"],
+                pages=fr["pages"],
+                payload=args.payload,
+                metadata=fr["metadata"],
+                first_psn=cfg["qp"]["rx_psn"],
+                faults=faults,
+            )
+            interval = 1.0 / args.rate if args.rate else 0.0
+            next_at = time.perf_counter()
+            for sent in sensor.frames(args.frames, args.frame_bytes):
+                for p in sent.packets:
+                    link.send(p)
+                line = {"frame_number": sent.frame_number, "page": sent.page}
+                line |= {"bytes": len(sent.content), "crc32": sent.crc32, "lost": sent.lost}
+                print(json.dumps(line) if args.json else str(line), flush=True)
+                if interval:
+                    next_at += interval
+                    time.sleep(max(0.0, next_at - time.perf_counter()))
+    except (LinkError, ValueError, OSError) as e:
+        raise CommandError(f"peer sensor: {e}") from None
+    return 0

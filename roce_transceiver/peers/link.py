@@ -169,11 +169,13 @@ def open_link(
         s = socket.socket(family, socket.SOCK_DGRAM)
         if family == socket.AF_INET:
             s.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_DO)  # DF: IP ID 0
+        # The source port is covered by the ICRC: the datagrams must leave from the one in
+        # the frames (answers come to 4791, so a peer that wants them uses that).
         try:
-            s.bind((addresses.own_ip, ROCE_PORT))
+            s.bind((addresses.own_ip, own_port))
         except OSError as e:
             s.close()
-            raise LinkError(f"udp: bind to {addresses.own_ip}:{ROCE_PORT}: {e.strerror}") from None
+            raise LinkError(f"udp: bind to {addresses.own_ip}:{own_port}: {e.strerror}") from None
         return Link(s, addresses, udp=True)
     if mode != "packet":
         raise LinkError(f"mode {mode!r}: must be 'udp' or 'packet'")
