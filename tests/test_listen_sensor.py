@@ -89,3 +89,57 @@ def test_lost_packets_mark_exactly_the_damaged_frames(tmp_path: Path) -> None:
     assert {f["frame_number"] for f in frames if not f["ok"]} == damaged
     assert all(f["crc32"] == s["crc32"] for f, s in zip(frames, sent, strict=True) if f["ok"])
     assert status == 1 and summary["bad"] == len(damaged)
+
+
+def test_sensor_in_a_namespace_frames_over_packet_mode(
+    veth_namespace: tuple[str, str, str], tmp_path: Path
+) -> None:
+    from net_helpers import run_cmd
+
+    ns, ours, theirs = veth_namespace
+    peer_mac = run_cmd("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{theirs}/address")
+    cfg = yaml.safe_load(config(tmp_path).read_text())
+    cfg["socket"] = {"mode": "packet", "interface": ours, "capture": str(tmp_path / "s.pcap")}
+    cfg["local"] = {"mac": "auto", "ip": "10.78.0.1"}
+    cfg["peer"] = {"mac": peer_mac.strip(), "ip": "10.78.0.2"}
+    path = tmp_path / "packet.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    # The sensor reads the same file; its MAC for us must be concrete, not auto.
+    sensor_cfg = {
+        **cfg,
+        "local": {
+            **cfg["local"],
+            "mac": Path(f"/sys/class/net/{ours}/address").read_text().strip(),
+        },
+    }
+    sensor_path = tmp_path / "sensor.yaml"
+    sensor_path.write_text(yaml.safe_dump(sensor_cfg))
+    listen = subprocess.Popen(
+        [*CLI, "listen", "--config", str(path), "--frames", "8", "--seconds", "60", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(listen.stderr, selectors.EVENT_READ)
+        assert sel.select(timeout=30) and "listening" in listen.stderr.readline()
+        args = ["--config", str(sensor_path), "--interface", theirs, "--frames", "8"]
+        sensor = subprocess.run(
+            ["ip", "netns", "exec", ns, *CLI, "peer", "sensor", *args, "--rate", "100", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert sensor.returncode == 0, sensor.stderr
+        out, _ = listen.communicate(timeout=90)
+    finally:
+        if listen.poll() is None:
+            listen.kill()
+            listen.communicate()
+    *frames, summary = [json.loads(line) for line in out.splitlines()]
+    sent = [json.loads(line) for line in sensor.stdout.splitlines()]
+    assert listen.returncode == 0, summary
+    assert [f["crc32"] for f in frames] == [s["crc32"] for s in sent]
+    assert all(f["ok"] for f in frames) and summary["frames"] == 8

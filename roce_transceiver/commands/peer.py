@@ -52,7 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sn.add_argument("--mode", choices=("udp", "packet"), help="default: the config's socket.mode")
     sn.add_argument("--interface", help="packet mode: the peer's own interface")
     sn.add_argument("--frames", type=int, default=10, help="frames to send (default 10)")
-    sn.add_argument("--frame-bytes", type=int, default=65536, dest="frame_bytes")
+    sn.add_argument(
+        "--frame-bytes", type=int, dest="frame_bytes", help="default: as much as a page holds"
+    )
     sn.add_argument("--payload", type=int, default=1024, help="data bytes per packet")
     sn.add_argument("--rate", type=float, help="frames per second (default: as fast as it can)")
     for fault in ("loss", "reorder", "duplicate", "corrupt"):
@@ -127,7 +129,8 @@ def run_sensor(args: argparse.Namespace) -> int:
             )
             interval = 1.0 / args.rate if args.rate else 0.0
             next_at = time.perf_counter()
-            for sent in sensor.frames(args.frames, args.frame_bytes):
+            frame_bytes = args.frame_bytes or sensor.max_frame_bytes
+            for sent in sensor.frames(args.frames, frame_bytes):
                 for p in sent.packets:
                     link.send(p)
                 line = {"frame_number": sent.frame_number, "page": sent.page}
