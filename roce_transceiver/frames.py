@@ -3,7 +3,8 @@
 A :class:`Frame` describes one frame the engine assembled in a page (frame buffer): its
 number, page, byte count, PSN range, packets lost, the CRC-32 of its bytes and, with
 metadata, the sensor's CRC and PTP time. ``data`` views the page (host memory: a read-only
-numpy array over the page itself; pages in GPU memory: a copy, for now). The page stays the
+numpy array over the page itself; pages in GPU memory: a copy) and ``array()`` is the frame
+where it lies (a cupy array over GPU memory, no copy, on the cuda executor). The page stays the
 host's until :meth:`Frame.release` gives it back; until then the engine drops (and counts)
 any frame the sensor writes into it, and never waits.
 """
@@ -39,6 +40,7 @@ class Frame:
     rx_first_ns: int
     rx_last_ns: int
     _data: Callable[[], np.ndarray] = field(repr=False, compare=False, default=lambda: np.empty(0))
+    _device: Callable[[], Any] = field(repr=False, compare=False, default=lambda: None)
     _release: Callable[[], None] = field(repr=False, compare=False, default=lambda: None)
     released: bool = field(default=False, compare=False)
 
@@ -53,6 +55,14 @@ class Frame:
         if self.released:
             raise ValueError(f"frame {self.frame_number}: page {self.page} was released")
         return self._data()
+
+    def array(self) -> Any:
+        """The frame where it lies, without a copy: a cupy array over the page in GPU memory
+        (cuda executor; needs cupy), else the numpy view of ``data``. Valid until release."""
+        if self.released:
+            raise ValueError(f"frame {self.frame_number}: page {self.page} was released")
+        on_gpu = self._device()
+        return self._data() if on_gpu is None else on_gpu
 
     def release(self) -> None:
         """Give the page back to the engine. Idempotent."""

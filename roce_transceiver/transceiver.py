@@ -225,11 +225,20 @@ class Transceiver:
             offset = page * self.config["frames"]["page_bytes"]
             return np.frombuffer(bytes(self._core.read_region(region, offset, n)), dtype=np.uint8)
 
+        def on_gpu() -> Any:
+            ptr = self._core.page_device(page)
+            if not ptr:
+                return None
+            import cupy  # only where the pages are in GPU memory
+
+            memory = cupy.cuda.UnownedMemory(ptr, max(n, 1), owner=self)
+            return cupy.ndarray((n,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(memory, 0))
+
         def release() -> None:
             if not self._stopped:
                 self._core.release_page(page)
 
-        return Frame(**f, _data=data, _release=release)
+        return Frame(**f, _data=data, _device=on_gpu, _release=release)
 
     def _take(self, queue: deque[Any], what: str, timeout: float | None, most: int) -> list[Any]:
         self._require_running(what)

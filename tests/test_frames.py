@@ -77,6 +77,10 @@ def test_frames_arrive_byte_exact_in_the_named_page(executor: str, metadata: boo
             assert (f.frame_number, f.page, f.bytes) == (n, n % 4, size)
             assert f.crc32 == zlib.crc32(sent.content)
             assert f.data.tobytes() == sent.content
+            on_gpu = f.array()  # the page where it lies: cupy on the GPU, else the numpy view
+            held = on_gpu.get() if hasattr(on_gpu, "get") else on_gpu
+            assert held.tobytes() == sent.content
+            assert hasattr(on_gpu, "get") == (executor == "cuda")
             data_packets = -(-size // 1024)
             assert f.packets == data_packets + (1 if metadata else 0)
             assert f.packets_lost == 0 and f.page_match and f.ok

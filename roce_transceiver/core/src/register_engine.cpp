@@ -222,6 +222,7 @@ void register_engine(pb::module_& m) {
       .def("running", &Transceiver::running)
       .def("check", &Transceiver::check)
       .def("release_page", &Transceiver::release_page)
+      .def("page_device", &Transceiver::page_device)
       .def("page_view",
            [](const Transceiver& t, uint32_t page, size_t len) -> pb::object {
              const uint8_t* p = t.page_host(page);

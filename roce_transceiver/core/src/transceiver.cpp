@@ -340,6 +340,13 @@ const uint8_t* Transceiver::page_host(uint32_t page) const {
   return regions_[cfg_.frames_region].data() + size_t(page) * cfg_.frames_page_bytes;
 }
 
+uintptr_t Transceiver::page_device(uint32_t page) const {
+  if (cfg_.handler != HandlerKind::kFrames || page >= cfg_.frames_pages || !on_gpu_ || stopped_)
+    return 0;
+  return reinterpret_cast<uintptr_t>(regions_[cfg_.frames_region].data()) +
+         size_t(page) * cfg_.frames_page_bytes;
+}
+
 SocketNicStats Transceiver::nic_stats() const {
   if (stopped_ || !nic_) return final_nic_stats_;
   return nic_->stats();

@@ -123,6 +123,8 @@ class Transceiver {
   void release_page(uint32_t page);
   // Frames handler, host-placed pages only: where page `page` starts, else null.
   const uint8_t* page_host(uint32_t page) const;
+  // Frames handler, pages in GPU memory (cuda executor): where page `page` starts there.
+  uintptr_t page_device(uint32_t page) const;
   // The socket NIC's counters (zeros with the loopback); after stop(), final.
   SocketNicStats nic_stats() const;
 
