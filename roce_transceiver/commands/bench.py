@@ -97,6 +97,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     ops.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     ops.set_defaults(run=run_ops)
 
+    st = benches.add_parser(
+        "stream",
+        help="the socket NIC across a veth pair: frames/s, Gb/s, round trips (root)",
+        description="Frames from a sender in a network namespace through the socket NIC and the "
+        "frames handler, next to a plain AF_PACKET receiver of the same traffic; echo round "
+        "trips next to a raw-socket echo. Needs root and iproute2.",
+    )
+    st.add_argument("--nic", choices=("socket",), default="socket")
+    st.add_argument("--frames", type=_positive, default=400, help="frames (default 400)")
+    st.add_argument("--payload", type=_positive, default=4096, help="bytes per packet")
+    st.add_argument("--echo-count", type=_positive, default=2000, dest="echo_count")
+    st.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    st.set_defaults(run=run_stream)
+
 
 def _positive(text: str) -> int:
     try:
@@ -163,6 +177,16 @@ def run_qec(args: argparse.Namespace) -> int:
         "window": args.window,
     }
     return _run_loop(args, "qec", options)
+
+
+def run_stream(args: argparse.Namespace) -> int:
+    from roce_transceiver.bench import stream
+
+    try:
+        stream.run(args.frames, args.payload, args.echo_count, json_path=args.json)
+    except (RuntimeError, ValueError, OSError) as e:
+        raise CommandError(f"bench stream: {e}") from None
+    return 0
 
 
 def run_ops(args: argparse.Namespace) -> int:

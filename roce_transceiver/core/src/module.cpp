@@ -12,4 +12,5 @@ PYBIND11_MODULE(_core, m) {
   rt::py::register_bench(m);
   rt::py::register_floors(m);
   rt::py::register_handlers(m);
+  rt::py::register_packet_tools(m);
 }

@@ -12,5 +12,6 @@ void register_engine(pybind11::module_& m);
 void register_bench(pybind11::module_& m);
 void register_floors(pybind11::module_& m);
 void register_handlers(pybind11::module_& m);
+void register_packet_tools(pybind11::module_& m);
 
 }  // namespace rt::py

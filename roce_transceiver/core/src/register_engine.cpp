@@ -240,6 +240,7 @@ void register_engine(pb::module_& m) {
              d["nic_filtered"] = s.filtered;
              d["nic_rx_ring_full"] = s.rx_ring_full;
              d["nic_tx_errors"] = s.tx_errors;
+             d["nic_kernel_drops"] = s.kernel_drops;
              return d;
            })
       .def("counters",

@@ -109,7 +109,7 @@ struct SocketNic::Impl {
   std::string error;
   // Counters: written by the thread only, read by stats().
   std::atomic<uint64_t> rx_frames{0}, rx_bytes{0}, tx_frames{0}, tx_bytes{0}, filtered{0},
-      rx_ring_full{0}, tx_errors{0};
+      rx_ring_full{0}, tx_errors{0}, kernel_drops{0};
   // Batch buffers.
   std::vector<uint8_t> buf;
   std::vector<mmsghdr> msgs;
@@ -146,6 +146,11 @@ Fd open_packet(const SocketNicConfig& c, int* ifindex) {
   const int one = 1;  // our own frames are not looped back to us (Linux 4.20+)
   setsockopt(fd.fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
 #endif
+  // A deep receive buffer rides out bursts while the engine catches up (root
+  // may exceed net.core.rmem_max); what still overflows is counted.
+  const int bytes = 64 << 20;
+  if (setsockopt(fd.fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0)
+    setsockopt(fd.fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
   return fd;
 }
 
@@ -317,7 +322,9 @@ void SocketNic::start() {
           m.msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
         }
         const int n = recvmmsg(m.rx_fd.fd, m.msgs.data(), b, MSG_DONTWAIT | MSG_TRUNC, nullptr);
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        // ENETDOWN: the interface went down or came up after the bind; frames
+        // resume when it is up, so the thread goes on.
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ENETDOWN)
           throw std::runtime_error(errno_text("socket NIC: recvmmsg"));
         for (int i = 0; i < n; ++i) {
           busy = true;
@@ -401,6 +408,13 @@ void SocketNic::start() {
           m.ci += k;
           tx_consume<Scope::kSystem>(m.tx, m.ci);
         }
+        if (!m.udp && (busy || idle == 0)) {  // the kernel's drops since the last reading
+          tpacket_stats ps{};
+          socklen_t ps_len = sizeof ps;
+          if (getsockopt(m.rx_fd.fd, SOL_PACKET, PACKET_STATISTICS, &ps, &ps_len) == 0 &&
+              ps.tp_drops)
+            m.kernel_drops.fetch_add(ps.tp_drops, std::memory_order_relaxed);
+        }
         if (busy) {
           idle = 0;
         } else if (++idle >= kIdleSpins) {
@@ -445,6 +459,7 @@ SocketNicStats SocketNic::stats() const {
   s.filtered = m.filtered.load(std::memory_order_relaxed);
   s.rx_ring_full = m.rx_ring_full.load(std::memory_order_relaxed);
   s.tx_errors = m.tx_errors.load(std::memory_order_relaxed);
+  s.kernel_drops = m.kernel_drops.load(std::memory_order_relaxed);
   return s;
 }
 

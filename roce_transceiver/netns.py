@@ -1,0 +1,76 @@
+"""A network namespace joined to this one by a veth pair, made and removed (root, iproute2).
+
+Used by the tests and by ``bench stream``: the peer runs inside the namespace, the
+transceiver outside, so frames cross the kernel's network stack. Only what is created here
+is touched, named after the process id, and removed on the way out whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+__all__ = ["NetnsError", "VethNamespace", "run_cmd", "veth_namespace", "why_not"]
+
+
+class NetnsError(RuntimeError):
+    """A command that sets up the namespace failed; the message has its stderr."""
+
+
+@dataclass(frozen=True)
+class VethNamespace:
+    namespace: str
+    ours: str  # our end of the pair, in this namespace
+    theirs: str  # the other end, inside the namespace
+
+    def exec(self, *cmd: str) -> list[str]:
+        """``cmd`` to run inside the namespace."""
+        return ["ip", "netns", "exec", self.namespace, *cmd]
+
+
+def run_cmd(*cmd: str, timeout: float = 20) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise NetnsError(f"{' '.join(cmd)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def why_not() -> str | None:
+    """Why a namespace cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "needs root: creates a network namespace and a veth pair"
+    if not shutil.which("ip"):
+        return "needs iproute2 (ip) to create a namespace"
+    return None
+
+
+@contextmanager
+def veth_namespace(tag: str | None = None, mtu: int | None = None) -> Iterator[VethNamespace]:
+    """A namespace and a veth pair between it and us, both ends up, IPv6 off (no chatter),
+    with ``mtu`` on both ends when given (4 KiB RoCE payloads need more than 1500)."""
+    reason = why_not()
+    if reason:
+        raise NetnsError(reason)
+    tag = tag or f"rt{os.getpid() % 100000}"
+    v = VethNamespace(f"{tag}ns", f"{tag}a", f"{tag}b")
+    run_cmd("ip", "netns", "add", v.namespace)
+    try:
+        run_cmd("ip", "link", "add", v.ours, "type", "veth", "peer", "name", v.theirs)
+        run_cmd("ip", "link", "set", v.theirs, "netns", v.namespace)
+        run_cmd("sysctl", "-q", "-w", f"net.ipv6.conf.{v.ours}.disable_ipv6=1")
+        run_cmd(*v.exec("sysctl", "-q", "-w", f"net.ipv6.conf.{v.theirs}.disable_ipv6=1"))
+        if mtu:
+            run_cmd("ip", "link", "set", v.ours, "mtu", str(mtu))
+            run_cmd(*v.exec("ip", "link", "set", v.theirs, "mtu", str(mtu)))
+        run_cmd("ip", "link", "set", v.ours, "up")
+        run_cmd(*v.exec("ip", "link", "set", v.theirs, "up"))
+        yield v
+    finally:
+        subprocess.run(["ip", "link", "del", v.ours], capture_output=True, timeout=20, check=False)
+        subprocess.run(
+            ["ip", "netns", "del", v.namespace], capture_output=True, timeout=20, check=False
+        )
