@@ -143,3 +143,42 @@ def test_sensor_in_a_namespace_frames_over_packet_mode(
     assert listen.returncode == 0, summary
     assert [f["crc32"] for f in frames] == [s["crc32"] for s in sent]
     assert all(f["ok"] for f in frames) and summary["frames"] == 8
+
+
+def test_sensor_takes_content_from_a_file_and_reports_the_sends_it_gets(tmp_path: Path) -> None:
+    from roce_transceiver.transceiver import Transceiver
+
+    path = config(tmp_path)
+    content = tmp_path / "image.raw"
+    content.write_bytes(bytes(range(256)) * 40)
+    with Transceiver(str(path)) as t:
+        args = ["--config", str(path), "--frames", "3", "--content", str(content)]
+        sensor = subprocess.Popen(
+            [*CLI, "peer", "sensor", *args, "--linger", "5", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            got = []
+            while len(got) < 3:
+                frames = t.frames(timeout=10.0)
+                assert frames, "no frame from the sensor within 10 s"
+                got += frames
+            for f in got:
+                assert f.ok and f.data.tobytes() == content.read_bytes()
+                f.release()
+            for i in range(3):  # the host talks back to the sensor, as HSB hosts do
+                t.send(b"set exposure %d" % i)
+            out, err = sensor.communicate(timeout=60)
+        finally:
+            if sensor.poll() is None:
+                sensor.kill()
+                sensor.communicate()
+    assert sensor.returncode == 0, err
+    report = json.loads(out.splitlines()[-1])
+    assert report["sends_received"] == 3
+    assert [bytes.fromhex(s["payload"]) for s in report["sends"]] == [
+        b"set exposure %d" % i for i in range(3)
+    ]
+    assert all(s["icrc_ok"] for s in report["sends"])

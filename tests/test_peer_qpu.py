@@ -136,3 +136,16 @@ def test_peer_qpu_in_a_namespace_over_packet_mode(
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert (report["received"], report["lost"], report["wrong"]) == (200, 0, 0)
+
+
+def test_peer_qpu_writes_with_immediate_into_a_region(tmp_path: Path) -> None:
+    regions = [{"va": 0x20000, "rkey": 0x77, "length": 4096}]
+    path = udp_yaml(tmp_path, regions=regions)
+    with Transceiver(str(path)) as t:
+        done = peer_cli("--config", str(path), "--count", "100", "--opcode", "write-imm", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        report = json.loads(done.stdout)
+        assert (report["received"], report["lost"], report["wrong"]) == (100, 0, 0)
+        wait_counters(t, messages=100, replies=100, out_of_range=0)
+        first = t.receive(timeout=1.0)[0]
+        assert first.imm == 0 and first.opcode == 0x2B  # UC RDMA WRITE Only with Immediate

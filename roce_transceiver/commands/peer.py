@@ -40,6 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--rate", type=float, help="requests per second (default: one at a time)")
     q.add_argument("--size", type=int, default=32, help="echo payload bytes (default 32)")
     q.add_argument("--timeout", type=float, default=1.0, help="seconds to wait per answer")
+    q.add_argument(
+        "--opcode",
+        choices=("send", "write-imm"),
+        default="send",
+        help="SEND Only, or WRITE Only with Immediate into the config's regions[0]",
+    )
     q.add_argument("--json", action="store_true", help="print the report as one JSON object")
     q.set_defaults(run=run)
     sn = kinds.add_parser(
@@ -59,6 +65,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     sn.add_argument("--rate", type=float, help="frames per second (default: as fast as it can)")
     for fault in ("loss", "reorder", "duplicate", "corrupt"):
         sn.add_argument(f"--{fault}", type=float, default=0.0, help=f"{fault} rate per packet")
+    sn.add_argument("--content", metavar="FILE", help="frame bytes from FILE (default: a pattern)")
+    sn.add_argument(
+        "--linger",
+        type=float,
+        default=0.0,
+        help="seconds to keep receiving SENDs from the transceiver after the last frame",
+    )
     sn.add_argument("--json", action="store_true", help="one JSON object per frame sent")
     sn.set_defaults(run=run_sensor)
 
@@ -79,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
     if args.rate is not None and args.rate <= 0:
         raise CommandError(f"peer qpu: --rate {args.rate}: must be positive")
     mode = args.mode or cfg["socket"]["mode"]
+    write_to = None
+    if args.opcode == "write-imm":
+        if not cfg["regions"]:
+            raise CommandError("peer qpu: --opcode write-imm needs a region in the config")
+        write_to = (cfg["regions"][0]["va"], cfg["regions"][0]["rkey"])
     try:
         with open_link(cfg, mode, args.interface) as link:
             peer = QpuPeer(
@@ -87,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                 size=args.size,
                 distance=cfg["qec"]["distance"],
                 first_psn=cfg["qp"]["rx_psn"],
+                write_to=write_to,
             )
             report = peer.run(args.count, rate=args.rate, timeout_s=args.timeout)
     except (LinkError, ValueError) as e:
@@ -130,7 +149,15 @@ def run_sensor(args: argparse.Namespace) -> int:
             interval = 1.0 / args.rate if args.rate else 0.0
             next_at = time.perf_counter()
             frame_bytes = args.frame_bytes or sensor.max_frame_bytes
-            for sent in sensor.frames(args.frames, frame_bytes):
+            if args.content:
+                with open(args.content, "rb") as fh:
+                    data = fh.read(sensor.max_frame_bytes)
+                if not data:
+                    raise CommandError(f"peer sensor: {args.content} is empty")
+                frames_out = (sensor.frame(n, data) for n in range(args.frames))
+            else:
+                frames_out = sensor.frames(args.frames, frame_bytes)
+            for sent in frames_out:
                 for p in sent.packets:
                     link.send(p)
                 line = {"frame_number": sent.frame_number, "page": sent.page}
@@ -139,6 +166,22 @@ def run_sensor(args: argparse.Namespace) -> int:
                 if interval:
                     next_at += interval
                     time.sleep(max(0.0, next_at - time.perf_counter()))
+            sends = []  # host -> sensor SENDs (HSB control), reported as they came
+            end = time.monotonic() + args.linger
+            while args.linger and (left := end - time.monotonic()) > 0:
+                p = link.receive(left)
+                if p is not None and p.opcode & 0x1F in (0x04, 0x05):
+                    sends.append(
+                        {
+                            "psn": p.psn,
+                            "bytes": len(p.payload),
+                            "icrc_ok": p.icrc_ok,
+                            "payload": p.payload[:64].hex(),
+                        }
+                    )
+            if args.linger:
+                report = {"sends_received": len(sends), "sends": sends}
+                print(json.dumps(report) if args.json else str(report), flush=True)
     except (LinkError, ValueError, OSError) as e:
         raise CommandError(f"peer sensor: {e}") from None
     return 0

@@ -75,13 +75,22 @@ class Addresses:
 class Link:
     """Frames to and from the transceiver; ``receive`` returns those for our QP, decoded."""
 
-    def __init__(self, sock: socket.socket, addresses: Addresses, udp: bool) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        addresses: Addresses,
+        udp: bool,
+        rx_sock: socket.socket | None = None,
+    ) -> None:
         self.sock = sock
+        self.rx_sock = rx_sock or sock  # udp mode from a port other than 4791: answers come to 4791
         self.addresses = addresses
         self.udp = udp
         self.family = socket.AF_INET6 if ":" in addresses.own_ip else socket.AF_INET
 
     def close(self) -> None:
+        if self.rx_sock is not self.sock:
+            self.rx_sock.close()
         self.sock.close()
 
     def __enter__(self) -> Link:
@@ -104,9 +113,9 @@ class Link:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            self.sock.settimeout(left)
+            self.rx_sock.settimeout(left)
             try:
-                data, src = self.sock.recvfrom(65536)
+                data, src = self.rx_sock.recvfrom(65536)
             except TimeoutError:
                 return None
             frame = self._rebuild(data, src) if self.udp else data
@@ -170,13 +179,19 @@ def open_link(
         if family == socket.AF_INET:
             s.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_DO)  # DF: IP ID 0
         # The source port is covered by the ICRC: the datagrams must leave from the one in
-        # the frames (answers come to 4791, so a peer that wants them uses that).
+        # the frames; what the transceiver sends comes to 4791, so a peer sending from
+        # another port (a sensor: 12288) listens there with a second socket.
+        socks = [s]
         try:
             s.bind((addresses.own_ip, own_port))
+            if own_port != ROCE_PORT:
+                socks.append(socket.socket(family, socket.SOCK_DGRAM))
+                socks[1].bind((addresses.own_ip, ROCE_PORT))
         except OSError as e:
-            s.close()
-            raise LinkError(f"udp: bind to {addresses.own_ip}:{own_port}: {e.strerror}") from None
-        return Link(s, addresses, udp=True)
+            for x in socks:
+                x.close()
+            raise LinkError(f"udp: bind on {addresses.own_ip}: {e.strerror}") from None
+        return Link(s, addresses, udp=True, rx_sock=socks[-1])
     if mode != "packet":
         raise LinkError(f"mode {mode!r}: must be 'udp' or 'packet'")
     if not interface:

@@ -57,6 +57,9 @@ class QpuPeer:
     ``handler`` is what the transceiver runs: ``echo`` (``size``-byte payloads, the request
     number in the first 4 bytes) or ``qec`` (syndromes of a distance-``distance`` code).
     ``first_psn`` is the PSN the transceiver expects first (its ``qp.rx_psn``).
+    ``write_to`` = (va, rkey): send each request as an RDMA WRITE Only with Immediate into
+    that registered region of the transceiver (the immediate is the request number) instead
+    of a SEND Only; the transceiver answers the written bytes the same way.
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class QpuPeer:
         distance: int = 3,
         first_psn: int = 0,
         seed: int = 1,
+        write_to: tuple[int, int] | None = None,
     ) -> None:
         if handler not in ("echo", "qec"):
             raise ValueError(f"handler {handler!r}: must be 'echo' or 'qec'")
@@ -76,6 +80,7 @@ class QpuPeer:
         self.handler = handler
         self.size = size
         self.psn = first_psn
+        self.write_to = write_to
         if handler == "qec":
             self._requests, self._expected = random_syndromes(distance, 1024, seed=seed)
         else:
@@ -90,6 +95,21 @@ class QpuPeer:
             return self._requests[k], self._expected[k]
         payload = struct.pack("<I", i & 0xFFFFFFFF) + self._requests[0][4:]
         return payload, payload
+
+    def _request_frame(self, i: int, payload: bytes) -> bytes:
+        a = self.link.addresses
+        if self.write_to is None:
+            return a.frame("SEND_ONLY", payload, psn=self.psn)
+        va, rkey = self.write_to
+        return a.frame(
+            "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+            payload,
+            psn=self.psn,
+            va=va,
+            rkey=rkey,
+            dma_len=len(payload),
+            imm=i & 0xFFFFFFFF,
+        )
 
     def run(self, count: int, rate: float | None = None, timeout_s: float = 1.0) -> QpuReport:
         """Send ``count`` requests (paced at ``rate`` per second when given) and wait for
@@ -107,7 +127,7 @@ class QpuPeer:
                     pass  # pacing: a busy wait keeps the send time exact
                 next_send += interval
             payload, expected = self.request(i)
-            frame = self.link.addresses.frame("SEND_ONLY", payload, psn=self.psn)
+            frame = self._request_frame(i, payload)
             self.psn = psn_add(self.psn, 1)
             t0 = time.perf_counter()
             self.link.send(frame)
