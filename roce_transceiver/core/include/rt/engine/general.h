@@ -1,0 +1,578 @@
+// The engine's general path: every frame the express path does not take.
+//
+// Decode, ICRC, QP, P_Key, transport, PSN (check_psn), message order
+// (check_sequence), then execute: SENDs assembled and delivered to the
+// handler, RDMA WRITEs placed by RETH (the frames handler keeps its account
+// here too: frames_write), ACK/NAK for RC. Runs on the team's leader; the two
+// team-wide helpers at the end share its costly parts with the warp (a long
+// frame's ICRC, a finished frame's page CRC).
+#pragma once
+
+#include "rt/byte_copy.h"
+#include "rt/engine/state.h"
+#include "rt/queues/copy_wide.h"
+
+namespace rt {
+namespace engine_detail {
+
+// The tx slot at tx_pi holds a frame of `len` bytes: submit it and count it.
+template <Scope S>
+RT_HD inline void submit_counted(const EngineDesc& d, EngineState& st, uint32_t len) {
+  tx_submit<S>(d.tx, st.tx_pi, len, 0, now_ns());
+  count(st.tally, Counter::kTxPackets);
+  count(st.tally, Counter::kTxBytes, len);
+}
+
+enum class Verdict : uint8_t { kAccept, kDrop };
+
+// Encode `spec` into `out` (the reserved slot, or the staging buffer that is
+// then copied to it) and submit. False when encoding fails (counted).
+template <Scope S>
+RT_HD inline bool encode_and_submit(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                    uint8_t* slot, uint8_t* out, const FrameSpec& spec,
+                                    ByteSpan payload) {
+  const EncodeResult e = encode(spec, payload, MutByteSpan(out, d.tx.slot_bytes));
+  if (!e.ok()) {
+    count(st.tally, Counter::kHandlerErrors);
+    return false;
+  }
+  if (stg) copy_wide(slot, out, e.len);
+  submit_counted<S>(d, st, e.len);
+  return true;
+}
+
+// Transmit one frame of `spec`, copying `payload` in. False when the tx ring
+// is full or the frame does not encode (both counted).
+template <Scope S>
+RT_HD inline bool transmit(const EngineDesc& d, EngineState& st, const Staging* stg,
+                           const FrameSpec& spec, ByteSpan payload) {
+  uint8_t* slot = tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen);
+  if (!slot) {
+    count(st.tally, Counter::kTxRingFull);
+    return false;
+  }
+  return encode_and_submit<S>(d, st, stg, slot, stg ? stg->tx : slot, spec, payload);
+}
+
+// RC ACK or NAK (IBA 9.7.5.1): AETH syndrome and our MSN, PSN of the packet acknowledged.
+template <Scope S>
+RT_HD inline void send_aeth(const EngineDesc& d, EngineState& st, const Staging* stg,
+                            uint8_t syndrome, uint32_t psn) {
+  FrameSpec spec = d.reply_spec;
+  spec.opcode = make_opcode(Transport::RC, 0x11);  // ACKNOWLEDGE
+  spec.dest_qp = d.qp.peer_qpn;
+  spec.psn = psn & kPsnMask;
+  spec.syndrome = syndrome;
+  spec.msn = st.msn & kPsnMask;
+  spec.ack_req = false;
+  if (transmit<S>(d, st, stg, spec, ByteSpan()))
+    count(st.tally, syndrome == kAethAck ? Counter::kAcksSent : Counter::kNaksSent);
+}
+
+// PSN check of a request (IBA 9.7.5.1.1 for RC, 9.7.5.2.x for UC; DESIGN.md section 3).
+template <Scope S>
+RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const Staging* stg,
+                               const FrameView& f) {
+  const uint32_t psn = f.bth_hdr().psn.get();
+  const int32_t diff = psn_diff(psn, st.expected_psn);
+  if (d.qp.transport == Transport::RC) {
+    if (diff == 0) {
+      st.nak_sent = false;
+      return Verdict::kAccept;
+    }
+    if (diff < 0) {  // a duplicate: the ACK was lost; acknowledge again, do not execute
+      count(st.tally, Counter::kDuplicates);
+      send_aeth<S>(d, st, stg, kAethAck, psn);
+      return Verdict::kDrop;
+    }
+    count(st.tally, Counter::kPsnGaps);  // ahead: packets lost; NAK once, then wait
+    if (!st.nak_sent) {
+      send_aeth<S>(d, st, stg, kAethNakPsnSeqError, st.expected_psn);
+      st.nak_sent = true;
+    }
+    return Verdict::kDrop;
+  }
+  // UC: no ACKs, never stall (rxe check_psn). A PSN other than the expected
+  // one aborts the message in progress; a First or Only resynchronises at
+  // once, anything else waits for one.
+  const bool starts = f.op.is(kFirst);
+  if (st.resync) {
+    if (!starts) return Verdict::kDrop;
+    st.resync = false;
+    st.expected_psn = psn;
+    return Verdict::kAccept;
+  }
+  if (diff == 0) return Verdict::kAccept;
+  // UC has no duplicates: behind or ahead, the PSN broke the sequence (a sender
+  // that restarted its PSNs, as an HSB sensor does, must be heard at once).
+  count(st.tally, Counter::kPsnGaps);
+  st.in_message = 0;
+  if (starts) {
+    st.expected_psn = psn;
+    return Verdict::kAccept;
+  }
+  st.resync = true;
+  return Verdict::kDrop;
+}
+
+// First/Middle/Last order within a message (IBA 9.7.5.2.x): a Middle or Last
+// needs a message in progress of the same kind; a First or Only may not
+// interrupt one.
+template <Scope S>
+RT_HD inline Verdict check_sequence(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                    const FrameView& f) {
+  const uint16_t kind = f.op.flags & (kSend | kWrite);
+  const bool starts = f.op.is(kFirst);
+  if (starts ? st.in_message == 0 : st.in_message == kind) return Verdict::kAccept;
+  count(st.tally, Counter::kOpcodeSequence);
+  if (d.qp.transport == Transport::RC) {
+    send_aeth<S>(d, st, stg, kAethNakInvalidRequest, f.bth_hdr().psn.get());
+    st.in_message = 0;
+    return Verdict::kDrop;
+  }
+  st.in_message = 0;  // UC: the interrupted message is lost; a First/Only starts afresh
+  return starts ? Verdict::kAccept : Verdict::kDrop;
+}
+
+// The region an RDMA WRITE may land in, or -1. Overflow-safe: va + len is
+// never computed where it could wrap.
+RT_HD inline int find_region(const EngineDesc& d, uint32_t rkey, uint64_t va, uint32_t len) {
+  for (uint32_t i = 0; i < d.num_regions; ++i) {
+    const MemRegion& r = d.regions[i];
+    if (r.rkey != rkey) continue;
+    if (va < r.va || va - r.va > r.length || len > r.length - (va - r.va)) return -1;
+    return int(i);
+  }
+  return -1;
+}
+
+// The handler's answer to one message, and where its reply frame is built.
+struct HandlerReply {
+  uint8_t* slot;   // the tx slot reserved for the reply, or null: the ring is full
+  uint8_t* frame;  // where the reply frame is built: the slot, or the staging buffer
+  uint8_t* out;    // the reply payload (in `frame`, or the scratch buffer)
+  int n;           // what the handler returned
+  uint8_t flags;   // the completion's flags so far
+};
+
+// Team-wide: run the handler on a completed message; its reply payload goes
+// `offset` bytes into the reply frame. Every lane gets the same answer.
+// Counts nothing (count_handled() does): the express path runs handlers
+// before its ICRC verdict, and drops what they wrote if the frame is bad.
+template <Scope S, class Team = SoloTeam>
+RT_HD inline HandlerReply run_handler(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                      const Message& m, uint32_t offset, const Team& t = Team{}) {
+  uint64_t slot = 0;
+  if (t.leader()) slot = reinterpret_cast<uintptr_t>(tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen));
+  HandlerReply r;
+  r.slot = reinterpret_cast<uint8_t*>(t.from_leader(slot));
+  // The largest payload whose padded length and ICRC still fit the slot.
+  const uint32_t room =
+      d.tx.slot_bytes > offset + kIcrcBytes ? (d.tx.slot_bytes - offset - kIcrcBytes) & ~3u : 0;
+  r.frame = r.slot ? (stg ? stg->tx : r.slot) : nullptr;
+  r.out = r.frame ? r.frame + offset : d.reply_scratch;
+  r.n = handle_team(t, d.handler, m, r.out, r.slot ? room : d.reply_scratch_bytes);
+  r.flags = m.has_imm ? kCompletionHasImm : 0;
+  if (r.n == kHandlerError)
+    r.flags |= kCompletionHandlerError;
+  else if (r.n >= 0 && !r.slot)
+    r.flags |= kCompletionReplyDropped;
+  return r;
+}
+
+// Leader: count a message the handler took, and what became of its reply.
+RT_HD inline void count_handled(EngineState& st, const HandlerReply& r) {
+  count(st.tally, Counter::kMessages);
+  if (r.n == kHandlerError)
+    count(st.tally, Counter::kHandlerErrors);
+  else if (r.n >= 0 && !r.slot)
+    count(st.tally, Counter::kTxRingFull);
+}
+
+// The host's record of one message: request and reply bytes, as much as fits.
+RT_HD RT_COLD inline void record_completion(const EngineDesc& d, EngineState& st, const Message& m,
+                                            const HandlerReply& r, uint32_t psn, uint64_t rx_ts) {
+  if (!d.record_completions) return;
+  uint8_t* rec = tx_reserve<Scope::kSystem>(d.completions, st.comp_pi, st.comp_ci_seen);
+  if (!rec) {
+    count(st.tally, Counter::kCompletionDrops);
+    return;
+  }
+  CompletionRecord& c = *reinterpret_cast<CompletionRecord*>(rec);
+  const uint32_t half = completion_data_bytes(d.completions.slot_bytes);
+  const uint32_t req_n = m.len < half ? m.len : half;
+  const uint32_t rep_n = r.n > 0 ? (uint32_t(r.n) < half ? uint32_t(r.n) : half) : 0;
+  c.request_len = m.len;
+  c.reply_len = r.n;
+  c.imm = m.imm;
+  c.opcode = m.opcode;
+  c.flags = r.flags;
+  c.psn = psn;
+  c.rx_timestamp_ns = rx_ts;
+  c.done_timestamp_ns = now_ns();
+  copy_bytes(rec + sizeof(CompletionRecord), m.data, req_n);
+  copy_bytes(rec + sizeof(CompletionRecord) + half, r.out, rep_n);
+  tx_submit<Scope::kSystem>(d.completions, st.comp_pi, sizeof(CompletionRecord) + 2 * half, 0,
+                            c.done_timestamp_ns);
+}
+
+// Hand a completed message to the handler, transmit its reply, record it.
+template <Scope S>
+RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* stg,
+                          const Message& m, uint32_t psn, uint64_t rx_ts) {
+  FrameSpec spec = reply_send_spec(d);
+  HandlerReply r = run_handler<S>(d, st, stg, m, payload_offset(spec));
+  count_handled(st, r);
+  if (r.n >= 0 && r.slot) {
+    spec.psn = st.send_psn;
+    if (encode_and_submit<S>(d, st, stg, r.slot, r.frame, spec, ByteSpan(r.out, uint32_t(r.n)))) {
+      st.send_psn = psn_add(st.send_psn, 1);
+      count(st.tally, Counter::kReplies);
+    } else {
+      r.flags |= kCompletionHandlerError;
+    }
+  }
+  record_completion(d, st, m, r, psn, rx_ts);
+}
+
+// SEND First/Middle/Last/Only: assemble, deliver on Last/Only.
+template <Scope S>
+RT_HD inline Verdict execute_send(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                  const FrameView& f, uint64_t rx_ts) {
+  const uint8_t* payload = f.base + f.payload;
+  const uint32_t psn = f.bth_hdr().psn.get();
+  Message m{payload, f.payload_len, 0, f.op.has(kImmDt), f.bth_hdr().opcode};
+  if (m.has_imm) m.imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
+  if (f.op.is(kOnly)) {  // zero copy: the handler reads the rx slot
+    deliver<S>(d, st, stg, m, psn, rx_ts);
+    predict_from(st.pred, f);  // the next one will likely look the same
+    return Verdict::kAccept;
+  }
+  if (f.op.is(kFirst)) st.msg_len = 0;
+  if (f.payload_len > d.msg_buf_bytes - st.msg_len) {
+    count(st.tally, Counter::kMalformed);  // longer than the assembly buffer
+    st.in_message = 0;
+    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakInvalidRequest, psn);
+    return Verdict::kDrop;
+  }
+  copy_bytes(d.msg_buf + st.msg_len, payload, f.payload_len);
+  st.msg_len += f.payload_len;
+  if (!f.op.is(kLast)) {
+    st.in_message = kSend;
+    return Verdict::kAccept;
+  }
+  st.in_message = 0;
+  m.data = d.msg_buf;
+  m.len = st.msg_len;
+  deliver<S>(d, st, stg, m, psn, rx_ts);
+  return Verdict::kAccept;
+}
+
+// The frames handler's WRITE (frames.h), after the RETH checks of
+// execute_write: the page must be in the frames region and hold the packet,
+// and not be held by the host; the frame's account is kept, and its end is
+// left pending for the team (finish_frame). False: dropped (counted).
+template <Scope S>
+RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Staging* stg,
+                               const FrameView& f, uint64_t rx_ts) {
+  FrameState& fs = st.frames;
+  const FramesDesc& fd = d.frames;
+  const MemRegion& r = d.regions[st.write_region];
+  const uint32_t psn = f.bth_hdr().psn.get();
+  const uint64_t at = st.write_next_va - r.va;  // region offset of this packet's first byte
+  const uint32_t page = uint32_t(at / fd.page_bytes);
+  if (st.write_region != fd.region || page >= fd.pages ||
+      at % fd.page_bytes + f.payload_len > fd.page_bytes) {
+    count(st.tally, Counter::kOutOfRange);  // frames live in whole pages of their region
+    st.in_message = 0;
+    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
+    return false;
+  }
+  if (!fs.open) {
+    fs.open = true;
+    fs.dropped = false;
+    fs.bytes = 0;
+    fs.page = page;
+    fs.psn_first = psn;
+    fs.packets = 0;
+    fs.rx_first_ns = rx_ts;
+    fs.meta = HsbMetadataFields{};
+    ++fs.packets;
+  } else if (psn != fs.last_psn) {  // the same PSN right again is a duplicate: not a packet more
+    if (psn_diff(psn, fs.psn_first) < 0) fs.psn_first = psn;  // a late one from the start
+    ++fs.packets;
+  }
+  fs.last_psn = psn;
+  fs.rx_last_ns = rx_ts;
+  const bool end = f.op.is(kLast) && f.op.has(kImmDt);
+  if (page_busy(fs, page)) {  // held by the host: freed since?
+    if (load_acquire<Scope::kSystem>(&fd.page_free[page]))
+      set_page_busy(fs, page, false);
+    else
+      fs.dropped = true;
+  }
+  if (!page_busy(fs, page)) {
+    copy_bytes(r.base + at, f.base + f.payload, f.payload_len);
+    const bool meta = end && fd.metadata;  // the record, not frame data
+    const uint64_t reach = at % fd.page_bytes + f.payload_len;
+    if (!meta && reach > fs.bytes) fs.bytes = reach;
+    if (meta && f.payload_len >= sizeof(HsbFrameMetadata))
+      fs.meta = hsb_metadata_decode(*reinterpret_cast<const HsbFrameMetadata*>(f.base + f.payload));
+  } else {
+    count(st.tally, Counter::kFramePageBusy);
+  }
+  st.write_next_va += f.payload_len;
+  st.write_remaining -= f.payload_len;
+  st.in_message = f.op.is(kLast) ? 0 : kWrite;
+  if (end) {
+    fs.open = false;
+    fs.imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
+    fs.end_page = hsb_imm_page(fs.imm);
+    fs.end_psn = psn;
+    // Lost: the PSNs the frame spans that never arrived (reordered ones did).
+    const int32_t span = psn_diff(psn, fs.psn_first) + 1;
+    fs.lost = span > int32_t(fs.packets) ? uint32_t(span) - fs.packets : 0;
+    if (fs.dropped)
+      count(st.tally, Counter::kFramesDropped);
+    else
+      fs.pending = true;
+  }
+  return true;
+}
+
+// RDMA WRITE First/Middle/Last/Only: place by RETH into a registered region;
+// with immediate, deliver the written bytes to the handler.
+template <Scope S>
+RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                   const FrameView& f, uint64_t rx_ts) {
+  const uint32_t psn = f.bth_hdr().psn.get();
+  if (f.op.has(kReth)) {
+    const Reth& reth = f.ext_hdr<Reth>(kReth);
+    const uint64_t va = reth.va.get();
+    const uint32_t len = reth.dma_len.get();
+    const int region = f.payload_len <= len ? find_region(d, reth.rkey.get(), va, len) : -1;
+    if (region < 0) {
+      count(st.tally, Counter::kOutOfRange);
+      st.in_message = 0;
+      if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
+      return Verdict::kDrop;
+    }
+    st.write_region = uint32_t(region);
+    st.write_start_va = va;
+    st.write_next_va = va;
+    st.write_remaining = len;
+  } else if (f.payload_len > st.write_remaining) {  // Middle/Last beyond the RETH's length
+    count(st.tally, Counter::kOutOfRange);
+    st.in_message = 0;
+    if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
+    return Verdict::kDrop;
+  }
+  const MemRegion& r = d.regions[st.write_region];
+  if (d.handler.kind == HandlerKind::kFrames)
+    return frames_write<S>(d, st, stg, f, rx_ts) ? Verdict::kAccept : Verdict::kDrop;
+  copy_bytes(r.base + (st.write_next_va - r.va), f.base + f.payload, f.payload_len);
+  st.write_next_va += f.payload_len;
+  st.write_remaining -= f.payload_len;
+  st.in_message = f.op.is(kLast) ? 0 : kWrite;
+  if (f.op.is(kLast) && f.op.has(kImmDt)) {
+    const uint32_t written = uint32_t(st.write_next_va - st.write_start_va);
+    const Message m{r.base + (st.write_start_va - r.va), written,
+                    f.ext_hdr<ImmDt>(kImmDt).imm.get(), true, f.bth_hdr().opcode};
+    deliver<S>(d, st, stg, m, psn, rx_ts);
+  }
+  return Verdict::kAccept;
+}
+
+// ACKs and NAKs for the SENDs we transmitted (RC requester side, counted only:
+// this engine does not retransmit).
+RT_HD inline void receive_response(EngineState& st, const FrameView& f) {
+  if (!f.op.has(kAeth)) {
+    count(st.tally, Counter::kUnsupported);
+    return;
+  }
+  const uint8_t syndrome = f.ext_hdr<Aeth>(kAeth).syndrome();
+  count(st.tally, (syndrome & 0x60) == 0 ? Counter::kAcksReceived : Counter::kNaksReceived);
+}
+
+// A frame's ICRC as a team found it before the general path, or unchecked.
+enum class IcrcVerdict : uint8_t { kUnchecked, kGood, kBad };
+
+template <Scope S>
+RT_HD RT_COLD inline void receive_packet(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                         ByteSpan frame, uint64_t rx_ts,
+                                         IcrcVerdict icrc = IcrcVerdict::kUnchecked) {
+  count(st.tally, Counter::kRxPackets);
+  count(st.tally, Counter::kRxBytes, frame.size);
+  const DecodeResult r = decode(frame);
+  if (!r.ok()) {
+    count(st.tally, Counter::kMalformed);
+    return;
+  }
+  const FrameView& f = r.frame;
+  const bool icrc_bad = icrc == IcrcVerdict::kUnchecked ? !icrc_ok(f) : icrc == IcrcVerdict::kBad;
+  if (d.check_icrc && icrc_bad) {  // RC too: a corrupt packet is dropped silently
+    count(st.tally, Counter::kIcrcErrors);
+    return;
+  }
+  const Bth& bth = f.bth_hdr();
+  if (bth.dest_qp.get() != d.qp.qpn) {
+    count(st.tally, Counter::kWrongQp);
+    return;
+  }
+  // P_Key match (IBA 10.9.3): same 15-bit key, and not both limited members.
+  const uint16_t pkey = bth.pkey.get();
+  if ((pkey & 0x7FFF) != (d.qp.pkey & 0x7FFF) || !((pkey | d.qp.pkey) & 0x8000)) {
+    count(st.tally, Counter::kBadPkey);
+    return;
+  }
+  if (f.op.transport != d.qp.transport) {
+    count(st.tally, Counter::kMalformed);
+    return;
+  }
+  if (f.op.is(kResponse)) {
+    receive_response(st, f);
+    return;
+  }
+  if (!(f.op.flags & (kSend | kWrite))) {  // READ and atomics: not served in this mode
+    count(st.tally, Counter::kUnsupported);
+    if (d.qp.transport == Transport::RC)
+      send_aeth<S>(d, st, stg, kAethNakInvalidRequest, bth.psn.get());
+    return;
+  }
+  if (check_psn<S>(d, st, stg, f) == Verdict::kDrop) return;
+  if (check_sequence<S>(d, st, stg, f) == Verdict::kDrop) return;
+  const Verdict v = (f.op.flags & kSend) ? execute_send<S>(d, st, stg, f, rx_ts)
+                                         : execute_write<S>(d, st, stg, f, rx_ts);
+  if (v == Verdict::kDrop) return;
+  st.expected_psn = psn_add(bth.psn.get(), 1);
+  if (d.qp.transport == Transport::RC) {
+    if (f.op.is(kLast)) st.msn = psn_add(st.msn, 1);
+    if (bth.ack_requested()) send_aeth<S>(d, st, stg, kAethAck, bth.psn.get());
+  }
+}
+
+// The host's queued payloads, sent as SEND Only to the peer. Stops, without
+// dropping, when the tx ring is full: the host ring is the backpressure.
+template <Scope S>
+RT_HD RT_COLD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st,
+                                            const Staging* stg) {
+  uint32_t n = 0;
+  for (; n < d.batch; ++n) {
+    const RxDesc* desc = rx_poll<Scope::kSystem>(d.host_tx, st.host_ci);
+    if (!desc) break;
+    if (!tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen)) break;
+    FrameSpec spec = reply_send_spec(d);
+    spec.psn = st.send_psn;
+    if (transmit<S>(d, st, stg, spec, ByteSpan(d.host_tx.slot(st.host_ci), desc->len))) {
+      st.send_psn = psn_add(st.send_psn, 1);
+      count(st.tally, Counter::kHostSends);
+    }
+    ++st.host_ci;
+  }
+  if (n) rx_release<Scope::kSystem>(d.host_tx, st.host_ci);
+  return n;
+}
+
+// Team-wide: the end of a frame the leader left pending (frames_write): the
+// CRC of its page by the whole team, then, on the leader, its record for the
+// host. The page is the host's from then until it is released.
+template <Scope S, class Team>
+RT_HD inline void finish_frame(const Team& t, const EngineDesc& d, EngineState& st) {
+  FrameState& fs = st.frames;
+  const FramesDesc& fd = d.frames;
+  const bool meta = fd.metadata;
+  // With metadata the sensor's byte count is the frame: a frame that lost
+  // packets then fails its CRC instead of looking short and whole.
+  const uint64_t bytes =
+      meta && fs.meta.bytes_written <= fd.page_bytes ? fs.meta.bytes_written : fs.bytes;
+  const uint8_t* page = d.regions[fd.region].base + uint64_t(fs.page) * fd.page_bytes;
+  const uint32_t crc = crc32_team(t, page, bytes);
+  if (t.leader()) {
+    fs.pending = false;
+    uint8_t* slot = d.record_completions
+                        ? tx_reserve<Scope::kSystem>(d.completions, st.comp_pi, st.comp_ci_seen)
+                        : nullptr;
+    if (!slot || completion_data_bytes(d.completions.slot_bytes) < sizeof(FrameRecord)) {
+      count(st.tally, Counter::kCompletionDrops);  // the host fell behind: no record, page kept
+      count(st.tally, Counter::kFramesDropped);
+    } else {
+      FrameRecord rec{};
+      rec.bytes = bytes;
+      rec.ptp_s = fs.meta.ptp_s;
+      rec.ptp_ns = fs.meta.ptp_ns;
+      rec.rx_first_ns = fs.rx_first_ns;
+      rec.rx_last_ns = fs.rx_last_ns;
+      rec.frame_number = meta ? fs.meta.frame_number : fs.completed;
+      rec.page = fs.page;
+      rec.crc32 = crc;
+      rec.metadata_crc32 = fs.meta.crc32;
+      rec.psn_first = fs.psn_first;
+      rec.psn_last = fs.end_psn;
+      rec.packets = fs.packets;
+      rec.packets_lost = fs.lost;
+      rec.flags = (fs.end_page == fs.page ? kFramePageMatch : 0u) |
+                  (meta ? kFrameHasMetadata : 0u) |
+                  (meta && crc == fs.meta.crc32 ? kFrameCrcOk : 0u) |
+                  (meta && bytes == fs.bytes ? kFrameBytesOk : 0u);
+      if (meta && !(rec.flags & kFrameCrcOk)) count(st.tally, Counter::kFrameCrcErrors);
+      fd.page_free[fs.page] = 0;  // the host's now; published by the record's release below
+      set_page_busy(fs, fs.page, true);
+      CompletionRecord& c = *reinterpret_cast<CompletionRecord*>(slot);
+      c = CompletionRecord{};
+      c.request_len = uint32_t(sizeof(FrameRecord));
+      c.reply_len = kNoReply;
+      c.imm = fs.imm;
+      c.opcode = 0x2B;
+      c.flags = kCompletionFrame | kCompletionHasImm;
+      c.psn = fs.end_psn;
+      c.rx_timestamp_ns = fs.rx_last_ns;
+      c.done_timestamp_ns = now_ns();
+      copy_bytes(slot + sizeof(CompletionRecord), reinterpret_cast<const uint8_t*>(&rec),
+                 uint32_t(sizeof rec));
+      tx_submit<Scope::kSystem>(d.completions, st.comp_pi,
+                                uint32_t(sizeof(CompletionRecord) + sizeof rec), 0,
+                                c.done_timestamp_ns);
+      count(st.tally, Counter::kFrames);
+      ++fs.completed;
+    }
+  }
+  t.sync();
+}
+
+// Team-wide, for a frame the general path takes: its ICRC checked by every
+// lane (a long WRITE costs one thread tens of microseconds on a GPU). The
+// leader decodes to find the layout; a frame that does not decode is left to
+// the general path, which says why.
+template <class Team>
+RT_HD inline IcrcVerdict icrc_verdict(const Team& t, const EngineDesc& d, const uint8_t* frame,
+                                      uint32_t len) {
+  if constexpr (Team::kLanes == 1) {
+    return IcrcVerdict::kUnchecked;  // one thread: receive_packet's own check is as fast
+  } else {
+    // Below a read-ahead's worth one thread's CRC costs about what the
+    // leader's extra decode would.
+    if (!d.check_icrc || len <= kReadAheadBytes) return IcrcVerdict::kUnchecked;
+    uint32_t ok = 0, l3 = 0, l3_len = 0, version = 0, masked = 0, end = 0;
+    if (t.leader()) {
+      const DecodeResult r = decode(ByteSpan(frame, len));
+      if (r.ok()) {
+        const FrameView& f = r.frame;
+        ok = 1;
+        l3 = f.l3;
+        l3_len = f.l3_len;
+        version = f.ip_version;
+        masked = f.bth + uint32_t(sizeof(Bth)) - f.l3;
+        end = f.icrc;
+      }
+    }
+    if (!t.from_leader(ok)) return IcrcVerdict::kUnchecked;
+    const IcrcLayout l{t.from_leader(l3),     t.from_leader(l3_len), t.from_leader(version),
+                       t.from_leader(masked), t.from_leader(end),    nullptr};
+    if (!icrc_team_fits(l)) return IcrcVerdict::kUnchecked;
+    const bool good = icrc_team(t, frame, l) == load_le32(frame + l.end);
+    return good ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+  }
+}
+
+}  // namespace engine_detail
+}  // namespace rt

@@ -1,0 +1,116 @@
+// The engine's types: its configuration (EngineDesc, read-only for the loop),
+// its state (EngineState, the loop's own), and the staging buffers of an
+// executor that works across a bus. Built by the host before start.
+#pragma once
+
+#include "rt/engine/completion.h"
+#include "rt/engine/counters.h"
+#include "rt/engine/frames.h"
+#include "rt/engine/prediction.h"
+#include "rt/handlers/dispatch.h"
+#include "rt/protocol/encode.h"
+#include "rt/protocol/psn.h"
+#include "rt/queues/rx_ring.h"
+#include "rt/queues/tx_ring.h"
+
+namespace rt {
+
+// A registered memory region: where RDMA WRITEs with its rkey may land.
+struct MemRegion {
+  uint64_t va;  // the address peers use
+  uint32_t rkey;
+  uint32_t length;
+  uint8_t* base;  // where the executor writes byte 0 of the region
+};
+constexpr uint32_t kMaxRegions = 8;
+
+struct QpConfig {
+  uint32_t qpn;         // our QP: packets for any other are dropped
+  uint32_t peer_qpn;    // where replies and ACKs go
+  Transport transport;  // RC or UC
+  uint16_t pkey;        // 0xFFFF (default partition) matches any full-member key
+  uint32_t rx_psn;      // first PSN expected from the peer
+  uint32_t tx_psn;      // first PSN we send
+};
+
+// Read-only for the loop; built by the host before start.
+struct EngineDesc {
+  QpConfig qp;
+  FrameSpec reply_spec;  // our addresses -> the peer's; opcode, PSN, QP set per packet
+  MemRegion regions[kMaxRegions];
+  uint32_t num_regions;
+  HandlerDesc handler;
+  FramesDesc frames;  // handler kFrames
+  uint8_t* msg_buf;   // assembles multi-packet SENDs
+  uint32_t msg_buf_bytes;
+  uint8_t* reply_scratch;  // the handler's output when the tx ring is full
+  uint32_t reply_scratch_bytes;
+  uint32_t batch;  // rx packets per step at most
+  bool check_icrc;
+  bool record_completions;
+  bool express;        // predicted SEND Onlys skip decoding (prediction.h)
+  RxRing rx;           // wire in
+  TxRing tx;           // wire out
+  RxRing host_tx;      // host -> engine: payloads to SEND to the peer
+  TxRing completions;  // engine -> host: CompletionRecord per message
+  Counters* counters;  // host-visible
+};
+
+// The loop's own state, in memory close to the executor.
+struct EngineState {
+  uint32_t rx_ci;
+  uint32_t rx_released;  // slots given back so far (<= rx_ci)
+  uint32_t host_ci;
+  uint32_t tx_pi;
+  uint32_t tx_ci_seen;  // last reading of the tx consumer index
+  uint32_t comp_pi;
+  uint32_t comp_ci_seen;     // last reading of the completion consumer index
+  uint32_t passes;           // loop passes, for work done only every so often
+  uint32_t idle_passes;      // passes in a row that found nothing
+  uint32_t since_publish;    // messages since the counters were last published
+  uint32_t expected_psn;     // next PSN from the peer
+  uint32_t send_psn;         // next PSN we send
+  uint32_t msn;              // RC: messages completed, carried in AETH
+  uint16_t in_message;       // 0, kSend or kWrite: the kind of the message in progress
+  bool resync;               // UC: after a gap, drop until a First or Only
+  bool nak_sent;             // RC: one NAK per gap (IBA C9-110)
+  uint32_t msg_len;          // SEND bytes assembled so far
+  uint32_t write_region;     // WRITE in progress: region index,
+  uint64_t write_start_va;   // where it started,
+  uint64_t write_next_va;    // where the next packet lands,
+  uint32_t write_remaining;  // and what the RETH still allows
+  CounterTally tally;
+  Prediction pred;    // the express path's view of the queue pair
+  FrameState frames;  // handler kFrames: the frame in progress
+};
+
+// Staging buffers for an executor whose rings sit across the bus from it (a
+// kernel and pinned host memory, or device memory and a kernel's shared
+// memory): the team copies each frame in, and each reply out, with 16-byte
+// accesses issued together, instead of reading and writing the ring byte by
+// byte. Null: the engine works in the ring slots directly.
+struct Staging {
+  uint8_t* rx;  // slot_bytes, 16-byte aligned
+  uint8_t* tx;  // slot_bytes, 16-byte aligned
+};
+
+// What a warp reads of a slot together with its descriptor: 16 bytes a lane.
+constexpr uint32_t kReadAheadBytes = 512;
+
+// Our SEND Only to the peer; its PSN is set per packet.
+RT_HD inline FrameSpec reply_send_spec(const EngineDesc& d) {
+  FrameSpec spec = d.reply_spec;
+  spec.opcode = make_opcode(d.qp.transport, 0x04);  // SEND_ONLY
+  spec.dest_qp = d.qp.peer_qpn;
+  spec.ack_req = d.qp.transport == Transport::RC;
+  return spec;
+}
+
+RT_HD inline void engine_init(const EngineDesc& d, EngineState* st) {
+  *st = EngineState{};
+  st->expected_psn = d.qp.rx_psn & kPsnMask;
+  st->send_psn = d.qp.tx_psn & kPsnMask;
+  predict_reply(st->pred, reply_send_spec(d));
+}
+
+}  // namespace rt
