@@ -4,7 +4,7 @@
 // region with UC RDMA WRITE Only packets, each with its own RETH, and ends it
 // with a WRITE Only with Immediate (immediate = psn[19:0] << 12 | page). With
 // metadata, that last packet carries the 128-byte metadata record; without,
-// it is the last data packet. The engine places every packet (engine.h), and
+// it is the last data packet. The engine places every packet (general.h), and
 // this file keeps the frame's account: bytes, PSN range, packets lost, then at
 // the end the CRC-32 of page[0, bytes) and a FrameRecord for the host.
 //

@@ -7,7 +7,7 @@
 // change from packet to packet, or that routers rewrite, are left out), and a
 // reply header encoded once, whose lengths, PSN, pad and checksums are
 // patched per reply. A request that matches skips decoding; one that does not
-// goes the general way (engine.h), which decides everything the match relies
+// goes the general way (general.h), which decides everything the match relies
 // on: the match only ever accepts what the general path would accept.
 //
 // Team-wide functions (team.h) split the header into 16-byte chunks.
