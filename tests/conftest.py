@@ -15,6 +15,14 @@ from net_helpers import veth_namespace  # noqa: F401  (a fixture for every test 
 TSHARK_MISSING = "tshark not found on PATH (apt-get install tshark)"
 
 
+@pytest.fixture(autouse=True)
+def _outside_the_source_tree(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    """Every test runs in a scratch directory: a ``python -m roce_transceiver`` it starts
+    must import the installed package, not the source tree of the directory CI runs in
+    (which has no compiled ``_core``)."""
+    monkeypatch.chdir(tmp_path_factory.getbasetemp())
+
+
 @pytest.fixture(scope="session")
 def tshark_path() -> str:
     """Absolute path of tshark; skips the test when there is none."""

@@ -17,6 +17,7 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -33,6 +34,8 @@ from roce_transceiver.transceiver import Transceiver
 __all__ = ["run"]
 
 PY = sys.executable
+# Where the programs this starts run: not a source tree, whose package has no _core.
+OUTSIDE = tempfile.gettempdir()
 PAGE = 1 << 20
 
 
@@ -74,6 +77,7 @@ def _blast(
     )
     return subprocess.Popen(
         v.exec(PY, "-c", code, str(path), v.theirs, str(repeat)),
+        cwd=OUTSIDE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -202,7 +206,9 @@ def run(
             "--json",
         )
         with Transceiver(echo_cfg):
-            done = subprocess.run(peer, capture_output=True, text=True, timeout=300, check=False)
+            done = subprocess.run(
+                peer, capture_output=True, text=True, timeout=300, check=False, cwd=OUTSIDE
+            )
             rt["transceiver"] = json.loads(done.stdout)["rtt_us"] if done.stdout else None
         reflect: dict[str, Any] = {}
         qpn = load_config(echo_cfg)["qp"]["peer_qpn"]
@@ -214,7 +220,9 @@ def run(
                 daemon=True,
             )
             t.start()
-            done = subprocess.run(peer, capture_output=True, text=True, timeout=300, check=False)
+            done = subprocess.run(
+                peer, capture_output=True, text=True, timeout=300, check=False, cwd=OUTSIDE
+            )
             t.join(timeout=30)
         rt["raw_socket_echo"] = json.loads(done.stdout)["rtt_us"] if done.stdout else None
         peer_cfg.unlink(missing_ok=True)
