@@ -74,6 +74,7 @@ __all__ = [
     "random_syndromes",
     "reply_bytes",
     "request_bytes",
+    "stim_syndromes",
     "unpack_correction",
     "unpack_syndrome",
 ]
@@ -356,3 +357,30 @@ def random_syndromes(
         requests.append(request)
         expected.append(decoder.decode_packed(request))
     return requests, expected
+
+
+def stim_syndromes(code: RotatedSurfaceCode, n: int, p: float, seed: int) -> list[bytes]:
+    """``n`` requests sampled by stim (needs the ``stim`` package): measure every stabilizer,
+    depolarize the data with probability ``p``, measure again; detector i is the change of
+    check i (X checks first, then Z checks)."""
+    try:
+        import stim
+    except ImportError:
+        raise ValueError("stim syndromes need the stim package (pip install stim)") from None
+
+    def mpp(pauli: str, checks: tuple[tuple[int, ...], ...]) -> str:
+        return "MPP " + " ".join("*".join(f"{pauli}{q}" for q in qs) for qs in checks)
+
+    m = code.num_x_checks + code.num_z_checks
+    rounds = [mpp("X", code.x_checks), mpp("Z", code.z_checks)]
+    lines = [
+        "R " + " ".join(map(str, range(code.num_data))),
+        *rounds,
+        f"DEPOLARIZE1({p}) " + " ".join(map(str, range(code.num_data))),
+        *rounds,
+    ]
+    lines += [f"DETECTOR rec[{-m + i}] rec[{-2 * m + i}]" for i in range(m)]
+    circuit = stim.Circuit("\n".join(lines))
+    dets = circuit.compile_detector_sampler(seed=seed).sample(n).astype(np.uint8)
+    nx = code.num_x_checks
+    return [pack_syndrome(row[:nx], row[nx:]) for row in dets]

@@ -25,7 +25,6 @@ from functools import cache
 import numpy as np
 import pymatching
 import pytest
-import stim
 from engine_helpers import (
     EXECUTORS,
     SETUPS,
@@ -44,6 +43,7 @@ from roce_transceiver.qec import (
     pack_syndrome,
     reply_bytes,
     request_bytes,
+    stim_syndromes,
     unpack_correction,
     unpack_syndrome,
 )
@@ -65,28 +65,6 @@ def numpy_syndromes(code: RotatedSurfaceCode, n: int, p: float, seed: int) -> li
     sx = ez.astype(int) @ code.hx.T % 2  # X checks see Z errors
     sz = ex.astype(int) @ code.hz.T % 2  # Z checks see X errors
     return [pack_syndrome(a, b) for a, b in zip(sx, sz, strict=True)]
-
-
-def stim_syndromes(code: RotatedSurfaceCode, n: int, p: float, seed: int) -> list[bytes]:
-    """Requests from stim: measure every stabilizer, depolarize the data, measure again;
-    detector i is the change of check i (X checks first, then Z checks)."""
-
-    def mpp(pauli: str, checks: tuple[tuple[int, ...], ...]) -> str:
-        return "MPP " + " ".join("*".join(f"{pauli}{q}" for q in qs) for qs in checks)
-
-    m = code.num_x_checks + code.num_z_checks
-    rounds = [mpp("X", code.x_checks), mpp("Z", code.z_checks)]
-    lines = [
-        "R " + " ".join(map(str, range(code.num_data))),
-        *rounds,
-        f"DEPOLARIZE1({p}) " + " ".join(map(str, range(code.num_data))),
-        *rounds,
-    ]
-    lines += [f"DETECTOR rec[{-m + i}] rec[{-2 * m + i}]" for i in range(m)]
-    circuit = stim.Circuit("\n".join(lines))
-    dets = circuit.compile_detector_sampler(seed=seed).sample(n).astype(np.uint8)
-    nx = code.num_x_checks
-    return [pack_syndrome(row[:nx], row[nx:]) for row in dets]
 
 
 SOURCES = {"numpy": numpy_syndromes, "stim": stim_syndromes}

@@ -54,12 +54,22 @@ def peer_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
     )
 
 
-@pytest.mark.parametrize(("handler", "extra"), [("echo", {}), ("qec", {"qec": {"distance": 3}})])
-def test_peer_qpu_over_udp_every_answer_right(handler: str, extra: dict, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("handler", "extra", "flags"),
+    [
+        ("echo", {}, []),
+        ("qec", {"qec": {"distance": 3}}, []),
+        ("qec", {"qec": {"distance": 5}}, ["--syndromes", "stim"]),
+    ],
+    ids=["echo", "qec-random", "qec-stim"],
+)
+def test_peer_qpu_over_udp_every_answer_right(
+    handler: str, extra: dict, flags: list[str], tmp_path: Path
+) -> None:
     path = udp_yaml(tmp_path, handler=handler, **extra)
     n = 300
     with Transceiver(str(path)) as t:
-        done = peer_cli("--config", str(path), "--count", str(n), "--json")
+        done = peer_cli("--config", str(path), "--count", str(n), "--json", *flags)
         assert done.returncode == 0, done.stdout + done.stderr
         report = json.loads(done.stdout)
         assert (report["sent"], report["received"], report["lost"], report["wrong"]) == (n, n, 0, 0)

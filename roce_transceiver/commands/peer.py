@@ -41,6 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--size", type=int, default=32, help="echo payload bytes (default 32)")
     q.add_argument("--timeout", type=float, default=1.0, help="seconds to wait per answer")
     q.add_argument(
+        "--syndromes",
+        choices=("random", "stim"),
+        default="random",
+        help="qec: i.i.d. flips, or a stim circuit's detectors (needs stim)",
+    )
+    q.add_argument(
         "--opcode",
         choices=("send", "write-imm"),
         default="send",
@@ -106,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 distance=cfg["qec"]["distance"],
                 first_psn=cfg["qp"]["rx_psn"],
                 write_to=write_to,
+                syndromes=args.syndromes,
             )
             report = peer.run(args.count, rate=args.rate, timeout_s=args.timeout)
     except (LinkError, ValueError) as e:

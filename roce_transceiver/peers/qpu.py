@@ -18,7 +18,12 @@ import numpy as np
 
 from roce_transceiver.peers.link import Link
 from roce_transceiver.protocol import psn_add
-from roce_transceiver.qec import random_syndromes
+from roce_transceiver.qec import (
+    LookupTableDecoder,
+    RotatedSurfaceCode,
+    random_syndromes,
+    stim_syndromes,
+)
 from roce_transceiver.stats import Percentiles
 
 __all__ = ["QpuPeer", "QpuReport"]
@@ -71,6 +76,7 @@ class QpuPeer:
         first_psn: int = 0,
         seed: int = 1,
         write_to: tuple[int, int] | None = None,
+        syndromes: str = "random",
     ) -> None:
         if handler not in ("echo", "qec"):
             raise ValueError(f"handler {handler!r}: must be 'echo' or 'qec'")
@@ -82,7 +88,14 @@ class QpuPeer:
         self.psn = first_psn
         self.write_to = write_to
         if handler == "qec":
-            self._requests, self._expected = random_syndromes(distance, 1024, seed=seed)
+            if syndromes == "stim":  # a circuit sampled by stim, answered by the decoder
+                code = RotatedSurfaceCode(distance)
+                self._requests = stim_syndromes(code, 1024, 0.01, seed)
+                self._expected = [LookupTableDecoder(code).decode_packed(r) for r in self._requests]
+            elif syndromes == "random":
+                self._requests, self._expected = random_syndromes(distance, 1024, seed=seed)
+            else:
+                raise ValueError(f"syndromes {syndromes!r}: must be 'random' or 'stim'")
         else:
             rng = np.random.default_rng(seed)
             self._requests = [bytes(rng.integers(0, 256, size, dtype=np.uint8))]
