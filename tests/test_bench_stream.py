@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import CLI as MODULE
 
 from roce_transceiver import netns
 
-CLI = [sys.executable, "-m", "roce_transceiver", "bench", "stream"]
+CLI = [*MODULE, "bench", "stream"]
 
 
 def test_bench_stream_runs_and_accounts_for_every_frame(tmp_path: Path) -> None:

@@ -17,16 +17,14 @@ Oracles: the sensor's own per-frame report (CRC-32 of the content, packets it dr
 from __future__ import annotations
 
 import json
-import selectors
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-CLI = [sys.executable, "-m", "roce_transceiver"]
+from cli_helpers import CLI, started
+from net_helpers import run_cmd
 
 
 def config(tmp_path: Path) -> Path:
@@ -46,36 +44,25 @@ def config(tmp_path: Path) -> Path:
     return path
 
 
-def run_pair(path: Path, frames: int, *sensor_args: str) -> tuple[int, list[dict], list[dict]]:
+def listen_and_send(
+    path: Path, frames: int, sensor: list[str]
+) -> tuple[int, list[dict], dict, list[dict]]:
+    """``listen`` for ``frames`` frames while ``sensor`` (a command) sends them: listen's exit
+    status, its frame lines and summary, and the sensor's lines."""
     until = ["--frames", str(frames), "--seconds", "60"]
-    listen = subprocess.Popen(
-        [*CLI, "listen", "--config", str(path), *until, "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        sel = selectors.DefaultSelector()
-        sel.register(listen.stderr, selectors.EVENT_READ)
-        assert sel.select(timeout=30), "listen printed nothing within 30 s"
-        assert "listening" in listen.stderr.readline()
-        args = ["--config", str(path), "--frames", str(frames), "--frame-bytes", "20000"]
-        sensor = subprocess.run(
-            [*CLI, "peer", "sensor", *args, "--rate", "200", "--json", *sensor_args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert sensor.returncode == 0, sensor.stderr
+    with started([*CLI, "listen", "--config", str(path), *until, "--json"], "listening") as listen:
+        done = subprocess.run(sensor, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
         out, _ = listen.communicate(timeout=90)
-    finally:
-        if listen.poll() is None:
-            listen.kill()
-            listen.communicate()
-    sent = [json.loads(line) for line in sensor.stdout.splitlines()]
-    lines = [json.loads(line) for line in out.splitlines()]
-    return listen.returncode, lines, sent
+    *lines, summary = [json.loads(line) for line in out.splitlines()]
+    return listen.returncode, lines, summary, [json.loads(x) for x in done.stdout.splitlines()]
+
+
+def run_pair(path: Path, frames: int, *sensor_args: str) -> tuple[int, list[dict], list[dict]]:
+    args = ["--config", str(path), "--frames", str(frames), "--frame-bytes", "20000"]
+    sensor = [*CLI, "peer", "sensor", *args, "--rate", "200", "--json", *sensor_args]
+    status, lines, summary, sent = listen_and_send(path, frames, sensor)
+    return status, [*lines, summary], sent
 
 
 def test_listen_prints_every_frame_the_sensor_sent_ok(tmp_path: Path) -> None:
@@ -109,8 +96,6 @@ def test_sensor_in_a_namespace_frames_over_packet_mode(
     faults: list[str],
     request: pytest.FixtureRequest,
 ) -> None:
-    from net_helpers import run_cmd
-
     ns, ours, theirs = veth_namespace
     peer_mac = run_cmd("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{theirs}/address")
     cfg = yaml.safe_load(config(tmp_path).read_text())
@@ -129,39 +114,16 @@ def test_sensor_in_a_namespace_frames_over_packet_mode(
     }
     sensor_path = tmp_path / "sensor.yaml"
     sensor_path.write_text(yaml.safe_dump(sensor_cfg))
-    listen = subprocess.Popen(
-        [*CLI, "listen", "--config", str(path), "--frames", "8", "--seconds", "60", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        sel = selectors.DefaultSelector()
-        sel.register(listen.stderr, selectors.EVENT_READ)
-        assert sel.select(timeout=30) and "listening" in listen.stderr.readline()
-        args = ["--config", str(sensor_path), "--interface", theirs, "--frames", "8"]
-        sensor = subprocess.run(
-            ["ip", "netns", "exec", ns, *CLI, "peer", "sensor", *args, *faults, "--json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert sensor.returncode == 0, sensor.stderr
-        out, _ = listen.communicate(timeout=90)
-    finally:
-        if listen.poll() is None:
-            listen.kill()
-            listen.communicate()
-    *frames, summary = [json.loads(line) for line in out.splitlines()]
-    sent = [json.loads(line) for line in sensor.stdout.splitlines()]
+    args = ["--config", str(sensor_path), "--interface", theirs, "--frames", "8"]
+    sensor = ["ip", "netns", "exec", ns, *CLI, "peer", "sensor", *args, *faults, "--json"]
+    status, frames, summary, sent = listen_and_send(path, 8, sensor)
     assert summary["frames"] == 8 and len(frames) == len(sent) == 8
     # Each frame lost exactly what the sensor dropped or corrupted; reordered and repeated
     # packets cost nothing; an intact frame is byte-exact.
     assert [f["packets_lost"] for f in frames] == [s["lost"] for s in sent]
     assert [f["ok"] for f in frames] == [s["lost"] == 0 for s in sent]
     assert all(f["crc32"] == s["crc32"] for f, s in zip(frames, sent, strict=True) if f["ok"])
-    assert listen.returncode == (0 if all(s["lost"] == 0 for s in sent) else 1)
+    assert status == (0 if all(s["lost"] == 0 for s in sent) else 1)
     if faults:
         assert any(s["lost"] for s in sent), "the seed damaged nothing: raise a rate"
     # The capture of the run dissects as RoCEv2 in tshark, where there is one.

@@ -16,21 +16,18 @@ counters.
 from __future__ import annotations
 
 import json
-import selectors
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import CLI, started
 from engine_helpers import wait_counters
 from net_helpers import run_cmd
 
 from roce_transceiver.config import load_config
 from roce_transceiver.peers import QpuPeer, open_link
 from roce_transceiver.transceiver import Transceiver
-
-CLI = [sys.executable, "-m", "roce_transceiver"]
 
 
 def udp_yaml(tmp_path: Path, **extra: object) -> Path:
@@ -79,23 +76,11 @@ def test_peer_qpu_over_udp_every_answer_right(
 
 def test_echo_command_runs_a_transceiver_a_peer_can_reach(tmp_path: Path) -> None:
     path = udp_yaml(tmp_path)
-    proc = subprocess.Popen(
-        [*CLI, "echo", "--config", str(path), "--seconds", "60", "--json", "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        # The banner on stderr says the loop and the socket are up.
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stderr, selectors.EVENT_READ)
-        assert sel.select(timeout=30), "echo printed nothing within 30 s"
-        banner = proc.stderr.readline()
-        assert "nic socket" in banner, banner
+    args = [*CLI, "echo", "--config", str(path), "--seconds", "60", "--json", "--quiet"]
+    with started(args, "nic socket") as proc:  # the banner: the loop and the socket are up
         with open_link(load_config(str(path)), "udp") as link:
             report = QpuPeer(link).run(100, timeout_s=2.0)
         assert (report.received, report.lost, report.wrong) == (100, 0, 0)
-    finally:
         proc.send_signal(2)  # Ctrl-C: the command stops the loop and prints its counters
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -117,6 +102,14 @@ def test_peer_and_echo_errors_are_one_line(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2 and "--seconds -1" in done.stderr
+    done = subprocess.run(
+        [*CLI, "listen", "--config", str(path), "--frames", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "listen: --frames 0: must be positive" in done.stderr
 
 
 def test_peer_qpu_in_a_namespace_over_packet_mode(

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from roce_transceiver.commands import CommandError
+from roce_transceiver.commands.running import check_positive, moved, running_transceiver
 
 __all__ = ["register", "run"]
 
@@ -31,24 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _moved(stats: dict[str, int]) -> str:
-    return " ".join(f"{k}={v}" for k, v in stats.items() if v)
-
-
 def run(args: argparse.Namespace) -> int:
-    from roce_transceiver.config import ConfigError
-    from roce_transceiver.transceiver import Transceiver, TransceiverError
-
-    if args.seconds is not None and args.seconds <= 0:
-        raise CommandError(f"echo: --seconds {args.seconds}: must be positive")
-    try:
-        t = Transceiver(args.config)
-        t.start()
-    except (ConfigError, TransceiverError, OSError) as e:
-        raise CommandError(f"echo: {e}") from None
-    print(f"{t.executor_reason}; nic {t.config['nic']}; Ctrl-C stops", file=sys.stderr)
-    start = time.monotonic()
-    try:
+    check_positive("echo", seconds=args.seconds)
+    with running_transceiver("echo", args.config, banner="Ctrl-C stops") as t:
+        start = time.monotonic()
         next_report = start + 1.0
         while args.seconds is None or time.monotonic() - start < args.seconds:
             time.sleep(0.01)  # a poll interval: the loop runs on its own
@@ -56,17 +42,14 @@ def run(args: argparse.Namespace) -> int:
                 next_report += 1.0
                 if not args.quiet:
                     elapsed = time.monotonic() - start
-                    print(f"[{elapsed:5.1f} s] {_moved(t.stats())}", file=sys.stderr)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        try:
-            t.stop()
-        except TransceiverError as e:
-            raise CommandError(f"echo: {e}") from None
+                    print(f"[{elapsed:5.1f} s] {fmt(moved(t.stats()))}", file=sys.stderr)
     stats = t.stats()
     if args.json:
         print(json.dumps(stats))
     else:
-        print(f"after {time.monotonic() - start:.1f} s: {_moved(stats) or 'nothing received'}")
+        print(f"after {time.monotonic() - start:.1f} s: {fmt(moved(stats)) or 'nothing received'}")
     return 0
+
+
+def fmt(counters: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in counters.items())

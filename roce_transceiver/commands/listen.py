@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
-from roce_transceiver.commands import CommandError
+from roce_transceiver.commands.running import check_positive, moved, running_transceiver
 
 __all__ = ["register", "run"]
 
@@ -34,23 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from roce_transceiver.config import ConfigError, load_config
-    from roce_transceiver.transceiver import Transceiver, TransceiverError
-
-    for name in ("frames", "seconds"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise CommandError(f"listen: --{name} {value}: must be positive")
-    try:
-        cfg = load_config(args.config, {"handler": "frames"})
-        t = Transceiver(cfg)
-        t.start()
-    except (ConfigError, TransceiverError, OSError) as e:
-        raise CommandError(f"listen: {e}") from None
-    print(f"{t.executor_reason}; nic {cfg['nic']}; listening", file=sys.stderr, flush=True)
-    start = time.monotonic()
+    check_positive("listen", frames=args.frames, seconds=args.seconds)
     seen = bad = 0
-    try:
+    with running_transceiver("listen", args.config, {"handler": "frames"}, "listening") as t:
+        start = time.monotonic()
         while (args.frames is None or seen < args.frames) and (
             args.seconds is None or time.monotonic() - start < args.seconds
         ):
@@ -59,24 +45,16 @@ def run(args: argparse.Namespace) -> int:
                 bad += not f.ok
                 d = f.as_dict()
                 f.release()
-                if args.json:
-                    print(json.dumps(d), flush=True)
-                else:
-                    meta = "-" if d["metadata_crc32"] is None else f"{d['metadata_crc32']:08x}"
-                    print(
-                        f"frame {d['frame_number']} page {d['page']} {d['bytes']} B "
-                        f"crc {d['crc32']:08x} meta {meta} psn {d['psn_first']}..{d['psn_last']}"
-                        f" lost {d['packets_lost']} {'ok' if d['ok'] else 'BAD'}",
-                        flush=True,
-                    )
-    except KeyboardInterrupt:
-        pass
-    finally:
-        try:
-            t.stop()
-        except TransceiverError as e:
-            raise CommandError(f"listen: {e}") from None
-    moved = {k: v for k, v in t.stats().items() if v}
-    summary = {"frames": seen, "bad": bad, "counters": moved}
-    print(json.dumps(summary) if args.json else f"{seen} frames, {bad} bad; {moved}")
+                print(json.dumps(d) if args.json else _line(d), flush=True)
+    summary = {"frames": seen, "bad": bad, "counters": moved(t.stats())}
+    print(json.dumps(summary) if args.json else f"{seen} frames, {bad} bad; {summary['counters']}")
     return 0 if bad == 0 else 1
+
+
+def _line(d: dict) -> str:
+    meta = "-" if d["metadata_crc32"] is None else f"{d['metadata_crc32']:08x}"
+    return (
+        f"frame {d['frame_number']} page {d['page']} {d['bytes']} B crc {d['crc32']:08x} "
+        f"meta {meta} psn {d['psn_first']}..{d['psn_last']} lost {d['packets_lost']} "
+        f"{'ok' if d['ok'] else 'BAD'}"
+    )

@@ -1,0 +1,55 @@
+"""What the long-running commands (``echo``, ``listen``) share: a transceiver started from a
+configuration, announced on stderr, stopped however the command ends (Ctrl-C included), every
+failure one ``CommandError`` line naming the command."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from roce_transceiver.commands import CommandError
+
+if TYPE_CHECKING:
+    from roce_transceiver.transceiver import Transceiver
+
+__all__ = ["check_positive", "moved", "running_transceiver"]
+
+
+def check_positive(command: str, **values: float | None) -> None:
+    """Options that, when given, must be positive: ``--frames 0`` is an error, not a hang."""
+    for name, value in values.items():
+        if value is not None and value <= 0:
+            raise CommandError(f"{command}: --{name} {value}: must be positive")
+
+
+@contextmanager
+def running_transceiver(
+    command: str, config: str, overrides: Mapping[str, Any] | None = None, banner: str = ""
+) -> Iterator[Transceiver]:
+    """The transceiver of ``config`` running; its banner (what runs it, the NIC, ``banner``)
+    on stderr once it is up, which is also what a caller can wait for. Ctrl-C ends the block."""
+    from roce_transceiver.config import ConfigError, load_config
+    from roce_transceiver.transceiver import Transceiver, TransceiverError
+
+    try:
+        t = Transceiver(load_config(config, overrides))
+        t.start()
+    except (ConfigError, TransceiverError, OSError) as e:
+        raise CommandError(f"{command}: {e}") from None
+    print(f"{t.executor_reason}; nic {t.config['nic']}; {banner}", file=sys.stderr, flush=True)
+    try:
+        yield t
+    except KeyboardInterrupt:
+        pass
+    finally:
+        try:
+            t.stop()
+        except TransceiverError as e:
+            raise CommandError(f"{command}: {e}") from None
+
+
+def moved(stats: Mapping[str, int]) -> dict[str, int]:
+    """The counters that are not zero."""
+    return {k: v for k, v in stats.items() if v}
