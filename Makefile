@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine; each builds its own virtualenv in .venv:
-#   make demo   build, install, and decode the bundled sample capture
+#   make demo   build, install, and run the round-trip latency app (Holoscan) on the
+#               embedded default: the in-memory far end, no network needed
 #   make test   build, install, lint, and run the test suite
 # The package (C++ core included, CUDA parts where nvcc is found) is rebuilt by
 # `pip install` on every run; the CMake build directory under build/ keeps it incremental.
@@ -14,7 +15,7 @@ CXX_SOURCES := $(shell find roce_transceiver/core -name '*.h' -o -name '*.cpp' -
 demo: install
 	$(BIN)/roce-transceiver info
 	@echo
-	$(BIN)/roce-transceiver decode --sample
+	ulimit -s 32768; $(BIN)/python apps/roundtrip_latency.py --output-dir build/demo
 
 # The pytest script, not `python -m pytest`: -m puts the source tree first on sys.path,
 # and its roce_transceiver/ (no built _core) would shadow the installed package.

@@ -1,0 +1,29 @@
+"""Holoscan operators over roce_transceiver: the transceiver, its peers, and the sinks and
+checkers the apps use. The operators import Holoscan (4.x) when first used;
+``operators.app_config`` (the apps' schema) does not need it."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_WHERE = {
+    "EchoCheckerOp": "message_checkers",
+    "QecCheckerOp": "message_checkers",
+    "FrameCheckerOp": "frame_ops",
+    "FrameStatisticOp": "frame_ops",
+    "LatencyStatsOp": "latency_stats",
+    "RoceTransceiverOp": "transceiver_op",
+    "RoundTripPeerOp": "peer_ops",
+    "RoundTripStep": "peer_ops",
+    "SensorPeerOp": "peer_ops",
+    "StatsSinkOp": "stats_sink",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'operators' has no attribute {name!r}")
+    return getattr(import_module(f"operators.{_WHERE[name]}"), name)

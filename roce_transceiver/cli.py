@@ -1,4 +1,4 @@
-"""The ``roce-transceiver`` command line: decode, craft, info, bench, echo, listen, peer.
+"""The ``roce-transceiver`` command line: decode, craft, info, bench, echo, listen, peer, run.
 
 Every failure the user can cause (bad arguments, a file that is not a pcap, a
 field out of range) is one line on stderr, ``roce-transceiver: error: ...``,
@@ -23,6 +23,7 @@ from roce_transceiver.commands import (
     info,
     listen,
     peer,
+    run,
 )
 from roce_transceiver.pcap import PcapError
 
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (decode, craft, info, bench, echo, listen, peer):
+    for command in (decode, craft, info, bench, echo, listen, peer, run):
         command.register(sub)
     return parser
 

@@ -89,8 +89,30 @@ SCHEMA = Section(
         "nic": Field(
             str,
             "loopback",
-            "what the queues are joined to: the in-memory far end, or Linux (socket NIC)",
-            choices=("loopback", "socket"),
+            "what the queues are joined to: the in-memory far end, Linux (socket NIC), or a "
+            "ConnectX through DOCA GPUNetIO (doca: not built yet, see docs/deployment.md)",
+            choices=("loopback", "socket", "doca"),
+        ),
+        "doca": Section(
+            "A ConnectX through DOCA GPUNetIO (nic: doca); validated everywhere, runs nowhere yet.",
+            {
+                "device": Field(str, "mlx5_0", "the RDMA device (ibv_devices lists them)"),
+                "gpu_pci": Field(
+                    str,
+                    None,
+                    "PCI address of the GPU (e.g. 0000:06:00.0); null: the one the executor uses",
+                    nullable=True,
+                ),
+                "nic_handler": Field(
+                    str,
+                    "auto",
+                    "who rings the doorbell: DOCA's choice, a CPU proxy thread, the GPU, "
+                    "or BlueFlame",
+                    choices=("auto", "cpu_proxy", "gpu_db", "blueflame"),
+                ),
+                "gid_index": Field(int, 3, "GID table index (RoCEv2 over IPv4)", minimum=0),
+                "mtu": Field(int, 4096, "path MTU", choices=(1024, 2048, 4096)),
+            },
         ),
         "socket": Section(
             "The socket NIC (nic: socket; docs/socket_nic.md).",
@@ -274,14 +296,17 @@ def _copy(data: Mapping[str, Any]) -> LinedDict:
 def load_config(
     source: Mapping[str, Any] | str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
+    *,
+    origin: str | None = None,
+    prefix: str = "",
 ) -> dict[str, Any]:
     """Validated configuration with every default filled in.
 
     ``source`` is a mapping, a YAML path or None (all defaults). A YAML file
     may hold the keys at its top level or under ``transceiver:``.
-    ``overrides`` are dotted keys applied on top (CLI flags).
+    ``overrides`` are dotted keys applied on top (CLI flags). ``origin`` and ``prefix``
+    name a mapping that is a section of a bigger file, for the error messages.
     """
-    origin: str | None = None
     if isinstance(source, (str, Path)):
         origin = str(source)
         data: Mapping[str, Any] = load_yaml_with_lines(source)
@@ -302,8 +327,14 @@ def load_config(
         for key, value in overrides.items():
             _set_dotted(merged, key, value)
         data = merged
-    cfg = validate(SCHEMA, data, source=origin)
-    _check_together(cfg, data, origin)
+    cfg = validate(SCHEMA, data, source=origin, prefix=prefix)
+    try:
+        _check_together(cfg, data, origin)
+    except ConfigError as e:
+        if not prefix:
+            raise
+        message = str(e).split(f"{e.key}: ", 1)[-1]
+        raise ConfigError(message, key=prefix + e.key, source=e.source, line=e.line) from None
     return cfg
 
 
@@ -337,6 +368,8 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
         if cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] >= 1 << 32:
             raise fail("pages x page_bytes must stay under 4 GiB (one region)", "frames.page_bytes")
     sock = cfg["socket"]
+    if cfg["nic"] == "doca" and cfg["far_end"] != "cpu":
+        raise fail("nic 'doca': the far end is the network; far_end must be 'cpu'", "far_end")
     if cfg["nic"] == "socket":
         if cfg["far_end"] != "cpu":
             raise fail("nic 'socket': the far end is the network; far_end must be 'cpu'", "far_end")

@@ -58,6 +58,8 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -67,13 +69,17 @@ __all__ = [
     "BLOB_MAGIC",
     "BLOB_VERSION",
     "SUPPORTED_DISTANCES",
+    "ErrorSample",
     "LookupTableDecoder",
     "RotatedSurfaceCode",
+    "logical_failures",
     "pack_correction",
     "pack_syndrome",
+    "pymatching_replies",
     "random_syndromes",
     "reply_bytes",
     "request_bytes",
+    "sample_errors",
     "stim_syndromes",
     "unpack_correction",
     "unpack_syndrome",
@@ -341,22 +347,71 @@ class LookupTableDecoder:
         )
 
 
+@dataclass(frozen=True)
+class ErrorSample:
+    """Independent X and Z errors on the data qubits, one row per shot, with the requests
+    (syndromes) they produce and the lookup-table decoder's replies to them."""
+
+    code: RotatedSurfaceCode
+    ex: Bits  # (shots, num_data)
+    ez: Bits
+    requests: list[bytes]
+    expected: list[bytes]
+
+
+def sample_errors(distance: int, count: int, p: float = 0.03, seed: int = 1) -> ErrorSample:
+    """``count`` shots of independent X and Z errors of rate ``p`` on each data qubit."""
+    code = RotatedSurfaceCode(distance)
+    decoder = LookupTableDecoder(code)
+    rng = np.random.default_rng(seed)
+    ex = np.empty((count, code.num_data), np.uint8)
+    ez = np.empty((count, code.num_data), np.uint8)
+    requests, expected = [], []
+    for i in range(count):
+        ex[i] = rng.random(code.num_data) < p
+        ez[i] = rng.random(code.num_data) < p
+        request = pack_syndrome(code.hx @ ez[i] % 2, code.hz @ ex[i] % 2)
+        requests.append(request)
+        expected.append(decoder.decode_packed(request))
+    return ErrorSample(code, ex, ez, requests, expected)
+
+
 def random_syndromes(
     distance: int, count: int, p: float = 0.03, seed: int = 1
 ) -> tuple[list[bytes], list[bytes]]:
     """``count`` syndrome requests from independent X and Z errors of rate ``p`` on each data
     qubit, and the corrections the lookup-table decoder answers them with (packed)."""
-    code = RotatedSurfaceCode(distance)
-    decoder = LookupTableDecoder(code)
-    rng = np.random.default_rng(seed)
-    requests, expected = [], []
-    for _ in range(count):
-        ex = (rng.random(code.num_data) < p).astype(np.uint8)
-        ez = (rng.random(code.num_data) < p).astype(np.uint8)
-        request = pack_syndrome(code.hx @ ez % 2, code.hz @ ex % 2)
-        requests.append(request)
-        expected.append(decoder.decode_packed(request))
-    return requests, expected
+    sample = sample_errors(distance, count, p, seed)
+    return sample.requests, sample.expected
+
+
+def logical_failures(
+    code: RotatedSurfaceCode, ex: Bits, ez: Bits, replies: Sequence[bytes]
+) -> npt.NDArray[np.bool_]:
+    """Per shot: the error times its correction is a logical operator (the correction failed).
+    A residual X error is a logical X when it overlaps logical Z an odd number of times, and a
+    residual Z error likewise with logical X."""
+    cx = np.array([unpack_correction(r)[0][: code.num_data] for r in replies], np.uint8)
+    cz = np.array([unpack_correction(r)[1][: code.num_data] for r in replies], np.uint8)
+    x_fail = ((ex ^ cx) @ code.lz) % 2 == 1
+    z_fail = ((ez ^ cz) @ code.lx) % 2 == 1
+    return np.asarray(x_fail | z_fail)
+
+
+def pymatching_replies(code: RotatedSurfaceCode, requests: Sequence[bytes]) -> list[bytes]:
+    """The corrections minimum-weight perfect matching (pymatching, uniform weights) gives for
+    ``requests``: the reference the lookup tables are checked against."""
+    try:
+        import pymatching
+    except ImportError:
+        raise ValueError(
+            "the pymatching reference needs pymatching (pip install pymatching)"
+        ) from None
+    sx = np.array([unpack_syndrome(r, code.distance)[0] for r in requests], np.uint8)
+    sz = np.array([unpack_syndrome(r, code.distance)[1] for r in requests], np.uint8)
+    cx = pymatching.Matching(code.hz).decode_batch(sz)
+    cz = pymatching.Matching(code.hx).decode_batch(sx)
+    return [pack_correction(x, z) for x, z in zip(cx, cz, strict=True)]
 
 
 def stim_syndromes(code: RotatedSurfaceCode, n: int, p: float, seed: int) -> list[bytes]:

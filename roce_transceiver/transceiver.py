@@ -109,6 +109,10 @@ class Transceiver:
         overrides: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = load_config(config, overrides)
+        if self.config["nic"] == "doca":
+            from roce_transceiver.doca import missing
+
+            raise TransceiverError(missing(self.config["doca"]["device"]))
         self.executor, self.executor_reason = pick_executor(self.config["executor"])
         if self.config["far_end"] == "gpu" and self.executor != "cuda":
             raise TransceiverError("far_end 'gpu' needs the cuda executor; " + self.executor_reason)
@@ -265,13 +269,23 @@ class Transceiver:
             yield from self.receive(timeout=0.1)
 
     # -- the loopback far end ----------------------------------------------
-    def inject(self, frame: bytes) -> bool:
+    def inject(self, frame: bytes, wait: float = 0.0) -> bool:
         """Put a raw frame on the wire towards the engine (far_end cpu). False when
         the engine's rx ring is full: the frame is dropped and ``ring_drops`` counted.
+        ``wait`` > 0 makes the wire lossless (as a link with pause frames): it waits up to
+        ``wait`` seconds for room, and drops and counts only when none came.
         Allowed before start(), to fill the ring while the loop is not yet draining it."""
         self._require_open("inject()")
+        data = bytes(frame)
         try:
-            return bool(self._core.inject(bytes(frame)))
+            if wait > 0:
+                deadline = time.monotonic() + wait
+                while time.monotonic() < deadline:
+                    if self._core.inject(data, count_drop=False):
+                        return True
+                    self._check()
+                    time.sleep(10e-6)
+            return bool(self._core.inject(data))  # the last try counts a drop
         except (ValueError, RuntimeError) as e:
             raise TransceiverError(f"inject(): {e}") from None
 

@@ -1,7 +1,8 @@
 """docs/configuration.md documents every configuration key, as the schema has it.
 
-Goal: the reference cannot drift from the code. Oracle: the schema itself
-(roce_transceiver.config.SCHEMA), rendered and compared with the file, and
+Goal: the reference cannot drift from the code. Oracle: the schemas themselves
+(roce_transceiver.config.SCHEMA, operators.app_config.APP_SCHEMA), rendered and compared
+with the file, and
 each key of a default configuration appearing in the file.
 """
 
@@ -9,14 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roce_transceiver.config import load_config, reference_markdown
+from operators.app_config import load_app_config, reference_markdown
+from roce_transceiver.config import load_config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 
 def test_configuration_reference_is_current() -> None:
     assert DOC.read_text() == reference_markdown(), (
-        "docs/configuration.md is stale: run `python -m roce_transceiver.config > "
+        "docs/configuration.md is stale: run `python -m operators.app_config > "
         "docs/configuration.md`"
     )
 
@@ -31,4 +33,7 @@ def test_every_default_key_is_documented() -> None:
         return out
 
     missing = [k for k in keys(load_config()) if f"| `{k}` |" not in text]
+    app = load_app_config()
+    del app["transceiver"]  # its keys are the ones above
+    missing += [k for k in keys(app) if f"| `{k}` |" not in text]
     assert missing == []

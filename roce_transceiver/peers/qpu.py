@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,10 +39,12 @@ class QpuReport:
     elapsed_s: float
     msgs_per_s: float
     rtt_us: Percentiles | None
+    samples_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.empty(0))
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["rtt_us"] = self.rtt_us.as_dict() if self.rtt_us else None
+        del d["samples_us"]  # the raw round trips: for histograms, not for the report
         return d
 
     def summary(self) -> str:
@@ -65,6 +67,7 @@ class QpuPeer:
     ``write_to`` = (va, rkey): send each request as an RDMA WRITE Only with Immediate into
     that registered region of the transceiver (the immediate is the request number) instead
     of a SEND Only; the transceiver answers the written bytes the same way.
+    ``pool`` = (requests, answers): qec requests to send in turn instead of sampled ones.
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class QpuPeer:
         seed: int = 1,
         write_to: tuple[int, int] | None = None,
         syndromes: str = "random",
+        pool: tuple[list[bytes], list[bytes]] | None = None,
     ) -> None:
         if handler not in ("echo", "qec"):
             raise ValueError(f"handler {handler!r}: must be 'echo' or 'qec'")
@@ -88,7 +92,9 @@ class QpuPeer:
         self.psn = first_psn
         self.write_to = write_to
         if handler == "qec":
-            if syndromes == "stim":  # a circuit sampled by stim, answered by the decoder
+            if pool is not None:
+                self._requests, self._expected = pool
+            elif syndromes == "stim":  # a circuit sampled by stim, answered by the decoder
                 code = RotatedSurfaceCode(distance)
                 self._requests = stim_syndromes(code, 1024, 0.01, seed)
                 self._expected = [LookupTableDecoder(code).decode_packed(r) for r in self._requests]
@@ -124,9 +130,11 @@ class QpuPeer:
             imm=i & 0xFFFFFFFF,
         )
 
-    def run(self, count: int, rate: float | None = None, timeout_s: float = 1.0) -> QpuReport:
-        """Send ``count`` requests (paced at ``rate`` per second when given) and wait for
-        each answer up to ``timeout_s``."""
+    def run(
+        self, count: int, rate: float | None = None, timeout_s: float = 1.0, first: int = 0
+    ) -> QpuReport:
+        """Send ``count`` requests, numbered from ``first`` (paced at ``rate`` per second when
+        given) and wait for each answer up to ``timeout_s``."""
         if count < 1:
             raise ValueError(f"count {count}: must be at least 1")
         rtts: list[float] = []
@@ -134,7 +142,7 @@ class QpuPeer:
         interval = 1.0 / rate if rate else 0.0
         start = time.perf_counter()
         next_send = start
-        for i in range(count):
+        for i in range(first, first + count):
             if interval:
                 while time.perf_counter() < next_send:
                     pass  # pacing: a busy wait keeps the send time exact
@@ -166,4 +174,5 @@ class QpuPeer:
             elapsed_s=elapsed,
             msgs_per_s=received / elapsed if elapsed > 0 else 0.0,
             rtt_us=Percentiles.from_samples(rtts, unit="us") if rtts else None,
+            samples_us=np.asarray(rtts, dtype=np.float64),
         )

@@ -262,11 +262,13 @@ void register_engine(pb::module_& m) {
                out.append(completion_dict(c));
              return out;
            })
-      .def("inject",
-           [](Transceiver& t, const pb::bytes& frame) {
-             const std::string s = frame;
-             return t.inject(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-           })
+      .def(
+          "inject",
+          [](Transceiver& t, const pb::bytes& frame, bool count_drop) {
+            const std::string s = frame;
+            return t.inject(reinterpret_cast<const uint8_t*>(s.data()), s.size(), count_drop);
+          },
+          pb::arg("frame"), pb::arg("count_drop") = true)
       .def("collect",
            [](Transceiver& t, size_t max) {
              pb::list out;

@@ -425,7 +425,7 @@ std::vector<Completion> Transceiver::poll_completions(size_t max) {
   return out;
 }
 
-bool Transceiver::inject(const uint8_t* frame, size_t len) {
+bool Transceiver::inject(const uint8_t* frame, size_t len, bool count_drop) {
   const CallGuard guard(*this, "inject()");
   require_loopback("inject()");
   if (wire_device_)
@@ -438,6 +438,7 @@ bool Transceiver::inject(const uint8_t* frame, size_t len) {
   const ProduceResult r =
       rx_produce<Scope::kSystem>(rx_view(false), inject_prod_, frame, uint32_t(len), now_ns());
   if (r == ProduceResult::kOk) return true;
+  if (!count_drop) return false;
   Counters* c = reinterpret_cast<Counters*>(counters_.host());
   store_relaxed<Scope::kSystem>(&c->v[uint32_t(Counter::kRingDrops)], ++ring_drops_);
   return false;

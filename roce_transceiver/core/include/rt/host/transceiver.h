@@ -112,7 +112,9 @@ class Transceiver {
   std::vector<Completion> poll_completions(size_t max);
 
   // The loopback far end, driven from the host (far_end "cpu" only).
-  bool inject(const uint8_t* frame, size_t len);  // false: engine rx ring full (counted)
+  // false: the engine's rx ring is full; counted as a ring drop unless the caller will
+  // try again (a lossless far end that waits for room).
+  bool inject(const uint8_t* frame, size_t len, bool count_drop = true);
   std::vector<std::vector<uint8_t>> collect(size_t max);
   // Requests out, replies back, timed at the far end (cpu or gpu).
   FarEndRun run_far_end(const FarEndParams& params);

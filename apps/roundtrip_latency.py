@@ -1,0 +1,94 @@
+"""The NVQLink-style round-trip demo: 32-byte messages echoed by the persistent loop (GPU or
+CPU), timed by the far end, inside a Holoscan graph that stays off the critical path.
+
+    qpu peer --results--> latency statistics (percentiles, histogram PNG + JSON)
+    roce (RoceTransceiverOp) --messages--> echo checker
+                             --stats-->    counters
+
+The far end is the loopback NIC's (no network) unless ``peer.link: udp`` puts the qpu peer
+on the other side of the socket NIC. After the graph, the ping-pong floor the round trip is
+read against is measured in the same run (cpu: two threads; cuda: host <-> persistent kernel).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from holoscan.core import Application
+
+from operators import EchoCheckerOp, LatencyStatsOp, RoundTripPeerOp, StatsSinkOp
+from operators.app_runner import Report, latency_report, main_for, run_graph, transceiver_op
+
+NAME = "roundtrip_latency"
+
+#: The embedded default: the in-memory far end, no network needed.
+DEFAULTS: dict[str, Any] = {
+    "app": {"name": NAME, "count": 10_000},
+    "transceiver": {"handler": "echo", "qp": {"transport": "UC"}},
+    "peer": {"link": "loopback", "size": 32},
+    "latency": {"png": "roundtrip_latency.png", "json": "roundtrip_latency.json"},
+}
+
+
+class RoundTripLatencyApp(Application):
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        super().__init__()
+
+    def compose(self) -> None:
+        cfg, out = self.cfg, Path(self.cfg["app"]["output_dir"])
+        lat, peer = cfg["latency"], cfg["peer"]
+        self.roce = transceiver_op(self, cfg)
+        self.peer = RoundTripPeerOp(
+            self,
+            name="qpu",
+            transceiver_op=self.roce,
+            count=cfg["app"]["count"],
+            size=peer["size"],
+            window=peer["window"],
+            rate=peer["rate"],
+            chunk=peer["chunk"],
+            link=peer["link"],
+            timeout_s=peer["timeout_s"],
+            seed=peer["seed"],
+            progress_s=cfg["app"]["progress_s"],
+        )
+        self.latency = LatencyStatsOp(
+            self,
+            name="latency",
+            png=lat["png"] and out / lat["png"],
+            json=lat["json"] and out / lat["json"],
+            bins=lat["bins"],
+            title="echo round trip",
+        )
+        self.echo = EchoCheckerOp(self, name="echo_check")
+        self.stats = StatsSinkOp(self, name="stats")
+        self.add_flow(self.peer, self.latency, {("results", "results")})
+        self.add_flow(self.roce, self.echo, {("messages", "messages")})
+        self.add_flow(self.roce, self.stats, {("stats", "stats")})
+
+
+def run(cfg: dict[str, Any]) -> Report:
+    app = RoundTripLatencyApp(cfg)
+    run_graph(app, cfg)
+    report = latency_report("roundtrip latency (echo)", app, cfg)
+    if cfg["transceiver"]["completions"]:
+        e = app.echo
+        report.check(
+            "echo records",
+            e.ok,
+            f"{e.records} checked, {e.wrong} wrong, {e.no_reply} no reply"
+            + (f" ({e.first_wrong})" if e.first_wrong else ""),
+        )
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return main_for(NAME, __doc__.splitlines()[0], DEFAULTS, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""What the apps share: their command line, the scheduler, the run under a time limit, and the
+summary table and JSON at the end (exit status 0 when every check held, 1 when one failed, 2
+for a configuration or start-up error)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from operators.app_config import ConfigError, load_app_config
+from roce_transceiver.peers import LinkError
+from roce_transceiver.transceiver import TransceiverError
+
+__all__ = [
+    "Check",
+    "Report",
+    "counter_rows",
+    "latency_report",
+    "main_for",
+    "make_scheduler",
+    "run_graph",
+    "transceiver_op",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Report:
+    """What an app measured (``rows``: label -> text) and checked, and the same as data."""
+
+    title: str
+    rows: dict[str, str] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, name: str, ok: bool, detail: str) -> None:
+        self.checks.append(Check(name, bool(ok), detail))
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def table(self) -> str:
+        width = max(len(k) for k in [*self.rows, *(c.name for c in self.checks), "x"])
+        lines = [self.title, "-" * len(self.title)]
+        lines += [f"{k:<{width}}  {v}" for k, v in self.rows.items()]
+        lines += [
+            f"{c.name:<{width}}  {'ok  ' if c.ok else 'FAIL'}  {c.detail}" for c in self.checks
+        ]
+        lines.append(f"{'result':<{width}}  {'all checks hold' if self.ok else 'FAILED'}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "ok": self.ok,
+            "rows": self.rows,
+            "checks": [c.__dict__ for c in self.checks],
+            **self.data,
+        }
+
+
+def make_scheduler(app: Any, cfg: Mapping[str, Any]) -> Any:
+    """The scheduler ``app.scheduler`` names, stopping the graph after ``app.timeout_s``."""
+    from holoscan.schedulers import EventBasedScheduler, GreedyScheduler, MultiThreadScheduler
+
+    a = cfg["app"]
+    limit_ms = int(a["timeout_s"] * 1000)
+    if a["scheduler"] == "greedy":
+        return GreedyScheduler(app, name="greedy", stop_on_deadlock=True, max_duration_ms=limit_ms)
+    kind = MultiThreadScheduler if a["scheduler"] == "multi_thread" else EventBasedScheduler
+    return kind(
+        app,
+        name=a["scheduler"],
+        worker_thread_number=a["worker_threads"],
+        stop_on_deadlock=True,
+        stop_on_deadlock_timeout=200,
+        max_duration_ms=limit_ms,
+    )
+
+
+def _parser(name: str, doc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"apps/{name}.py", description=doc)
+    p.add_argument("--config", help="the app's YAML file (default: the embedded defaults)")
+    p.add_argument("--count", type=int, help="app.count: messages or frames to send")
+    p.add_argument("--executor", choices=("auto", "cpu", "cuda"), help="transceiver.executor")
+    p.add_argument(
+        "--scheduler", choices=("greedy", "multi_thread", "event_based"), help="app.scheduler"
+    )
+    p.add_argument("--output-dir", help="app.output_dir: where PNG and JSON files go")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any key, dotted (transceiver.qp.transport=UC); the value is read as YAML",
+    )
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE", key=key or "(--set)")
+        out[key] = yaml.safe_load(value)
+    for key, value in (
+        ("app.count", args.count),
+        ("transceiver.executor", args.executor),
+        ("app.scheduler", args.scheduler),
+        ("app.output_dir", args.output_dir),
+    ):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def main_for(
+    name: str,
+    doc: str,
+    defaults: Mapping[str, Any],
+    run: Callable[[dict[str, Any]], Report],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse the command line, load and check the configuration (``defaults`` when no file),
+    run the app, print its summary table and write it as JSON to the output directory."""
+    args = _parser(name, doc).parse_args(argv)
+    try:
+        cfg = load_app_config(args.config or dict(defaults), _overrides(args), app=name)
+        if cfg["transceiver"]["nic"] == "doca":  # say what is missing before any graph
+            from roce_transceiver.doca import missing
+
+            raise TransceiverError(missing(cfg["transceiver"]["doca"]["device"]))
+        out_dir = Path(cfg["app"]["output_dir"])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        report = run(cfg)
+    except (ConfigError, TransceiverError, LinkError, OSError, ValueError) as e:
+        print(f"{name}: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    report.data["elapsed_s"] = round(time.monotonic() - started, 3)
+    report.data["config"] = cfg
+    print(report.table())
+    path = out_dir / f"{name}_summary.json"
+    path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
+    print(f"summary written to {path}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def transceiver_op(fragment: Any, cfg: Mapping[str, Any]) -> Any:
+    """The graph's RoceTransceiverOp, configured by the file's transceiver and operator keys."""
+    from operators.transceiver_op import RoceTransceiverOp
+
+    return RoceTransceiverOp(
+        fragment, name="roce", transceiver=cfg["transceiver"], **cfg["operator"]
+    )
+
+
+def run_graph(app: Any, cfg: Mapping[str, Any]) -> None:
+    """Run ``app`` under the configured scheduler; the scheduler ends it at app.timeout_s."""
+    app.scheduler(make_scheduler(app, cfg))
+    app.run()
+
+
+def counter_rows(stats: Mapping[str, int], names: Sequence[str]) -> str:
+    """``name value`` pairs of the counters that matter to an app."""
+    return ", ".join(f"{n} {stats.get(n, 0)}" for n in names)
+
+
+def latency_report(title: str, app: Any, cfg: dict[str, Any]) -> Report:
+    """The round-trip rows and checks the roundtrip and qec apps share, floor included."""
+    from roce_transceiver.bench.floors import Percentiles, measure_floors
+
+    lat, roce = app.latency, app.roce
+    report = Report(title)
+    executor = roce.executor or "?"
+    report.rows["executor / nic"] = f"{executor} / {roce.config['nic']} ({cfg['peer']['link']})"
+    report.rows["scheduler"] = cfg["app"]["scheduler"]
+    report.check(
+        "answers",
+        lat.sent == cfg["app"]["count"] and lat.lost == 0 and lat.wrong == 0,
+        f"{lat.received}/{cfg['app']['count']} answered, {lat.lost} lost, {lat.wrong} wrong",
+    )
+    p = lat.percentiles
+    if p is not None:
+        report.rows["round trip (us)"] = (
+            f"min {p.min:.2f}  p50 {p.p50:.2f}  p99 {p.p99:.2f}  p99.9 {p.p999:.2f}  "
+            f"max {p.max:.2f}"
+        )
+        report.rows["msgs/s"] = f"{lat.messages_per_s:,.0f}"
+        report.data["latency_us"] = p.as_dict()
+        report.data["messages_per_s"] = lat.messages_per_s
+    report.check("latency table", p is not None, f"{p.count if p else 0} round trips")
+    if app.latency.png:
+        report.rows["histogram"] = str(app.latency.png)
+    if cfg["latency"]["floor"] and p is not None:
+        floor = "pinned_pingpong" if executor == "cuda" else "cpu_thread_pingpong"
+        measured = measure_floors([floor], cfg["latency"]["floor_iterations"])[floor]
+        if isinstance(measured, Percentiles):
+            f = measured.to("us")
+            report.rows[f"floor {floor} (us)"] = f"p50 {f.p50:.2f}  p99 {f.p99:.2f}"
+            report.rows["p50 / floor p50"] = f"{p.p50 / f.p50:.2f}"
+            report.data["floor"] = {"name": floor, **f.as_dict(), "ratio_p50": p.p50 / f.p50}
+        else:
+            report.rows[f"floor {floor}"] = f"not measured: {measured}"
+    s = roce.final_stats
+    report.rows["counters"] = counter_rows(
+        s, ["rx_packets", "tx_packets", "express", "completion_drops", "ring_drops"]
+    )
+    report.data["counters"] = s
+    return report

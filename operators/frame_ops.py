@@ -1,0 +1,169 @@
+"""Operators on the ``frames`` port: a checker against what the sensor sent, and a frame
+statistic computed where the frame lies (GPU or host).
+
+:class:`FrameCheckerOp` ticks on each frame. Each frame is checked when the sensor's record
+of it is at hand (else a host copy waits for it): the engine's CRC-32 of the page against the
+metadata's, packets lost against what the sensor dropped or corrupted, and every byte against
+the content sent (intact frames). Frame numbers that never arrive are gaps.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
+
+from operators.tensors import on_device, to_host
+from roce_transceiver.peers.sensor import SentFrame
+
+__all__ = ["FrameCheckerOp", "FrameStatisticOp"]
+
+# Steps of sensor records the checker can be behind by; the sensor waits beyond (policy 2:
+# a full queue is an error, never a silent drop).
+_SENT_BACKLOG = 4096
+
+
+@dataclass
+class _Arrived:
+    frame_number: int
+    data: np.ndarray  # a host copy: the page went back when the message was dropped
+    crc_ok: bool
+    crc32: int
+    packets_lost: int
+
+
+class FrameCheckerOp(Operator):
+    """``frames`` from RoceTransceiverOp, ``sent`` from SensorPeerOp; ``allow_loss``: frames
+    with lost packets (faults configured) do not fail the run when their loss is the one the
+    sensor made."""
+
+    def __init__(self, fragment: Fragment, *args: Any, allow_loss: bool = False, **kwargs: Any):
+        self.allow_loss = allow_loss
+        self.sent: dict[int, SentFrame] = {}
+        self.sent_total = 0
+        self.frames = 0
+        self.exact = 0  # intact frames whose every byte is the one sent
+        self.damaged_as_sent = 0  # frames that lost exactly the packets the sensor lost
+        self.bad: list[str] = []
+        self.bytes = 0
+        self.out_of_order = 0
+        self._last_number = -1
+        self._waiting: dict[int, _Arrived] = {}
+        self._seen: set[int] = set()
+        self.first_s = self.last_s = 0.0
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.input("frames")
+        # The sensor announces a step's frames before it sends them (SensorPeerOp), so a
+        # frame's record is here by the time the frame is; reading it never waits.
+        spec.input("sent").connector(
+            IOSpec.ConnectorType.DOUBLE_BUFFER, capacity=_SENT_BACKLOG, policy=2
+        ).condition(ConditionType.NONE)
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        while (step := op_input.receive("sent")) is not None:
+            for s in step:
+                self.sent[s.frame_number] = s
+                self.sent_total += 1
+        message = op_input.receive("frames")
+        if message is not None:  # always, with the default condition; None-safe for reuse
+            md = self.metadata
+            arrived = _Arrived(
+                int(md["frame_number"]),
+                to_host(message["frame"]).copy(),
+                bool(md["crc_ok"]),
+                int(md["crc32"]),
+                int(md["packets_lost"]),
+            )
+            now = time.perf_counter()
+            self.first_s = self.first_s or now
+            self.last_s = now
+            self.frames += 1
+            self.bytes += arrived.data.size
+            if arrived.frame_number < self._last_number:
+                self.out_of_order += 1
+            self._last_number = arrived.frame_number
+            self._seen.add(arrived.frame_number)
+            self._waiting[arrived.frame_number] = arrived
+        for number in [n for n in self._waiting if n in self.sent]:
+            self._check(self._waiting.pop(number), self.sent.pop(number))
+
+    def _check(self, a: _Arrived, s: SentFrame) -> None:
+        def bad(why: str) -> None:
+            self.bad.append(f"frame {a.frame_number}: {why}")
+
+        visible = s.lost - _leading_losses(s)
+        if a.packets_lost != visible:
+            bad(f"{a.packets_lost} packets lost, the sensor lost {s.lost} ({visible} visible)")
+        elif s.lost:
+            self.damaged_as_sent += 1
+            if not self.allow_loss:
+                bad(f"{s.lost} packets lost (frame_check.allow_loss is off)")
+        elif not a.crc_ok or a.crc32 != s.crc32:
+            bad(f"CRC-32 {a.crc32:#010x}, sent {s.crc32:#010x} (engine crc_ok {a.crc_ok})")
+        elif a.data.tobytes() != s.content or zlib.crc32(a.data.tobytes()) != s.crc32:
+            first = int(np.argmax(a.data[: len(s.content)] != np.frombuffer(s.content, np.uint8)))
+            bad(f"{a.data.size} bytes differ from the {len(s.content)} sent (first at {first})")
+        else:
+            self.exact += 1
+
+    @property
+    def gaps(self) -> list[int]:
+        """Frame numbers the sensor sent that never arrived."""
+        return sorted(n for n in self.sent if n not in self._seen)
+
+    @property
+    def unmatched(self) -> int:
+        """Frames that arrived with no record of them from the sensor."""
+        return len(self._waiting)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.frames > 0
+            and not self.bad
+            and not self.gaps
+            and not self.unmatched
+            and self.frames == self.sent_total
+        )
+
+
+def _leading_losses(s: SentFrame) -> int:
+    """Data packets lost before the first one that arrived: a frame's PSN account starts at the
+    first packet the engine sees (docs/frames.md), so those are not in ``packets_lost``."""
+    gone = {int(e.split()[1]) for e in s.events if e.split()[0] in ("lost", "corrupt")}
+    n = 0
+    while n in gone:
+        n += 1
+    return n
+
+
+class FrameStatisticOp(Operator):
+    """The processing step of the sensor app: each frame's mean byte value, computed where the
+    frame lies (cupy on a device tensor, numpy on a host one), without a copy."""
+
+    def __init__(self, fragment: Fragment, *args: Any, **kwargs: Any) -> None:
+        self.frames = 0
+        self.on_gpu = 0
+        self.means: list[float] = []
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.input("frames")
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        tensor = op_input.receive("frames")["frame"]
+        if on_device(tensor):
+            import cupy
+
+            mean = float(cupy.asarray(tensor).mean(dtype=cupy.float64))
+            self.on_gpu += 1
+        else:
+            mean = float(np.asarray(tensor).mean(dtype=np.float64))
+        self.frames += 1
+        self.means.append(mean)

@@ -1,0 +1,67 @@
+"""LatencyStatsOp: round trips in, percentiles and a histogram (PNG and JSON) out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from holoscan.core import Fragment, Operator, OperatorSpec
+
+from operators.peer_ops import RoundTripStep
+from roce_transceiver.histogram import Histogram
+from roce_transceiver.stats import Percentiles
+
+__all__ = ["LatencyStatsOp"]
+
+
+class LatencyStatsOp(Operator):
+    """Collects :class:`RoundTripStep` messages on ``results``; when the graph ends, ``summary``
+    holds the percentiles (us), msgs/s and the counts, and the histogram is written to ``png``
+    and ``json`` (paths, or None for none)."""
+
+    def __init__(
+        self,
+        fragment: Fragment,
+        *args: Any,
+        png: str | Path | None = None,
+        json: str | Path | None = None,
+        bins: int = 60,
+        title: str = "round trip",
+        **kwargs: Any,
+    ) -> None:
+        self.png, self.json, self.bins, self.title = png, json, bins, title
+        self.sent = self.received = self.wrong = self.lost = self.logical_failures = 0
+        self.busy_s = 0.0
+        self._samples: list[np.ndarray] = []
+        self.percentiles: Percentiles | None = None
+        self.histogram: Histogram | None = None
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.input("results")
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        step: RoundTripStep = op_input.receive("results")
+        self.sent += step.sent
+        self.received += step.received
+        self.wrong += step.wrong
+        self.lost += step.lost
+        self.logical_failures += step.logical_failures
+        self.busy_s += step.elapsed_s
+        self._samples.append(step.rtt_us)
+
+    def stop(self) -> None:
+        samples = np.concatenate(self._samples) if self._samples else np.empty(0)
+        if samples.size == 0:
+            return
+        self.histogram = Histogram.from_samples(samples, "us", self.bins)
+        self.percentiles = self.histogram.summary
+        if self.png:
+            self.histogram.write_png(self.png, self.title)
+        if self.json:
+            self.histogram.write_json(self.json)
+
+    @property
+    def messages_per_s(self) -> float:
+        return self.received / self.busy_s if self.busy_s else 0.0

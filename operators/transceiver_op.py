@@ -1,0 +1,235 @@
+"""RoceTransceiverOp: a Transceiver as a Holoscan operator.
+
+``start()`` builds the transceiver and launches its persistent loop; ``stop()`` stops the loop
+and frees everything, however the graph ends. ``compute()`` never blocks the loop: it takes what
+the loop completed since the last call and emits it.
+
+Ports (the data port is the one the handler fills, ``frames`` or ``messages``; it must be
+connected, and the operator runs when there is room for a message on it):
+
+- ``frames`` (frames handler): one message per frame, ``{"frame": tensor}``, the tensor viewing
+  the frame where it lies (GPU memory on the cuda executor, host memory otherwise: no copy),
+  the frame's record in the operator's metadata (``frame_number``, ``page``, ``bytes``,
+  ``crc32``, ``crc_ok``, ``packets_lost``, ``psn_first`` ...). The page goes back to the ring
+  when the last reference to the tensor is dropped downstream. Tensors are valid until the
+  operator stops (the transceiver's memory is freed then).
+- ``messages`` (echo, qec): a list of :class:`~roce_transceiver.transceiver.Completion`
+  (request, reply, timestamps) per message, at most ``max_messages`` records.
+- ``stats``: the transceiver's counters (a dict) every ``stats_period_s``, and once more, with
+  ``"final": 1``, as the operator ends; connecting it is optional, and a slow reader sees the
+  latest counters (older ones are dropped).
+- input ``tx`` (optional): tensors (or bytes) to send to the peer as SENDs.
+
+Output ports wait for room downstream, so a slow graph makes compute() run less often; the loop
+goes on and counts what the host did not take (``completion_drops``, ``frames_dropped``).
+
+A peer in the same graph says when it is done with :meth:`finish`; the operator then emits
+what is still coming, up to what the peer expects or ``drain_timeout_s``, and stops itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
+
+from roce_transceiver.config import load_config
+from roce_transceiver.frames import Frame
+from roce_transceiver.transceiver import Completion, Transceiver, TransceiverError
+
+__all__ = ["RoceTransceiverOp"]
+
+_FRAME_METADATA = (
+    "frame_number",
+    "page",
+    "bytes",
+    "crc32",
+    "metadata_crc32",
+    "crc_ok",
+    "bytes_ok",
+    "page_match",
+    "psn_first",
+    "psn_last",
+    "packets",
+    "packets_lost",
+    "ptp_s",
+    "ptp_ns",
+    "rx_first_ns",
+    "rx_last_ns",
+)
+
+
+class _PageLease:
+    """Holds a frame's page for as long as something views it; gives it back when collected.
+
+    numpy keeps the object whose ``__array_interface__`` it wraps alive, and so does cupy the
+    owner of unowned memory: the tensor Holoscan passes downstream ends up holding this."""
+
+    def __init__(self, frame: Frame, interface: dict[str, Any] | None = None) -> None:
+        self.frame = frame
+        if interface is not None:
+            self.__array_interface__ = interface
+
+    def __del__(self) -> None:
+        # The transceiver may have stopped first: its pages went with it.
+        with contextlib.suppress(TransceiverError, RuntimeError, ValueError):
+            self.frame.release()
+
+
+def frame_tensor_source(frame: Frame) -> Any:
+    """An array over ``frame``'s page (cupy on the GPU, numpy on the host) that releases the
+    page when the last reference to it goes."""
+    on_gpu = frame.array()
+    if not isinstance(on_gpu, np.ndarray):
+        import cupy
+
+        lease = _PageLease(frame)
+        memory = cupy.cuda.UnownedMemory(on_gpu.data.ptr, max(frame.bytes, 1), owner=lease)
+        return cupy.ndarray((frame.bytes,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
+    interface = dict(on_gpu.__array_interface__)
+    # The page is the host's until released: writable, and DLPack cannot carry read-only.
+    interface["data"] = (interface["data"][0], False)
+    return np.asarray(_PageLease(frame, interface))
+
+
+class RoceTransceiverOp(Operator):
+    """Owns a Transceiver configured by ``transceiver`` (a mapping or a YAML path, validated
+    here: errors name the key); see the module docstring for the ports."""
+
+    def __init__(
+        self,
+        fragment: Fragment,
+        *args: Any,
+        transceiver: Mapping[str, Any] | str | None = None,
+        stats_period_s: float = 1.0,
+        idle_wait_s: float = 0.001,
+        max_messages: int = 1024,
+        drain_timeout_s: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        self.config = load_config(transceiver)  # errors at compose time, not mid-run
+        self.stats_period_s = stats_period_s
+        self.idle_wait_s = idle_wait_s
+        self.max_messages = max_messages
+        self.drain_timeout_s = drain_timeout_s
+        self.transceiver: Transceiver | None = None
+        self.executor: str | None = None  # what runs the loop, once started
+        self.final_stats: dict[str, int] = {}
+        self.emitted = {"frames": 0, "messages": 0, "stats": 0, "tx": 0}
+        self._finished = threading.Event()
+        self._expect: int | None = None
+        self._drain_deadline = 0.0
+        self._next_stats = 0.0
+        self._frames: deque[Frame] = deque()
+        self.drain_timed_out = False
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.input("tx").condition(ConditionType.NONE)
+        spec.output(self.data_port)
+        spec.output("stats", policy=IOSpec.QueuePolicy.POP).condition(ConditionType.NONE)
+
+    @property
+    def data_port(self) -> str:
+        """``frames`` for the frames handler, ``messages`` for the others."""
+        return "frames" if self.config["handler"] == "frames" else "messages"
+
+    # -- life cycle -------------------------------------------------------
+    def start(self) -> None:
+        t = Transceiver(self.config)
+        self.executor = t.executor
+        t.start()
+        # Published only once running: peers in other threads take it as "ready".
+        self.transceiver = t
+        self._next_stats = time.monotonic() + self.stats_period_s
+
+    def stop(self) -> None:
+        t, self.transceiver = self.transceiver, None
+        if t is None:
+            return
+        self._frames.clear()
+        try:
+            t.stop()
+        finally:
+            self.final_stats = t.stats()
+
+    def finish(self, expect: int | None = None) -> None:
+        """The peer is done (any thread): emit what is left, ``expect`` messages or frames in
+        all (None: what is ready now), then stop."""
+        self._expect = expect
+        self._drain_deadline = time.monotonic() + self.drain_timeout_s
+        self._finished.set()
+
+    # -- data -------------------------------------------------------------
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        t = self.transceiver
+        if t is None:
+            raise TransceiverError(f"{self.name}: compute() before start()")
+        self._transmit(t, op_input.receive("tx"))
+        frames_on = t.config["handler"] == "frames"
+        wait = self.idle_wait_s if not self._frames else 0.0
+        if frames_on:
+            if not self._frames:
+                self._frames.extend(t.frames(timeout=wait))
+            messages: list[Completion] = []
+        else:
+            messages = t.receive(timeout=wait, max_messages=self.max_messages)
+        if self._frames:
+            self._emit_frame(op_output, self._frames.popleft())
+        if messages:
+            op_output.emit(messages, "messages")
+            self.emitted["messages"] += len(messages)
+        now = time.monotonic()
+        if now >= self._next_stats:
+            self._next_stats = now + self.stats_period_s
+            self._emit_stats(op_output, t, final=False)
+        if self._finished.is_set() and not self._frames and self._drained(t, frames_on, now):
+            self._emit_stats(op_output, t, final=True)
+            self.stop_execution()
+
+    def _drained(self, t: Transceiver, frames_on: bool, now: float) -> bool:
+        if now >= self._drain_deadline:
+            self.drain_timed_out = self._expect is not None
+            return True
+        if self._expect is None:
+            return True
+        s = t.stats()
+        taken = self.emitted["frames"] if frames_on else self.emitted["messages"]
+        lost = s.get("frames_dropped", 0) if frames_on else s.get("completion_drops", 0)
+        return taken + lost >= self._expect
+
+    def _emit_frame(self, op_output: Any, frame: Frame) -> None:
+        from holoscan import as_tensor
+
+        for key in _FRAME_METADATA:
+            self.metadata[key] = getattr(frame, key)
+        op_output.emit({"frame": as_tensor(frame_tensor_source(frame))}, "frames")
+        self.emitted["frames"] += 1
+
+    def _emit_stats(self, op_output: Any, t: Transceiver, *, final: bool) -> None:
+        stats = dict(t.stats())
+        stats["final"] = int(final)
+        op_output.emit(stats, "stats")
+        self.emitted["stats"] += 1
+
+    def _transmit(self, t: Transceiver, message: Any) -> None:
+        if message is None:
+            return
+        items = message.values() if isinstance(message, Mapping) else [message]
+        for item in items:
+            if isinstance(item, (bytes, bytearray, memoryview)):
+                data = bytes(item)
+            elif hasattr(item, "__cuda_array_interface__"):
+                import cupy
+
+                data = cupy.asnumpy(cupy.asarray(item)).tobytes()
+            else:
+                data = np.asarray(item).tobytes()
+            t.send(data)
+            self.emitted["tx"] += 1

@@ -1,0 +1,141 @@
+"""The apps' YAML: one schema for every key, errors that name the key and the line, the
+shipped configs valid (the deployment one too), and ``roce-transceiver run``'s dispatch.
+
+Oracles: line numbers counted in the text the test writes; the embedded defaults of each app
+against its file in configs/ (the file documents what the app does with no file).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from app_helpers import ROOT, run_app
+from cli_helpers import CLI
+
+from operators.app_config import ConfigError, load_app_config
+
+CONFIGS = ROOT / "configs"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "app.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line", "says"),
+    [
+        ("app:\n  name: qec_loop\n  cuont: 5\n", "app.cuont", 3, "unknown key"),
+        ("app:\n  count: many\n", "app.count", 2, "must be int"),
+        ("peer:\n  size: 2\n", "peer.size", 2, "below the minimum"),
+        (
+            "transceiver:\n  queues:\n    rx_depth: 100\n",
+            "transceiver.queues.rx_depth",
+            3,
+            "power of two",
+        ),
+        ("app:\n  scheduler: fast\n", "app.scheduler", 2, "is not one of"),
+        ("\n\npeer:\n  link: udp\n", "peer.link", 4, "transceiver.nic 'socket'"),
+        (
+            "transceiver:\n  far_end: gpu\n  executor: cpu\n",
+            "transceiver.far_end",
+            2,
+            "needs executor 'cuda'",
+        ),
+    ],
+)
+def test_errors_name_key_and_line(tmp_path, text, key, line, says):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_app_config(path)
+    assert e.value.key == key and e.value.line == line, str(e.value)
+    assert says in str(e.value) and str(path) in str(e.value)
+
+
+def test_app_reading_anothers_file_is_an_error(tmp_path):
+    path = write(tmp_path, "app:\n  name: qec_loop\n")
+    with pytest.raises(ConfigError, match="for 'qec_loop', not for 'sensor_stream'"):
+        load_app_config(path, app="sensor_stream")
+
+
+@pytest.mark.parametrize("name", ["roundtrip_latency", "sensor_stream", "qec_loop"])
+def test_shipped_config_is_the_embedded_default(name):
+    import importlib
+
+    module = importlib.import_module(f"apps.{name}")
+    from_file = load_app_config(CONFIGS / f"{name}.yaml", app=name)
+    assert from_file == load_app_config(module.DEFAULTS, app=name)
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_validates(path):
+    cfg = load_app_config(path)
+    assert cfg["app"]["name"] in ("roundtrip_latency", "sensor_stream", "qec_loop")
+
+
+def test_deployment_config_says_what_is_missing(tmp_path):
+    cfg = load_app_config(CONFIGS / "igx_thor_cx7.yaml")
+    assert cfg["transceiver"]["nic"] == "doca" and cfg["transceiver"]["executor"] == "cuda"
+    proc = subprocess.run(
+        [*CLI, "run", str(CONFIGS / "igx_thor_cx7.yaml"), "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr
+    assert "nic 'doca' cannot start here" in err
+    assert "no DOCA SDK found at" in err and "no RDMA device" in err
+    assert "NICs that work here: loopback" in err
+
+
+def test_run_dispatches_on_app_name(tmp_path):
+    path = write(
+        tmp_path,
+        "app:\n  name: roundtrip_latency\n  count: 100\ntransceiver:\n  executor: cpu\n"
+        "latency:\n  floor: false\n",
+    )
+    proc = subprocess.run(
+        [*CLI, "run", str(path), "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "roundtrip latency (echo)" in proc.stdout and "100/100 answered" in proc.stdout
+
+
+def test_run_names_a_wrong_app_and_its_line(tmp_path):
+    path = write(tmp_path, "# a comment\napp:\n  name: nope\n")
+    proc = subprocess.run(
+        [*CLI, "run", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 2
+    assert f"{path}:3: app.name: 'nope' is not an app" in proc.stderr
+    assert "roundtrip_latency" in proc.stderr
+
+
+def test_app_bad_file_is_exit_2_with_line(tmp_path):
+    path = write(tmp_path, "app:\n  count: -1\n")
+    proc, summary = run_app("qec_loop", tmp_path, "--config", str(path))
+    assert proc.returncode == 2 and summary is None
+    assert f"{path}:2: app.count: -1 is below the minimum" in proc.stderr
+
+
+def test_app_help_lists_the_options():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "apps" / "sensor_stream.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0
+    for option in ("--config", "--count", "--executor", "--scheduler", "--set"):
+        assert option in proc.stdout
