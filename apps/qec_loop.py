@@ -20,7 +20,14 @@ from typing import Any
 from holoscan.core import Application
 
 from operators import LatencyStatsOp, QecCheckerOp, RoundTripPeerOp, StatsSinkOp
-from operators.app_runner import Report, latency_report, main_for, run_graph, transceiver_op
+from operators.app_runner import (
+    Report,
+    latency_report,
+    main_for,
+    peer_network,
+    run_graph,
+    transceiver_op,
+)
 from roce_transceiver.qec import sample_errors
 
 NAME = "qec_loop"
@@ -35,8 +42,8 @@ DEFAULTS: dict[str, Any] = {
 
 
 class QecLoopApp(Application):
-    def __init__(self, cfg: dict[str, Any]) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: dict[str, Any], namespace: Any = None) -> None:
+        self.cfg, self.namespace = cfg, namespace
         super().__init__()
 
     def compose(self) -> None:
@@ -58,6 +65,7 @@ class QecLoopApp(Application):
             seed=peer["seed"],
             qec=self.errors,
             progress_s=cfg["app"]["progress_s"],
+            namespace=self.namespace,
         )
         self.latency = LatencyStatsOp(
             self,
@@ -77,8 +85,9 @@ class QecLoopApp(Application):
 
 
 def run(cfg: dict[str, Any]) -> Report:
-    app = QecLoopApp(cfg)
-    run_graph(app, cfg)
+    with peer_network(cfg) as (cfg, namespace):
+        app = QecLoopApp(cfg, namespace)
+        run_graph(app, cfg)
     d = cfg["transceiver"]["qec"]["distance"]
     report = latency_report(f"qec loop (d={d}, lookup table in the loop)", app, cfg)
     lat, peer, c = app.latency, app.peer, app.checker

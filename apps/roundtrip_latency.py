@@ -20,7 +20,14 @@ from typing import Any
 from holoscan.core import Application
 
 from operators import EchoCheckerOp, LatencyStatsOp, RoundTripPeerOp, StatsSinkOp
-from operators.app_runner import Report, latency_report, main_for, run_graph, transceiver_op
+from operators.app_runner import (
+    Report,
+    latency_report,
+    main_for,
+    peer_network,
+    run_graph,
+    transceiver_op,
+)
 
 NAME = "roundtrip_latency"
 
@@ -34,8 +41,8 @@ DEFAULTS: dict[str, Any] = {
 
 
 class RoundTripLatencyApp(Application):
-    def __init__(self, cfg: dict[str, Any]) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: dict[str, Any], namespace: Any = None) -> None:
+        self.cfg, self.namespace = cfg, namespace
         super().__init__()
 
     def compose(self) -> None:
@@ -55,6 +62,7 @@ class RoundTripLatencyApp(Application):
             timeout_s=peer["timeout_s"],
             seed=peer["seed"],
             progress_s=cfg["app"]["progress_s"],
+            namespace=self.namespace,
         )
         self.latency = LatencyStatsOp(
             self,
@@ -72,8 +80,9 @@ class RoundTripLatencyApp(Application):
 
 
 def run(cfg: dict[str, Any]) -> Report:
-    app = RoundTripLatencyApp(cfg)
-    run_graph(app, cfg)
+    with peer_network(cfg) as (cfg, namespace):
+        app = RoundTripLatencyApp(cfg, namespace)
+        run_graph(app, cfg)
     report = latency_report("roundtrip latency (echo)", app, cfg)
     if cfg["transceiver"]["completions"]:
         e = app.echo

@@ -20,7 +20,14 @@ from typing import Any
 from holoscan.core import Application
 
 from operators import FrameCheckerOp, FrameStatisticOp, SensorPeerOp, StatsSinkOp
-from operators.app_runner import Report, counter_rows, main_for, run_graph, transceiver_op
+from operators.app_runner import (
+    Report,
+    counter_rows,
+    main_for,
+    peer_network,
+    run_graph,
+    transceiver_op,
+)
 from roce_transceiver.peers.sensor import Faults
 
 NAME = "sensor_stream"
@@ -38,8 +45,8 @@ DEFAULTS: dict[str, Any] = {
 
 
 class SensorStreamApp(Application):
-    def __init__(self, cfg: dict[str, Any]) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: dict[str, Any], namespace: Any = None) -> None:
+        self.cfg, self.namespace = cfg, namespace
         super().__init__()
 
     def compose(self) -> None:
@@ -58,6 +65,7 @@ class SensorStreamApp(Application):
             seed=peer["seed"],
             faults=Faults(peer["loss"], peer["reorder"], peer["duplicate"], peer["corrupt"]),
             progress_s=cfg["app"]["progress_s"],
+            namespace=self.namespace,
         )
         self.checker = FrameCheckerOp(
             self, name="frame_check", allow_loss=cfg["frame_check"]["allow_loss"]
@@ -71,8 +79,9 @@ class SensorStreamApp(Application):
 
 
 def run(cfg: dict[str, Any]) -> Report:
-    app = SensorStreamApp(cfg)
-    run_graph(app, cfg)
+    with peer_network(cfg) as (cfg, namespace):
+        app = SensorStreamApp(cfg, namespace)
+        run_graph(app, cfg)
     c, st, roce = app.checker, app.statistic, app.roce
     report = Report("sensor stream (frames handler)")
     report.rows["executor / nic"] = (

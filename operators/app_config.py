@@ -121,8 +121,10 @@ APP_SCHEMA = Section(
                     str,
                     "loopback",
                     "loopback: the in-memory far end (no network); udp: the qpu / sensor peer "
-                    "over UDP port 4791 (transceiver.nic socket, socket.mode udp)",
-                    choices=("loopback", "udp"),
+                    "over UDP port 4791 (transceiver.nic socket, socket.mode udp); namespace: "
+                    "the app makes a network namespace and veth pair (root, iproute2), puts the "
+                    "peer in it and joins the transceiver to our end (socket NIC, packet mode)",
+                    choices=("loopback", "udp", "namespace"),
                 ),
                 "size": Field(int, 32, "roundtrip: request bytes", minimum=4, maximum=4096),
                 "window": Field(
@@ -310,6 +312,12 @@ def _check_together(
     if peer["link"] == "udp" and (t["nic"] != "socket" or t["socket"]["mode"] != "udp"):
         raise fail(
             "peer.link 'udp' needs transceiver.nic 'socket' with transceiver.socket.mode 'udp'",
+            "peer.link",
+        )
+    if peer["link"] == "namespace" and t["nic"] != "loopback":
+        raise fail(
+            "peer.link 'namespace' joins the transceiver to the veth pair itself: leave "
+            "transceiver.nic at 'loopback'",
             "peer.link",
         )
     if peer["link"] == "loopback" and t["nic"] == "socket":

@@ -8,7 +8,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "latency_report",
     "main_for",
     "make_scheduler",
+    "peer_network",
     "run_graph",
     "transceiver_op",
 ]
@@ -171,6 +173,42 @@ def transceiver_op(fragment: Any, cfg: Mapping[str, Any]) -> Any:
     return RoceTransceiverOp(
         fragment, name="roce", transceiver=cfg["transceiver"], **cfg["operator"]
     )
+
+
+#: The addresses the RoCE headers carry across a namespace's veth pair (packet mode needs no
+#: kernel IP configuration: the frames are raw).
+NAMESPACE_IPS = ("10.78.0.1", "10.78.0.2")
+
+
+@contextmanager
+def peer_network(cfg: dict[str, Any]) -> Iterator[tuple[dict[str, Any], Any]]:
+    """``(cfg, namespace)``: with ``peer.link: namespace``, a namespace and veth pair made for
+    the run and removed after it, and the transceiver joined to our end (socket NIC, packet
+    mode, the pair's MACs); otherwise ``cfg`` as it is and None."""
+    if cfg["peer"]["link"] != "namespace":
+        yield cfg, None
+        return
+    from roce_transceiver.config import load_config
+    from roce_transceiver.netns import NetnsError, veth_namespace, why_not
+
+    reason = why_not()
+    if reason:
+        raise ConfigError(f"'namespace' {reason}", key="peer.link")
+    try:
+        with veth_namespace() as v:
+            overrides = {
+                "nic": "socket",
+                "socket.mode": "packet",
+                "socket.interface": v.ours,
+                "local.mac": v.mac("ours"),
+                "local.ip": NAMESPACE_IPS[0],
+                "peer.mac": v.mac("theirs"),
+                "peer.ip": NAMESPACE_IPS[1],
+            }
+            joined = {**cfg, "transceiver": load_config(cfg["transceiver"], overrides)}
+            yield joined, v
+    except NetnsError as e:
+        raise ConfigError(f"'namespace': {e}", key="peer.link") from None
 
 
 def run_graph(app: Any, cfg: Mapping[str, Any]) -> None:

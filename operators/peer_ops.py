@@ -25,6 +25,7 @@ from holoscan.core import Fragment, Operator, OperatorSpec
 
 from operators.progress import Progress
 from operators.transceiver_op import RoceTransceiverOp
+from roce_transceiver.netns import VethNamespace, inside
 from roce_transceiver.peers import QpuPeer, open_link
 from roce_transceiver.peers.link import Addresses, Link
 from roce_transceiver.peers.sensor import Faults, Sensor, SentFrame
@@ -68,9 +69,11 @@ class RoundTripPeerOp(Operator):
         seed: int = 1,
         qec: ErrorSample | None = None,
         progress_s: float = 0.0,
+        namespace: VethNamespace | None = None,
         **kwargs: Any,
     ) -> None:
         self.transceiver_op = transceiver_op
+        self.namespace = namespace
         self.count, self.size, self.window, self.rate = count, size, window, rate
         self.chunk, self.link_kind, self.timeout_s, self.seed = chunk, link, timeout_s, seed
         self.qec = qec
@@ -92,9 +95,9 @@ class RoundTripPeerOp(Operator):
             self._fail = logical_failures(q.code, q.ex, q.ez, q.expected)
             reference = pymatching_replies(q.code, q.requests)
             self._fail_reference = logical_failures(q.code, q.ex, q.ez, reference)
-        if self.link_kind == "udp":
+        if self.link_kind != "loopback":
             cfg = self.transceiver_op.config
-            self._link = open_link(cfg, "udp")
+            self._link = _open(cfg, self.link_kind, self.namespace, own_port=4791)
             pool = (self.qec.requests, self.qec.expected) if self.qec is not None else None
             self._peer = QpuPeer(
                 self._link,
@@ -192,9 +195,11 @@ class SensorPeerOp(Operator):
         faults: Faults | None = None,
         seed: int = 1,
         progress_s: float = 0.0,
+        namespace: VethNamespace | None = None,
         **kwargs: Any,
     ) -> None:
         self.transceiver_op = transceiver_op
+        self.namespace = namespace
         self.count, self.frame_bytes, self.payload = count, frame_bytes, payload
         self.rate, self.chunk, self.link_kind = rate, chunk, link
         self.faults, self.seed = faults or Faults(), seed
@@ -213,8 +218,8 @@ class SensorPeerOp(Operator):
 
     def start(self) -> None:
         cfg = self.transceiver_op.config
-        if self.link_kind == "udp":
-            self._link = open_link(cfg, "udp", own_port=12288)
+        if self.link_kind != "loopback":
+            self._link = _open(cfg, self.link_kind, self.namespace, own_port=12288)
             addresses = self._link.addresses
         else:
             addresses = Addresses.mirror(cfg, own_port=12288)
@@ -278,6 +283,16 @@ class SensorPeerOp(Operator):
         t = self.transceiver_op.transceiver
         assert t is not None, "the transceiver's operator starts first"
         t.inject(packet, wait=1.0)  # lossless: waits for room, counts a drop after 1 s
+
+
+def _open(cfg: dict[str, Any], kind: str, ns: VethNamespace | None, own_port: int) -> Link:
+    """The peer's side of the wire: UDP here, or a packet socket on the veth end inside the
+    namespace (opened there, used from here)."""
+    if kind == "udp":
+        return open_link(cfg, "udp", own_port=own_port)
+    if ns is None:
+        raise ValueError(f"peer.link {kind!r} needs the namespace the app made")
+    return inside(ns.namespace, lambda: open_link(cfg, "packet", ns.theirs, own_port=own_port))
 
 
 def pattern(frame_number: int, size: int) -> bytes:

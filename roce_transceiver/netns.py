@@ -7,14 +7,21 @@ is touched, named after the process id, and removed on the way out whatever happ
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["NetnsError", "VethNamespace", "run_cmd", "veth_namespace", "why_not"]
+__all__ = ["NetnsError", "VethNamespace", "inside", "run_cmd", "veth_namespace", "why_not"]
+
+T = TypeVar("T")
+_CLONE_NEWNET = 0x40000000
 
 
 class NetnsError(RuntimeError):
@@ -30,6 +37,39 @@ class VethNamespace:
     def exec(self, *cmd: str) -> list[str]:
         """``cmd`` to run inside the namespace."""
         return ["ip", "netns", "exec", self.namespace, *cmd]
+
+    def mac(self, which: str) -> str:
+        """The MAC of ``ours`` or ``theirs``."""
+        if which == "ours":
+            return Path(f"/sys/class/net/{self.ours}/address").read_text().strip()
+        return run_cmd(*self.exec("cat", f"/sys/class/net/{self.theirs}/address")).strip()
+
+
+def inside(namespace: str, make: Callable[[], T]) -> T:
+    """``make()`` run with the network namespace ``namespace`` as its own: a socket it opens
+    lives there and stays there. It runs on a thread of its own (setns changes only the calling
+    thread's namespace), which ends with it; this thread is untouched."""
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            with open(f"/run/netns/{namespace}") as ns:
+                if libc.setns(ns.fileno(), _CLONE_NEWNET) != 0:
+                    raise NetnsError(f"setns {namespace}: {os.strerror(ctypes.get_errno())}")
+            result.append(make())
+        except BaseException as e:  # handed to the caller's thread
+            error.append(e)
+
+    worker = threading.Thread(target=run, name=f"in-{namespace}")
+    worker.start()
+    worker.join(timeout=30)
+    if worker.is_alive():
+        raise NetnsError(f"{namespace}: setting up inside the namespace took over 30 s")
+    if error:
+        raise error[0]
+    return result[0]
 
 
 def run_cmd(*cmd: str, timeout: float = 20) -> str:

@@ -41,6 +41,12 @@ def write(tmp_path: Path, text: str) -> Path:
         ("app:\n  scheduler: fast\n", "app.scheduler", 2, "is not one of"),
         ("\n\npeer:\n  link: udp\n", "peer.link", 4, "transceiver.nic 'socket'"),
         (
+            "transceiver:\n  nic: socket\n  socket: {mode: udp}\npeer:\n  link: namespace\n",
+            "peer.link",
+            5,
+            "leave transceiver.nic at 'loopback'",
+        ),
+        (
             "transceiver:\n  far_end: gpu\n  executor: cpu\n",
             "transceiver.far_end",
             2,

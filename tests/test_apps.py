@@ -143,3 +143,68 @@ def test_qpu_peer_over_udp(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert summary["counters"]["rx_packets"] == 200
     assert summary["rows"]["executor / nic"] == "cpu / socket (udp)"
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize(
+    "faults",
+    [
+        [],
+        [
+            "--set",
+            "peer.loss=0.02",
+            "--set",
+            "peer.corrupt=0.01",
+            "--set",
+            "peer.reorder=0.02",
+            "--set",
+            "frame_check.allow_loss=true",
+        ],
+    ],
+    ids=["clean", "faults"],
+)
+def test_sensor_stream_app_across_a_namespace(tmp_path, faults):
+    from roce_transceiver.netns import why_not
+
+    if why_not():
+        pytest.skip(why_not())
+    proc, summary = run_app(
+        "sensor_stream",
+        tmp_path,
+        "--count",
+        "40",
+        "--executor",
+        "cpu",
+        "--set",
+        "peer.link=namespace",
+        "--set",
+        "peer.rate=200",
+        *faults,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert summary["rows"]["executor / nic"] == "cpu / socket (namespace)"
+    assert summary["exact"] + summary["damaged_as_sent"] == 40
+    assert (summary["damaged_as_sent"] > 0) == bool(faults)
+
+
+@pytest.mark.netns
+def test_qpu_peer_across_a_namespace(tmp_path):
+    from roce_transceiver.netns import why_not
+
+    if why_not():
+        pytest.skip(why_not())
+    proc, summary = run_app(
+        "qec_loop",
+        tmp_path,
+        "--count",
+        "200",
+        "--executor",
+        "cpu",
+        "--set",
+        "peer.link=namespace",
+        "--set",
+        "latency.floor=false",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(checks(summary).values())
+    assert summary["counters"]["rx_packets"] == 200
