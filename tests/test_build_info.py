@@ -36,3 +36,42 @@ def test_device_call_without_gpu_raises_a_clear_error() -> None:
         pytest.skip("a GPU is visible: the no-GPU error path cannot be exercised here")
     with pytest.raises(RuntimeError, match=r"CUDA|cuda"):
         _core.icrc_on_device(b"\x00" * 64, [0], [64])
+
+
+def test_gpunetio_device_api_built_where_ci_points_at_its_headers(tmp_path) -> None:
+    """CI (nvcc present) fetches GPUNetIO's headers and sets RT_GPUNETIO_INCLUDE: the device
+    API must then be compiled in, and the structures the device code reads must have the
+    sizes a host compiler gives them from the same headers (a software NIC fills them)."""
+    import shutil
+    import subprocess
+
+    info = _core.gpunetio_info()
+    include = os.environ.get("RT_GPUNETIO_INCLUDE")
+    if not (include and _core.built_with_cuda):
+        assert not info["built"] and info["source"], info
+        pytest.skip("no RT_GPUNETIO_INCLUDE with a CUDA build: the device API is not required")
+    assert info["built"] and info["source"] == f"RT_GPUNETIO_INCLUDE={include}", info
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no host C++ compiler to size the structures with")
+    src = tmp_path / "sizes.cpp"
+    src.write_text(
+        '#include <cstdio>\n#include "common/doca_gpunetio_verbs_dev.h"\n'
+        'int main() { std::printf("%zu %zu %zu", sizeof(doca_gpu_dev_verbs_qp), '
+        "sizeof(doca_gpu_dev_verbs_cq), sizeof(doca_gpu_dev_verbs_wqe)); }\n"
+    )
+    exe = tmp_path / "sizes"
+    subprocess.run(
+        [compiler, "-std=c++17", "-I", include, str(src), "-o", str(exe)], check=True, timeout=120
+    )
+    sizes = subprocess.run([str(exe)], capture_output=True, text=True, check=True, timeout=30)
+    qp, cq, wqe = map(int, sizes.stdout.split())
+    assert (info["qp_bytes"], info["cq_bytes"], info["wqe_bytes"]) == (qp, cq, wqe)
+    assert wqe == 64  # one mlx5 WQE basic block
+
+
+def test_info_reports_gpunetio() -> None:
+    from roce_transceiver.commands.info import collect
+
+    g = collect()["gpunetio"]
+    assert set(g) == {"built", "source", "qp_bytes", "cq_bytes", "wqe_bytes"}

@@ -43,6 +43,7 @@ def collect() -> dict[str, Any]:
         "built_with_cuda": bool(_core.built_with_cuda),
         "cuda": cuda,
         "crc32_impl": _core.crc32_impl(),
+        "gpunetio": dict(_core.gpunetio_info()),
         "backends": {
             name: "available" if built else "not built yet" for name, built in BACKENDS.items()
         },
@@ -78,6 +79,9 @@ def _print_text(info: dict[str, Any]) -> None:
         reason = f": {cuda['error']}" if cuda["error"] else ""
         print(f"  gpus        none visible{reason}")
     print(f"  crc32       {info['crc32_impl']}")
+    g = info["gpunetio"]
+    state = "device API built in" if g["built"] else "device API not built"
+    print(f"  gpunetio    {state}; {g['source']}")
     for i, (name, state) in enumerate(info["backends"].items()):
         label = "backends" if i == 0 else ""
         print(f"  {label:<11} {name}: {state}")

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "register.h"
+#include "rt/cuda/gpunetio_info.h"
 #include "rt/cuda/runtime_info.h"
 
 #ifndef RT_VERSION
@@ -36,6 +37,16 @@ void register_build_info(pybind11::module_& m) {
       gpus.append(gd);
     }
     d["gpus"] = gpus;
+    return d;
+  });
+  m.def("gpunetio_info", [] {
+    const cuda::GpunetioInfo info = cuda::gpunetio_info();
+    pybind11::dict d;
+    d["built"] = info.built;
+    d["source"] = info.source;
+    d["qp_bytes"] = info.qp_bytes;
+    d["cq_bytes"] = info.cq_bytes;
+    d["wqe_bytes"] = info.wqe_bytes;
     return d;
   });
 }
