@@ -13,4 +13,5 @@ PYBIND11_MODULE(_core, m) {
   rt::py::register_floors(m);
   rt::py::register_handlers(m);
   rt::py::register_packet_tools(m);
+  rt::py::register_verbs(m);
 }

@@ -13,5 +13,6 @@ void register_bench(pybind11::module_& m);
 void register_floors(pybind11::module_& m);
 void register_handlers(pybind11::module_& m);
 void register_packet_tools(pybind11::module_& m);
+void register_verbs(pybind11::module_& m);
 
 }  // namespace rt::py

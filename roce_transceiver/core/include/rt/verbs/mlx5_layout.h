@@ -1,0 +1,105 @@
+// The mlx5 work-queue and completion layouts that GPUNetIO's verbs device API writes and
+// polls, and the device-visible QP/CQ descriptor it reads (docs/verbs_mode.md has the
+// tables). Our own definitions of hardware facts: where GPUNetIO's headers are present, a
+// test compares every offset here with theirs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace rt::verbs {
+
+// -- byte order: WQEs and CQEs are big-endian, the doorbell word is native ----------------
+inline uint16_t load_be16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+inline uint32_t load_be32(const uint8_t* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+}
+inline uint64_t load_be64(const uint8_t* p) {
+  return uint64_t(load_be32(p)) << 32 | load_be32(p + 4);
+}
+inline void store_be16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+inline void store_be32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (24 - 8 * i));
+}
+inline void store_be64(uint8_t* p, uint64_t v) {
+  store_be32(p, uint32_t(v >> 32));
+  store_be32(p + 4, uint32_t(v));
+}
+
+// -- work queue entries -----------------------------------------------------------------
+constexpr uint32_t kWqeBytes = 64;  // one basic block
+constexpr uint32_t kSegBytes = 16;
+
+enum Opcode : uint8_t {
+  kOpNop = 0x00,
+  kOpWrite = 0x08,
+  kOpWriteImm = 0x09,
+  kOpSend = 0x0a,
+  kOpSendImm = 0x0b,
+  kOpWait = 0x0f,
+  kOpRead = 0x10,
+  kOpAtomicCs = 0x11,
+  kOpAtomicFa = 0x12,
+  kOpMaskedCs = 0x14,
+  kOpMaskedFa = 0x15,
+  kOpDump = 0x23,
+};
+
+// Control segment, bytes 0-15 of every WQE.
+constexpr uint32_t kCtrlOpmodIdxOpcode = 0;  // BE32: opmod 31..24 | index 23..8 | opcode 7..0
+constexpr uint32_t kCtrlQpnDs = 4;           // BE32: qpn 31..8 | ds 5..0 (16-byte segments)
+constexpr uint32_t kCtrlFmCeSe = 11;         // fence 7..5 | completion 3..2 | solicited 1
+constexpr uint32_t kCtrlImm = 12;            // WRITE with immediate: the immediate, raw
+constexpr uint8_t kCeAlways = 0x08;          // CQ_UPDATE: a CQE for this WQE
+// Remote address segment: raddr BE64, rkey (big-endian mkey).
+constexpr uint32_t kRaddrAddr = 0, kRaddrKey = 8;
+// Data segment: byte_count BE32, lkey, addr BE64.
+constexpr uint32_t kDataBytes = 0, kDataKey = 4, kDataAddr = 8;
+constexpr uint32_t kDataByteMask = 0x7FFFFFFF;
+// Inline segment: BE32(bytes | kInlineFlag), then the bytes.
+constexpr uint32_t kInlineFlag = 0x80000000;
+constexpr uint32_t kMaxInline = 28;
+// Atomic segment: swap_add BE64, compare BE64.
+constexpr uint32_t kAtomicSwapAdd = 0, kAtomicCompare = 8;
+
+// -- completion queue entries (64 bytes) ------------------------------------------------
+constexpr uint32_t kCqeBytes = 64;
+constexpr uint32_t kCqeByteCnt = 44;     // BE32
+constexpr uint32_t kCqeSyndrome = 55;    // error CQEs
+constexpr uint32_t kCqeSopDropQpn = 56;  // BE32: WQE opcode 31..24 | qpn
+constexpr uint32_t kCqeWqeCounter = 60;  // BE16
+constexpr uint32_t kCqeOpOwn = 63;       // opcode 7..4 | owner 0
+constexpr uint8_t kCqeRequester = 0x0, kCqeRequesterError = 0xd, kCqeInvalid = 0xf;
+// Error syndromes (as rdma-core names them).
+enum Syndrome : uint8_t {
+  kSynLocalLength = 0x01,
+  kSynLocalQpOperation = 0x02,
+  kSynLocalProtection = 0x04,
+  kSynFlushed = 0x05,
+  kSynRemoteInvalidRequest = 0x12,
+  kSynRemoteAccess = 0x13,
+  kSynRemoteOperation = 0x14,
+  kSynRetryExceeded = 0x15,
+};
+
+// -- the device-visible descriptors (struct doca_gpu_dev_verbs_qp / _cq) -----------------
+constexpr uint32_t kQpBytes = 296;
+constexpr uint32_t kQpSqRsvdIndex = 0, kQpSqReadyIndex = 8, kQpSqWqePi = 16, kQpSqNum = 24;
+constexpr uint32_t kQpSqNumShift8 = 28, kQpSqNumShift8Be = 32;
+constexpr uint32_t kQpSqNumShift8BeDs = 36;  // 1..5 data segments: 36, 40, ..., 52
+constexpr uint32_t kQpSqLock = 56, kQpSqWqeNum = 60, kQpSqWqeMask = 62;
+constexpr uint32_t kQpSqWqeDaddr = 64, kQpSqDbrec = 72, kQpSqDb = 80;
+constexpr uint32_t kQpCq = 160;  // the send CQ's descriptor, inside the QP's
+constexpr uint32_t kQpNicHandler = 288, kQpMemType = 292;
+constexpr uint32_t kCqBytes = 64;
+constexpr uint32_t kCqCqeDaddr = 0, kCqCqNum = 8, kCqCqeNum = 12, kCqDbrec = 16, kCqCqeCi = 24;
+constexpr uint32_t kCqCqeMask = 32, kCqCqeSize = 36, kCqCqType = 37, kCqCqeRsvd = 40;
+constexpr uint32_t kCqMemType = 48;
+constexpr int32_t kNicHandlerCpuProxy = 1;
+constexpr uint8_t kCqType64B = 0;
+constexpr int32_t kMemTypeHost = 1, kMemTypeGpu = 2;
+
+}  // namespace rt::verbs

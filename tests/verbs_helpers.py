@@ -1,0 +1,146 @@
+"""Building mlx5 WQEs the way GPUNetIO's device API does, for the software ConnectX tests.
+
+Two builders of the same bytes: ``wqe_*`` here, from the layout facts (docs/verbs_mode.md),
+and ``header_wqes``, a C++ program compiled with GPUNetIO's own headers that fills their
+structures (``doca_gpu_dev_verbs_wqe`` and the mlx5 segment types) as the device code does:
+the oracle that our reading of the layout is theirs. The device leaves some bytes unwritten;
+these builders fill them with 0xEE so that a NIC reading them would be caught.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+WRITE, WRITE_IMM, SEND, NOP, READ, FA = 0x08, 0x09, 0x0A, 0x00, 0x10, 0x12
+CE_ALWAYS = 0x08
+GARBAGE = 0xEE
+
+
+def _ctrl(index: int, opcode: int, qpn: int, ds: int, imm: int | None = None) -> bytearray:
+    w = bytearray([GARBAGE]) * 64
+    struct.pack_into(">II", w, 0, (index & 0xFFFF) << 8 | opcode, qpn << 8 | ds)
+    w[11] = CE_ALWAYS
+    if imm is not None:
+        struct.pack_into(">I", w, 12, imm)
+    return w
+
+
+def wqe_write(index, qpn, raddr, rkey, laddr, lkey, length, *, imm=None) -> bytes:
+    # put passes an immediate of 0 even without one: the field is written either way.
+    w = _ctrl(index, WRITE if imm is None else WRITE_IMM, qpn, 3, imm or 0)
+    struct.pack_into(">QI", w, 16, raddr, rkey)
+    struct.pack_into(">IIQ", w, 32, length & 0x7FFFFFFF, lkey, laddr)
+    return bytes(w)
+
+
+def wqe_write_inline(index, qpn, raddr, rkey, data: bytes) -> bytes:
+    w = _ctrl(index, WRITE, qpn, 3 if len(data) <= 12 else 4)
+    struct.pack_into(">QI", w, 16, raddr, rkey)
+    struct.pack_into(">I", w, 32, len(data) | 0x80000000)
+    w[36 : 36 + len(data)] = data
+    return bytes(w)
+
+
+def wqe_fetch_add(index, qpn, raddr, rkey, add, laddr, lkey) -> bytes:
+    w = _ctrl(index, FA, qpn, 4)
+    struct.pack_into(">QI", w, 16, raddr, rkey)
+    struct.pack_into(">QQ", w, 32, add, add)  # the device writes the addend in both
+    struct.pack_into(">IIQ", w, 48, 8, lkey, laddr)
+    return bytes(w)
+
+
+def wqe_nop(index, qpn) -> bytes:
+    return bytes(_ctrl(index, NOP, qpn, 1))
+
+
+_HEADER_PROGRAM = r"""
+#include <cstdio>
+#include <cstring>
+#include <endian.h>
+#include "common/doca_gpunetio_verbs_dev.h"
+// WQEs as doca_gpu_dev_verbs_put_signal writes them for one put and its signal
+// (wqe_prepare_write, wqe_prepare_atomic), into the header's own structures.
+static void dump(const doca_gpu_dev_verbs_wqe& w) {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(&w);
+  for (unsigned i = 0; i < sizeof w; ++i) std::printf("%02x", p[i]);
+  std::printf("\n");
+}
+int main(int argc, char** argv) {
+  unsigned qpn = 0x123, idx = 5;
+  unsigned long long raddr = 0x1000, laddr = 0x2000, sig = 0x40, sig_l = 0;
+  unsigned rkey = htobe32(0xabcdef), lkey = htobe32(0x112233), sig_key = htobe32(0x445566),
+           sink_key = htobe32(0x778899);
+  unsigned len = 32;
+  doca_gpu_dev_verbs_wqe w;
+  std::memset(&w, 0xEE, sizeof w);
+  w.rw_cseg.opmod_idx_opcode = htobe32((idx << 8) | DOCA_GPUNETIO_IB_MLX5_OPCODE_RDMA_WRITE);
+  w.rw_cseg.qpn_ds = htobe32((qpn << 8) | 3);
+  w.rw_cseg.fm_ce_se = DOCA_GPUNETIO_IB_MLX5_WQE_CTRL_CQ_UPDATE;
+  w.rw_cseg.imm = 0;
+  w.rw_rseg.raddr = htobe64(raddr);
+  w.rw_rseg.rkey = rkey;
+  w.rw_dseg0.byte_count = htobe32(len & 0x7FFFFFFF);
+  w.rw_dseg0.lkey = lkey;
+  w.rw_dseg0.addr = htobe64(laddr);
+  dump(w);
+  std::memset(&w, 0xEE, sizeof w);
+  w.at_cseg.opmod_idx_opcode = htobe32(((idx + 1) << 8) | DOCA_GPUNETIO_IB_MLX5_OPCODE_ATOMIC_FA);
+  w.at_cseg.qpn_ds = htobe32((qpn << 8) | 4);
+  w.at_cseg.fm_ce_se = DOCA_GPUNETIO_IB_MLX5_WQE_CTRL_CQ_UPDATE;
+  w.at_rseg.raddr = htobe64(sig);
+  w.at_rseg.rkey = sig_key;
+  w.at_seg.swap_add = htobe64(1);
+  w.at_seg.compare = htobe64(1);
+  w.at_dseg.byte_count = htobe32(8);
+  w.at_dseg.lkey = sink_key;
+  w.at_dseg.addr = htobe64(sig_l);
+  dump(w);
+  (void)argc; (void)argv;
+}
+"""
+
+
+def gpunetio_include() -> str:
+    """GPUNetIO's headers (RT_GPUNETIO_INCLUDE), or skip."""
+    include = os.environ.get("RT_GPUNETIO_INCLUDE")
+    if not include or not Path(include, "doca_gpunetio_device.h").is_file():
+        pytest.skip("RT_GPUNETIO_INCLUDE does not name GPUNetIO's headers (CI sets it)")
+    return include
+
+
+def compile_with_headers(tmp_path: Path, source: str, name: str) -> Path:
+    """``source`` compiled by the host C++ compiler with GPUNetIO's (common) headers."""
+    include = gpunetio_include()
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no host C++ compiler")
+    src = tmp_path / f"{name}.cpp"
+    src.write_text(source)
+    exe = tmp_path / name
+    subprocess.run(
+        [compiler, "-std=c++17", "-I", include, str(src), "-o", str(exe)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return exe
+
+
+def run_with_headers(tmp_path: Path, source: str, name: str, *args: str) -> str:
+    """The standard output of ``source`` compiled with GPUNetIO's headers and run."""
+    exe = compile_with_headers(tmp_path, source, name)
+    done = subprocess.run([str(exe), *args], capture_output=True, text=True, check=True, timeout=30)
+    return done.stdout
+
+
+def header_put_signal_wqes(tmp_path: Path) -> list[bytes]:
+    """The two WQEs of put_signal (a 32-byte put at 0x1000, then +1 at 0x40), built by a
+    program that fills GPUNetIO's header structures."""
+    out = run_with_headers(tmp_path, _HEADER_PROGRAM, "put_signal_wqes")
+    return [bytes.fromhex(line) for line in out.split()]
