@@ -292,10 +292,11 @@ def test_our_layout_is_the_headers(tmp_path):
     assert theirs == fields
 
 
-def test_writes_land_in_our_engine_and_its_acks_complete_them():
+def test_writes_and_signals_land_in_our_engine_and_its_acks_complete_them():
     """End to end with an independent RC responder: the transceiver's engine (cpu executor,
-    loopback wire) is the peer; the software ConnectX's WRITEs land in its region and the
-    engine's ACKs complete the WQEs."""
+    loopback wire) is the peer; the software ConnectX's WRITEs land in its region, its
+    FETCH_ADDs count a signal word there, and the engine's ACKs and atomic ACKs complete the
+    WQEs (the old values land in our buffer)."""
     from roce_transceiver.transceiver import Transceiver
 
     cfg = {
@@ -323,6 +324,8 @@ def test_writes_land_in_our_engine_and_its_acks_complete_them():
         wqe_write(0, 0x12, 0x10000, RKEY, 0, LKEY, 3000),  # three packets
         wqe_write_inline(1, 0x12, 0x10000 + 4000, RKEY, b"inline bytes"),
         wqe_write(2, 0x12, 0x10000 + 5000, RKEY, 100, LKEY, 64, imm=7),
+        wqe_fetch_add(3, 0x12, 0x10000 + 8000, RKEY, 5, 8000, LKEY),  # put_signal's signal
+        wqe_fetch_add(4, 0x12, 0x10000 + 8000, RKEY, 1, 8008, LKEY),
     ]
     with Transceiver(cfg) as t:
         for i, w in enumerate(wqes):
@@ -330,13 +333,15 @@ def test_writes_land_in_our_engine_and_its_acks_complete_them():
         n.ring(len(wqes))
         for frame in n.poll():
             assert t.inject(frame)
-        acks = t.collect(want=3, timeout=10.0)
+        acks = t.collect(want=5, timeout=10.0)
         for frame in acks:
             n.on_frame(frame)
         region = t.read_region(0)
     assert region[:3000] == bytes(src[:3000])
     assert region[4000:4012] == b"inline bytes"
     assert region[5000:5064] == bytes(src[100:164])
-    assert [cqe(n, i)["opcode"] for i in range(3)] == [0, 0, 0]
-    assert [cqe(n, i)["byte_cnt"] for i in range(3)] == [3000, 12, 64]
-    assert n.stats()["completed"] == 3 and n.stats()["acks"] == len(acks)
+    assert struct.unpack_from("<Q", region, 8000)[0] == 6  # the signal word counted both
+    assert struct.unpack_from("<QQ", bytes(src), 8000) == (0, 5)  # each FA's value before
+    assert [cqe(n, i)["opcode"] for i in range(5)] == [0] * 5
+    assert [cqe(n, i)["byte_cnt"] for i in range(5)] == [3000, 12, 64, 8, 8]
+    assert n.stats()["completed"] == 5 and n.stats()["acks"] == len(acks)

@@ -115,6 +115,28 @@ RT_HD inline void store_relaxed(uint64_t* p, uint64_t v) {
 #endif
 }
 
+// RDMA atomics on a registered region (a peer's FETCH_ADD / COMPARE_SWAP): system scope,
+// acquire-release, so that WRITEs placed before them are visible to whoever sees the new value
+// (a signal word polled by a kernel or the host). Return the value before.
+RT_HD inline uint64_t fetch_add_system(uint64_t* p, uint64_t v) {
+#if RT_DEVICE_CODE
+  return ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_system>(*p).fetch_add(
+      v, ::cuda::memory_order_acq_rel);
+#else
+  return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+#endif
+}
+
+RT_HD inline uint64_t compare_swap_system(uint64_t* p, uint64_t compare, uint64_t swap) {
+#if RT_DEVICE_CODE
+  ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_system>(*p).compare_exchange_strong(
+      compare, swap, ::cuda::memory_order_acq_rel);
+#else
+  __atomic_compare_exchange_n(p, &compare, swap, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+#endif
+  return compare;  // on failure, the value found; on success, the one expected, equal to it
+}
+
 template <Scope S>
 RT_HD inline uint64_t load_relaxed(const uint64_t* p) {
 #if RT_DEVICE_CODE

@@ -23,7 +23,7 @@ enum class Counter : uint32_t {
   kDuplicates,       // RC: PSN behind the expected one (re-ACKed); UC: dropped
   kOpcodeSequence,   // a Middle/Last without its First, or a First inside a message
   kOutOfRange,       // RETH rkey unknown or [va, va+len) outside its region: nothing written
-  kUnsupported,      // opcodes this responder does not serve (READ, atomics): RC NAKs them
+  kUnsupported,      // opcodes this responder does not serve (READ): RC NAKs them
   kHandlerErrors,    // the handler rejected a message
   kTxRingFull,       // a reply or ACK dropped: the tx ring had no free slot
   kCompletionDrops,  // the host fell behind: a completion record was dropped
@@ -37,6 +37,7 @@ enum class Counter : uint32_t {
   kFramesDropped,   // frames not recorded: a packet hit a page the host held, or no room
   kFrameCrcErrors,  // frames whose page CRC differs from their metadata's
   kFramePageBusy,   // packets not written: their page was still held by the host
+  kAtomics,         // RC FETCH_ADD / COMPARE_SWAP executed (replays of a duplicate not counted)
   kRingDrops,       // written by the producer: rx ring full, packet dropped
   kCount
 };
@@ -49,7 +50,7 @@ constexpr const char* kCounterNames[] = {
     "psn_gaps",       "duplicates",       "opcode_sequence",  "out_of_range", "unsupported",
     "handler_errors", "tx_ring_full",     "completion_drops", "acks_sent",    "naks_sent",
     "acks_received",  "naks_received",    "host_sends",       "express",      "frames",
-    "frames_dropped", "frame_crc_errors", "frame_page_busy",  "ring_drops",
+    "frames_dropped", "frame_crc_errors", "frame_page_busy",  "atomics",      "ring_drops",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
               "one name per counter");

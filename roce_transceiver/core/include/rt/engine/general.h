@@ -383,6 +383,55 @@ RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const S
   return Verdict::kAccept;
 }
 
+// ATOMIC ACKNOWLEDGE (IBA 9.7.5.1.2): the value before, at the request's PSN.
+template <Scope S>
+RT_HD inline void send_atomic_ack(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                  uint32_t psn, uint64_t orig) {
+  FrameSpec spec = d.reply_spec;
+  spec.opcode = make_opcode(Transport::RC, 0x12);  // ATOMIC_ACKNOWLEDGE
+  spec.dest_qp = d.qp.peer_qpn;
+  spec.psn = psn & kPsnMask;
+  spec.syndrome = kAethAck;
+  spec.msn = st.msn & kPsnMask;
+  spec.orig = orig;
+  spec.ack_req = false;
+  if (transmit<S>(d, st, stg, spec, ByteSpan())) count(st.tally, Counter::kAcksSent);
+}
+
+// RC FETCH_ADD / COMPARE_SWAP (IBA 9.4.5) on an aligned 8-byte word of a region, at system
+// scope: a signal word the peer increments after its WRITEs (GPUNetIO's put_signal). Called
+// with the PSN already checked; a duplicate of the last atomic is replayed by check_atomic_psn.
+template <Scope S>
+RT_HD RT_COLD inline void execute_atomic(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                         const FrameView& f) {
+  const uint32_t psn = f.bth_hdr().psn.get();
+  const AtomicEth& a = f.ext_hdr<AtomicEth>(kAtomicEth);
+  const uint64_t va = a.va.get();
+  if (va % 8) {  // IBA: an atomic's address is 8-byte aligned
+    count(st.tally, Counter::kOutOfRange);
+    send_aeth<S>(d, st, stg, kAethNakInvalidRequest, psn);
+    return;
+  }
+  const int region = find_region(d, a.rkey.get(), va, 8);
+  if (region < 0) {
+    count(st.tally, Counter::kOutOfRange);
+    send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
+    return;
+  }
+  const MemRegion& r = d.regions[region];
+  uint64_t* word = reinterpret_cast<uint64_t*>(r.base + (va - r.va));
+  const bool add = (f.bth_hdr().opcode & 0x1F) == 0x14;  // FETCH_ADD; else COMPARE_SWAP
+  const uint64_t orig = add ? fetch_add_system(word, a.swap_add.get())
+                            : compare_swap_system(word, a.compare.get(), a.swap_add.get());
+  count(st.tally, Counter::kAtomics);
+  st.atomic_psn = psn;
+  st.atomic_orig = orig;
+  st.atomic_done = true;
+  st.expected_psn = psn_add(psn, 1);
+  st.msn = psn_add(st.msn, 1);
+  send_atomic_ack<S>(d, st, stg, psn, orig);
+}
+
 // ACKs and NAKs for the SENDs we transmitted (RC requester side, counted only:
 // this engine does not retransmit).
 RT_HD inline void receive_response(EngineState& st, const FrameView& f) {
@@ -433,7 +482,25 @@ RT_HD RT_COLD inline void receive_packet(const EngineDesc& d, EngineState& st, c
     receive_response(st, f);
     return;
   }
-  if (!(f.op.flags & (kSend | kWrite))) {  // READ and atomics: not served in this mode
+  if (f.op.is(kAtomic)) {
+    // A duplicate of the last atomic gets its answer again; it is not executed twice.
+    if (st.atomic_done && bth.psn.get() == st.atomic_psn &&
+        psn_diff(bth.psn.get(), st.expected_psn) < 0) {
+      count(st.tally, Counter::kDuplicates);
+      send_atomic_ack<S>(d, st, stg, st.atomic_psn, st.atomic_orig);
+      return;
+    }
+    if (check_psn<S>(d, st, stg, f) == Verdict::kDrop) return;
+    if (st.in_message != 0) {  // an atomic inside a message in progress: out of sequence
+      count(st.tally, Counter::kOpcodeSequence);
+      send_aeth<S>(d, st, stg, kAethNakInvalidRequest, bth.psn.get());
+      st.in_message = 0;
+      return;
+    }
+    execute_atomic<S>(d, st, stg, f);
+    return;
+  }
+  if (!(f.op.flags & (kSend | kWrite))) {  // READ: not served in this mode
     count(st.tally, Counter::kUnsupported);
     if (d.qp.transport == Transport::RC)
       send_aeth<S>(d, st, stg, kAethNakInvalidRequest, bth.psn.get());

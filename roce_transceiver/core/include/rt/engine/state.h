@@ -79,6 +79,9 @@ struct EngineState {
   uint64_t write_start_va;   // where it started,
   uint64_t write_next_va;    // where the next packet lands,
   uint32_t write_remaining;  // and what the RETH still allows
+  uint32_t atomic_psn;       // RC: the last atomic executed (PSN, value before), replayed to
+  uint64_t atomic_orig;      // a duplicate of it instead of executing it twice
+  bool atomic_done;
   CounterTally tally;
   Prediction pred;    // the express path's view of the queue pair
   FrameState frames;  // handler kFrames: the frame in progress
