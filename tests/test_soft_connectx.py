@@ -77,7 +77,7 @@ def test_put_signal_wqes_from_the_headers_become_a_write_and_a_fetch_add(tmp_pat
     ]
     for theirs, mine in zip(wqes, ours, strict=True):
         assert theirs[:8] == mine[:8] and theirs[11:] == mine[11:]
-    run_put_signal(nic(qpn=0x123, sq_psn=100), wqes, first_index=5)
+    run_put_signal(nic(qpn=0x123, sq_psn=100), wqes, first_index=5, qpn=0x123)
 
 
 @pytest.mark.parametrize("first_index", [0, 5])
@@ -86,15 +86,15 @@ def test_put_signal_wqes_from_the_layout(first_index):
         wqe_write(first_index, QPN, 0x1000, RKEY, 0x2000, LKEY, 32),
         wqe_fetch_add(first_index + 1, QPN, 0x40, SIG_KEY, 1, 0, SINK_KEY),
     ]
-    run_put_signal(nic(sq_psn=100), wqes, first_index)
+    run_put_signal(nic(sq_psn=100), wqes, first_index, qpn=QPN)
 
 
-def run_put_signal(n, wqes, first_index):
+def run_put_signal(n, wqes, first_index, qpn):
     src = n.add_region(LKEY, 0x2000, 64)
     src[:32] = bytes(range(32))
     sink = n.add_region(SINK_KEY, 0, 8)
     for k in range(first_index):  # earlier slots: NOPs, to reach the index the WQEs carry
-        post(n, k, wqe_nop(k, n.descriptor()[24] | n.descriptor()[25] << 8))
+        post(n, k, wqe_nop(k, qpn))
     for k, w in enumerate(wqes):
         post(n, first_index + k, w)
     n.ring(first_index + len(wqes))
@@ -114,7 +114,7 @@ def run_put_signal(n, wqes, first_index):
         "byte_cnt": 32,
         "syndrome": 0,
         "wqe_opcode": 0x08,
-        "qpn": n.stats() and cqe(n, first_index)["qpn"],
+        "qpn": qpn,
         "wqe_counter": first_index,
         "opcode": 0,
         "owner": 0,
@@ -244,6 +244,10 @@ def test_frames_for_another_qp_or_with_a_bad_icrc_are_ignored():
 
 
 def test_descriptor_reads_back_through_the_headers_struct(tmp_path):
+    """The descriptor is filled through GPUNetIO's own structure (its layout changes between
+    releases); read back through the same header, the fields are what the device needs."""
+    if not _descriptor_built():
+        pytest.skip("this build has no GPUNetIO headers: no descriptor")
     n = nic(sq_wqe_num=64, cqe_num=128)
     blob = tmp_path / "qp.bin"
     blob.write_bytes(n.descriptor())
@@ -256,40 +260,31 @@ int main(int, char** argv) {
   doca_gpu_dev_verbs_qp qp;
   FILE* f = std::fopen(argv[1], "rb");
   if (std::fread(&qp, sizeof qp, 1, f) != 1) return 1;
-  std::printf("%u %u %u %u %u %d %u %u %u %u %d\n", qp.sq_num, qp.sq_num_shift8,
+  std::printf("%u %u %u %u %u %d %u %u %u %d %d\n", qp.sq_num, qp.sq_num_shift8,
               __builtin_bswap32(qp.sq_num_shift8_be_3ds), qp.sq_wqe_num, qp.sq_wqe_mask,
               (int)qp.nic_handler, qp.cq_sq.cqe_num, qp.cq_sq.cqe_mask, qp.cq_sq.cqe_size,
-              (unsigned)qp.cq_sq.cq_type, (int)(qp.sq_db == (uint64_t*)qp.cq_sq.dbrec));
+              (int)(qp.sq_db == (uint64_t*)qp.cq_sq.dbrec), (int)(qp.sq_wqe_daddr != 0));
 }
 """,
         "read_qp",
         str(blob),
     ).split()
-    assert list(map(int, out)) == [QPN, QPN << 8, QPN << 8 | 3, 64, 63, 1, 128, 127, 64, 0, 1]
+    assert list(map(int, out)) == [QPN, QPN << 8, QPN << 8 | 3, 64, 63, 1, 128, 127, 64, 1, 1]
 
 
-CQ_FIELDS = ("cqe_daddr", "cq_num", "cqe_num", "dbrec", "cqe_ci", "cqe_mask", "cqe_size")
-CQ_FIELDS += ("cq_type", "cqe_rsvd")
+def _descriptor_built() -> bool:
+    try:
+        nic().descriptor()
+    except RuntimeError:
+        return False
+    return True
 
 
-def test_our_layout_is_the_headers(tmp_path):
-    fields = _core.verbs_layout()
-    qp = [k for k in fields if k not in ("qp_bytes", "cq_bytes", "cq_mem_type", *CQ_FIELDS)]
-    lines = [f'std::printf("{k} %zu\\n", offsetof(doca_gpu_dev_verbs_qp, {k}));' for k in qp]
-    lines += [
-        f'std::printf("{k} %zu\\n", offsetof(doca_gpu_dev_verbs_cq, {k}));' for k in CQ_FIELDS
-    ]
-    lines.append('std::printf("cq_mem_type %zu\\n", offsetof(doca_gpu_dev_verbs_cq, mem_type));')
-    lines.append('std::printf("qp_bytes %zu\\n", sizeof(doca_gpu_dev_verbs_qp));')
-    lines.append('std::printf("cq_bytes %zu\\n", sizeof(doca_gpu_dev_verbs_cq));')
-    body = "\n".join(lines)
-    source = (
-        '#include <cstdio>\n#include <cstddef>\n#include "common/doca_gpunetio_verbs_dev.h"\n'
-        f"int main() {{\n{body}\n}}\n"
-    )
-    out = run_with_headers(tmp_path, source, "layout")
-    theirs = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
-    assert theirs == fields
+def test_descriptor_without_the_headers_says_why():
+    if _descriptor_built():
+        pytest.skip("this build has GPUNetIO's headers")
+    with pytest.raises(RuntimeError, match="no GPUNetIO headers"):
+        nic().descriptor()
 
 
 def test_writes_and_signals_land_in_our_engine_and_its_acks_complete_them():

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "register.h"
+#include "rt/verbs/descriptor.h"
 #include "rt/verbs/soft_connectx.h"
 
 namespace pb = pybind11;
@@ -38,8 +39,8 @@ class HostSoftConnectX {
   }
 
   pb::bytes descriptor() const {
-    std::string out(verbs::kQpBytes, '\0');
-    nic_.fill_descriptor(reinterpret_cast<uint8_t*>(out.data()));
+    std::string out(verbs::descriptor_bytes(), '\0');
+    nic_.fill_descriptor(reinterpret_cast<uint8_t*>(out.data()), out.size());
     return pb::bytes(out);
   }
 
@@ -134,41 +135,6 @@ class HostSoftConnectX {
   SoftConnectX nic_;
 };
 
-pb::dict layout() {
-  using namespace verbs;
-  pb::dict d;
-  d["qp_bytes"] = kQpBytes;
-  d["sq_rsvd_index"] = kQpSqRsvdIndex;
-  d["sq_ready_index"] = kQpSqReadyIndex;
-  d["sq_wqe_pi"] = kQpSqWqePi;
-  d["sq_num"] = kQpSqNum;
-  d["sq_num_shift8"] = kQpSqNumShift8;
-  d["sq_num_shift8_be"] = kQpSqNumShift8Be;
-  d["sq_num_shift8_be_1ds"] = kQpSqNumShift8BeDs;
-  d["sq_num_shift8_be_5ds"] = kQpSqNumShift8BeDs + 16;
-  d["sq_lock"] = kQpSqLock;
-  d["sq_wqe_num"] = kQpSqWqeNum;
-  d["sq_wqe_mask"] = kQpSqWqeMask;
-  d["sq_wqe_daddr"] = kQpSqWqeDaddr;
-  d["sq_dbrec"] = kQpSqDbrec;
-  d["sq_db"] = kQpSqDb;
-  d["cq_sq"] = kQpCq;
-  d["nic_handler"] = kQpNicHandler;
-  d["mem_type"] = kQpMemType;
-  d["cq_bytes"] = kCqBytes;
-  d["cqe_daddr"] = kCqCqeDaddr;
-  d["cq_num"] = kCqCqNum;
-  d["cqe_num"] = kCqCqeNum;
-  d["dbrec"] = kCqDbrec;
-  d["cqe_ci"] = kCqCqeCi;
-  d["cqe_mask"] = kCqCqeMask;
-  d["cqe_size"] = kCqCqeSize;
-  d["cq_type"] = kCqCqType;
-  d["cqe_rsvd"] = kCqCqeRsvd;
-  d["cq_mem_type"] = kCqMemType;
-  return d;
-}
-
 }  // namespace
 
 void register_verbs(pb::module_& m) {
@@ -183,7 +149,6 @@ void register_verbs(pb::module_& m) {
       .def("poll", &HostSoftConnectX::poll, pb::arg("now_ns") = 0)
       .def("on_frame", &HostSoftConnectX::on_frame, pb::arg("frame"), pb::arg("now_ns") = 0)
       .def("stats", &HostSoftConnectX::stats);
-  m.def("verbs_layout", &layout);
 }
 
 }  // namespace rt::py

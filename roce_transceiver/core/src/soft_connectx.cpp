@@ -8,6 +8,7 @@
 #include "rt/protocol/atomic_eth.h"
 #include "rt/protocol/decode.h"
 #include "rt/protocol/psn.h"
+#include "rt/verbs/descriptor.h"
 
 namespace rt::verbs {
 namespace {
@@ -70,34 +71,15 @@ uint8_t* SoftConnectX::resolve(uint32_t key, uint64_t addr, uint64_t len) {
   return r.base + (addr - r.iova);
 }
 
-void SoftConnectX::fill_descriptor(uint8_t* out) const {
-  std::memset(out, 0, kQpBytes);
-  auto put32 = [&](uint32_t off, uint32_t v) { std::memcpy(out + off, &v, 4); };
-  auto put64 = [&](uint32_t off, uint64_t v) { std::memcpy(out + off, &v, 8); };
-  auto put16 = [&](uint32_t off, uint16_t v) { std::memcpy(out + off, &v, 2); };
-  put32(kQpSqNum, cfg_.qpn);
-  put32(kQpSqNumShift8, cfg_.qpn << 8);
-  store_be32(out + kQpSqNumShift8Be, cfg_.qpn << 8);
-  for (uint32_t ds = 1; ds <= 5; ++ds)
-    store_be32(out + kQpSqNumShift8BeDs + 4 * (ds - 1), cfg_.qpn << 8 | ds);
-  put16(kQpSqWqeNum, uint16_t(cfg_.sq_wqe_num));
-  put16(kQpSqWqeMask, uint16_t(cfg_.sq_wqe_num - 1));
-  put64(kQpSqWqeDaddr, mem_.sq_device);
-  put64(kQpSqDbrec, mem_.doorbell_device);  // unused in CPU-proxy mode: a harmless address
-  put64(kQpSqDb, mem_.doorbell_device);
-  uint8_t* cq = out + kQpCq;
-  std::memcpy(cq + kCqCqeDaddr, &mem_.cq_device, 8);
-  const uint32_t cq_num = cfg_.qpn, cqe_num = cfg_.cqe_num, mask = cfg_.cqe_num - 1;
-  std::memcpy(cq + kCqCqNum, &cq_num, 4);
-  std::memcpy(cq + kCqCqeNum, &cqe_num, 4);
-  std::memcpy(cq + kCqDbrec, &mem_.doorbell_device, 8);  // never written by the device
-  std::memcpy(cq + kCqCqeMask, &mask, 4);
-  cq[kCqCqeSize] = uint8_t(kCqeBytes);
-  cq[kCqCqType] = kCqType64B;
-  const int32_t gpu = kMemTypeGpu, proxy = kNicHandlerCpuProxy;
-  std::memcpy(cq + kCqMemType, &gpu, 4);
-  std::memcpy(out + kQpNicHandler, &proxy, 4);
-  std::memcpy(out + kQpMemType, &gpu, 4);
+void SoftConnectX::fill_descriptor(uint8_t* out, size_t out_bytes) const {
+  DescriptorParams p;
+  p.qpn = cfg_.qpn;
+  p.sq_wqe_num = cfg_.sq_wqe_num;
+  p.cqe_num = cfg_.cqe_num;
+  p.sq_device = mem_.sq_device;
+  p.cq_device = mem_.cq_device;
+  p.doorbell_device = mem_.doorbell_device;
+  verbs::fill_descriptor(p, out, out_bytes);
 }
 
 size_t SoftConnectX::poll(const Emit& emit, uint64_t now_ns) {

@@ -1,7 +1,8 @@
 // The mlx5 work-queue and completion layouts that GPUNetIO's verbs device API writes and
-// polls, and the device-visible QP/CQ descriptor it reads (docs/verbs_mode.md has the
-// tables). Our own definitions of hardware facts: where GPUNetIO's headers are present, a
-// test compares every offset here with theirs.
+// polls (docs/verbs_mode.md). Our own definitions of hardware facts, stable across GPUNetIO
+// releases; a test builds WQEs through GPUNetIO's structures and reads them with these. The
+// QP descriptor, whose layout is GPUNetIO's own and changes between its releases, is filled
+// through its header (descriptor.h).
 #pragma once
 
 #include <cstdint>
@@ -84,22 +85,5 @@ enum Syndrome : uint8_t {
   kSynRemoteOperation = 0x14,
   kSynRetryExceeded = 0x15,
 };
-
-// -- the device-visible descriptors (struct doca_gpu_dev_verbs_qp / _cq) -----------------
-constexpr uint32_t kQpBytes = 296;
-constexpr uint32_t kQpSqRsvdIndex = 0, kQpSqReadyIndex = 8, kQpSqWqePi = 16, kQpSqNum = 24;
-constexpr uint32_t kQpSqNumShift8 = 28, kQpSqNumShift8Be = 32;
-constexpr uint32_t kQpSqNumShift8BeDs = 36;  // 1..5 data segments: 36, 40, ..., 52
-constexpr uint32_t kQpSqLock = 56, kQpSqWqeNum = 60, kQpSqWqeMask = 62;
-constexpr uint32_t kQpSqWqeDaddr = 64, kQpSqDbrec = 72, kQpSqDb = 80;
-constexpr uint32_t kQpCq = 160;  // the send CQ's descriptor, inside the QP's
-constexpr uint32_t kQpNicHandler = 288, kQpMemType = 292;
-constexpr uint32_t kCqBytes = 64;
-constexpr uint32_t kCqCqeDaddr = 0, kCqCqNum = 8, kCqCqeNum = 12, kCqDbrec = 16, kCqCqeCi = 24;
-constexpr uint32_t kCqCqeMask = 32, kCqCqeSize = 36, kCqCqType = 37, kCqCqeRsvd = 40;
-constexpr uint32_t kCqMemType = 48;
-constexpr int32_t kNicHandlerCpuProxy = 1;
-constexpr uint8_t kCqType64B = 0;
-constexpr int32_t kMemTypeHost = 1, kMemTypeGpu = 2;
 
 }  // namespace rt::verbs

@@ -64,8 +64,9 @@ class SoftConnectX {
   // zero-based offsets; host buffers use their address as iova). Local keys only.
   void add_region(uint32_t key, uint8_t* base, uint64_t iova, uint64_t length);
 
-  // The device descriptor (struct doca_gpu_dev_verbs_qp, kQpBytes) for this QP, CPU proxy.
-  void fill_descriptor(uint8_t* out) const;
+  // The device descriptor (struct doca_gpu_dev_verbs_qp) for this QP, CPU proxy: `out` has
+  // descriptor_bytes(); throws in a build without GPUNetIO's headers (descriptor.h).
+  void fill_descriptor(uint8_t* out, size_t out_bytes) const;
 
   // WQEs the doorbell covers become packets (handed to `emit`); unacknowledged packets past
   // their deadline are sent again. Returns the WQEs read.
