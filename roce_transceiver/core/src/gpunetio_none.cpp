@@ -1,5 +1,8 @@
 // A build without GPUNetIO's device API: no CUDA, or no headers found (cmake/gpunetio.cmake).
+#include <stdexcept>
+
 #include "rt/cuda/gpunetio_info.h"
+#include "rt/cuda/verbs_launch.h"
 
 #ifndef RT_GPUNETIO_SOURCE
 #define RT_GPUNETIO_SOURCE "unknown"
@@ -13,6 +16,11 @@ GpunetioInfo gpunetio_info() {
 #else
   return GpunetioInfo{false, "not built: this build has no CUDA", 0, 0, 0};
 #endif
+}
+
+PutSignalResult put_signal_loop(const PutSignalParams&) {
+  throw std::runtime_error("put_signal_loop: this build has no GPUNetIO device API (" +
+                           gpunetio_info().source + ")");
 }
 
 }  // namespace rt::cuda

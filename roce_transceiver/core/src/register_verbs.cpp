@@ -8,6 +8,9 @@
 #include <memory>
 
 #include "register.h"
+#include "rt/cuda/verbs_launch.h"
+#include "rt/host/transceiver.h"
+#include "rt/host/verbs_port.h"
 #include "rt/verbs/descriptor.h"
 #include "rt/verbs/soft_connectx.h"
 
@@ -18,11 +21,52 @@ namespace {
 
 using verbs::SoftConnectX;
 
+verbs::SoftConnectXConfig nic_config(const pb::dict& d,
+                                     std::initializer_list<const char*> extra = {}) {
+  verbs::SoftConnectXConfig c;
+  auto get = [&](const char* k) -> pb::object {
+    return d.contains(k) ? pb::object(d[k]) : pb::object(pb::none());
+  };
+  for (const auto item : d) {
+    static const char* known[] = {
+        "qpn",      "peer_qpn", "sq_psn",  "mtu",       "sq_wqe_num",    "cqe_num", "local_mac",
+        "peer_mac", "local_ip", "peer_ip", "udp_sport", "retransmit_ns", "retries"};
+    const std::string k = pb::str(item.first);
+    bool ok = false;
+    for (const char* n : known) ok = ok || k == n;
+    for (const char* n : extra) ok = ok || k == n;
+    if (!ok) throw std::invalid_argument("SoftConnectX: unknown key " + k);
+  }
+  if (auto v = get("qpn"); !v.is_none()) c.qpn = v.cast<uint32_t>();
+  if (auto v = get("peer_qpn"); !v.is_none()) c.peer_qpn = v.cast<uint32_t>();
+  if (auto v = get("sq_psn"); !v.is_none()) c.sq_psn = v.cast<uint32_t>();
+  if (auto v = get("mtu"); !v.is_none()) c.mtu = v.cast<uint32_t>();
+  if (auto v = get("sq_wqe_num"); !v.is_none()) c.sq_wqe_num = v.cast<uint32_t>();
+  if (auto v = get("cqe_num"); !v.is_none()) c.cqe_num = v.cast<uint32_t>();
+  if (auto v = get("retransmit_ns"); !v.is_none()) c.retransmit_ns = v.cast<uint64_t>();
+  if (auto v = get("retries"); !v.is_none()) c.retries = v.cast<uint32_t>();
+  if (auto v = get("udp_sport"); !v.is_none()) c.addressing.src_port = v.cast<uint16_t>();
+  auto copy = [&](const char* k, uint8_t* dst, size_t n) {
+    if (auto v = get(k); !v.is_none()) {
+      const std::string b = v.cast<pb::bytes>();
+      if (b.size() != n)
+        throw std::invalid_argument(std::string("SoftConnectX: ") + k + " must be " +
+                                    std::to_string(n) + " bytes");
+      std::memcpy(dst, b.data(), n);
+    }
+  };
+  copy("local_mac", c.addressing.src_mac, 6);
+  copy("peer_mac", c.addressing.dst_mac, 6);
+  copy("local_ip", c.addressing.src_ip, 4);
+  copy("peer_ip", c.addressing.dst_ip, 4);
+  return c;
+}
+
 // A software ConnectX whose rings, doorbell and regions are host memory owned here.
 class HostSoftConnectX {
  public:
   explicit HostSoftConnectX(const pb::dict& d)
-      : cfg_(config(d)),
+      : cfg_(nic_config(d)),
         sq_(size_t(cfg_.sq_wqe_num) * verbs::kWqeBytes, 0),
         cq_(size_t(cfg_.cqe_num) * verbs::kCqeBytes, 0),
         nic_(cfg_, memory()) {}
@@ -83,45 +127,6 @@ class HostSoftConnectX {
     return pb::bytes(reinterpret_cast<const char*>(p), n);
   }
 
-  static verbs::SoftConnectXConfig config(const pb::dict& d) {
-    verbs::SoftConnectXConfig c;
-    auto get = [&](const char* k) -> pb::object {
-      return d.contains(k) ? pb::object(d[k]) : pb::object(pb::none());
-    };
-    for (const auto item : d) {
-      static const char* known[] = {
-          "qpn",      "peer_qpn", "sq_psn",  "mtu",       "sq_wqe_num",    "cqe_num", "local_mac",
-          "peer_mac", "local_ip", "peer_ip", "udp_sport", "retransmit_ns", "retries"};
-      const std::string k = pb::str(item.first);
-      bool ok = false;
-      for (const char* n : known) ok = ok || k == n;
-      if (!ok) throw std::invalid_argument("SoftConnectX: unknown key " + k);
-    }
-    if (auto v = get("qpn"); !v.is_none()) c.qpn = v.cast<uint32_t>();
-    if (auto v = get("peer_qpn"); !v.is_none()) c.peer_qpn = v.cast<uint32_t>();
-    if (auto v = get("sq_psn"); !v.is_none()) c.sq_psn = v.cast<uint32_t>();
-    if (auto v = get("mtu"); !v.is_none()) c.mtu = v.cast<uint32_t>();
-    if (auto v = get("sq_wqe_num"); !v.is_none()) c.sq_wqe_num = v.cast<uint32_t>();
-    if (auto v = get("cqe_num"); !v.is_none()) c.cqe_num = v.cast<uint32_t>();
-    if (auto v = get("retransmit_ns"); !v.is_none()) c.retransmit_ns = v.cast<uint64_t>();
-    if (auto v = get("retries"); !v.is_none()) c.retries = v.cast<uint32_t>();
-    if (auto v = get("udp_sport"); !v.is_none()) c.addressing.src_port = v.cast<uint16_t>();
-    auto copy = [&](const char* k, uint8_t* dst, size_t n) {
-      if (auto v = get(k); !v.is_none()) {
-        const std::string b = v.cast<pb::bytes>();
-        if (b.size() != n)
-          throw std::invalid_argument(std::string("SoftConnectX: ") + k + " must be " +
-                                      std::to_string(n) + " bytes");
-        std::memcpy(dst, b.data(), n);
-      }
-    };
-    copy("local_mac", c.addressing.src_mac, 6);
-    copy("peer_mac", c.addressing.dst_mac, 6);
-    copy("local_ip", c.addressing.src_ip, 4);
-    copy("peer_ip", c.addressing.dst_ip, 4);
-    return c;
-  }
-
   verbs::SoftConnectXMemory memory() {
     const auto addr = [](const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); };
     return {sq_.data(),       cq_.data(),       &doorbell_,
@@ -135,9 +140,86 @@ class HostSoftConnectX {
   SoftConnectX nic_;
 };
 
+pb::dict port_stats(const host::VerbsPort& port) {
+  const host::VerbsPortStats s = port.stats();
+  pb::dict d;
+  d["wqes"] = s.nic.wqes;
+  d["completions"] = s.nic.completions;
+  d["errors"] = s.nic.errors;
+  d["packets"] = s.nic.packets;
+  d["retransmits"] = s.nic.retransmits;
+  d["acks"] = s.nic.acks;
+  d["naks"] = s.nic.naks;
+  d["consumed"] = s.consumed;
+  d["completed"] = s.completed;
+  d["in_error"] = s.in_error;
+  d["last_error"] = s.last_error;
+  return d;
+}
+
+host::VerbsPortConfig port_config(const pb::dict& d) {
+  host::VerbsPortConfig c;
+  c.nic = nic_config(d, {"gpu", "local_bytes", "lkey"});
+  if (d.contains("gpu")) c.gpu = d["gpu"].cast<bool>();
+  if (d.contains("local_bytes")) c.local_bytes = d["local_bytes"].cast<uint32_t>();
+  if (d.contains("lkey")) c.lkey = d["lkey"].cast<uint32_t>();
+  return c;
+}
+
+uint64_t address(const uint8_t* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); }
+
 }  // namespace
 
 void register_verbs(pb::module_& m) {
+  pb::class_<host::VerbsPort>(m, "VerbsPort")
+      .def(pb::init([](host::Transceiver& wire, const pb::dict& d) {
+             return std::make_unique<host::VerbsPort>(port_config(d), wire);
+           }),
+           pb::keep_alive<1, 2>())
+      .def("start", &host::VerbsPort::start)
+      .def("stop", &host::VerbsPort::stop, pb::call_guard<pb::gil_scoped_release>())
+      .def("ring", &host::VerbsPort::ring)
+      .def("send_ring",
+           [](host::VerbsPort& p, size_t bytes) {
+             return pb::memoryview::from_memory(p.send_ring(), bytes);
+           })
+      .def("local",
+           [](host::VerbsPort& p) {
+             return pb::memoryview::from_memory(p.local().host(), p.local().size());
+           })
+      .def("local_address",
+           [](host::VerbsPort& p) {
+             const host::Buffer& b = p.local();
+             return address(b.device() ? b.device() : b.host());
+           })
+      .def("stats", &port_stats)
+      .def("put_signal_loop", [](host::VerbsPort& p, const pb::dict& d) {
+        cuda::PutSignalParams q;
+        q.qp = p.descriptor();
+        q.raddr = d["raddr"].cast<uint64_t>();
+        q.rkey = d["rkey"].cast<uint32_t>();
+        q.slot_bytes = d["slot_bytes"].cast<uint32_t>();
+        q.slots = d["slots"].cast<uint32_t>();
+        q.laddr = d["laddr"].cast<uint64_t>();
+        q.lkey = d["lkey"].cast<uint32_t>();
+        q.size = d["size"].cast<uint32_t>();
+        q.sig_raddr = d["sig_raddr"].cast<uint64_t>();
+        q.sig_rkey = d["sig_rkey"].cast<uint32_t>();
+        q.sink_laddr = d["sink_laddr"].cast<uint64_t>();
+        q.count = d["count"].cast<uint32_t>();
+        q.timeout_s = d["timeout_s"].cast<double>();
+        cuda::PutSignalResult r;
+        {
+          pb::gil_scoped_release nogil;
+          r = cuda::put_signal_loop(q);
+        }
+        pb::dict out;
+        out["completed"] = r.completed;
+        out["errors"] = r.errors;
+        out["elapsed_ns"] = r.elapsed_ns;
+        out["timed_out"] = r.timed_out;
+        return out;
+      });
   pb::class_<HostSoftConnectX>(m, "SoftConnectX")
       .def(pb::init<const pb::dict&>())
       .def_property_readonly("sq", &HostSoftConnectX::sq)

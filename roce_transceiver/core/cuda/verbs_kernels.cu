@@ -1,0 +1,119 @@
+// GPUNetIO's verbs device API compiled into the extension (issue 6): kernels that drive a
+// queue pair through it with the CPU-proxy NIC handler the software ConnectX serves.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "doca_gpunetio_device.h"
+#include "rt/cuda/gpunetio_info.h"
+#include "rt/cuda/verbs_launch.h"
+#include "rt/device_clock.h"
+
+#ifndef RT_GPUNETIO_SOURCE
+#define RT_GPUNETIO_SOURCE "unknown"
+#endif
+
+namespace rt::cuda {
+namespace {
+
+uint32_t be32(uint32_t v) { return __builtin_bswap32(v); }
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+// The non-blocking CQ poll takes the QP in newer GPUNetIO releases and the QP's send CQ in
+// older ones (the NCCL wheel on the GPU machine): whichever this header has.
+template <typename Qp>
+__device__ auto poll_one(Qp* qp, uint64_t index, int)
+    -> decltype(doca_gpu_dev_verbs_poll_one_cq_at(qp, index)) {
+  return doca_gpu_dev_verbs_poll_one_cq_at(qp, index);
+}
+template <typename Qp>
+__device__ auto poll_one(Qp* qp, uint64_t index, long)
+    -> decltype(doca_gpu_dev_verbs_poll_one_cq_at(&qp->cq_sq, index)) {
+  return doca_gpu_dev_verbs_poll_one_cq_at(&qp->cq_sq, index);
+}
+
+// Keys arrive big-endian (the launcher swaps them), as the device API stores them verbatim.
+// One thread posts a put_signal, waits for its completion (non-blocking polls against a
+// deadline, so that a NIC that never answers cannot hang the kernel), and goes on.
+__global__ void put_signal_loop_kernel(doca_gpu_dev_verbs_qp* qp, PutSignalParams p,
+                                       PutSignalResult* out) {
+  const uint64_t start = globaltimer_ns();
+  const uint64_t deadline = start + uint64_t(p.timeout_s * 1e9);
+  PutSignalResult r;
+  for (uint32_t i = 0; i < p.count && !r.timed_out; ++i) {
+    const doca_gpu_dev_verbs_addr remote{p.raddr + uint64_t(i % p.slots) * p.slot_bytes, p.rkey};
+    const doca_gpu_dev_verbs_addr local{p.laddr, p.lkey};
+    const doca_gpu_dev_verbs_addr signal{p.sig_raddr, p.sig_rkey};
+    const doca_gpu_dev_verbs_addr sink{p.sink_laddr, p.lkey};
+    doca_gpu_dev_verbs_ticket_t ticket;
+    doca_gpu_dev_verbs_put_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD,
+                                  DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU,
+                                  DOCA_GPUNETIO_VERBS_NIC_HANDLER_CPU_PROXY>(
+        qp, remote, local, p.size, signal, sink, 1, &ticket);
+    int status;
+    while ((status = poll_one(qp, ticket, 0)) == EBUSY) {
+      if (globaltimer_ns() > deadline) {
+        r.timed_out = true;
+        break;
+      }
+    }
+    if (r.timed_out) break;
+    if (status == 0)
+      ++r.completed;
+    else
+      ++r.errors;
+  }
+  r.elapsed_ns = globaltimer_ns() - start;
+  *out = r;
+}
+
+}  // namespace
+
+PutSignalResult put_signal_loop(const PutSignalParams& params) {
+  PutSignalParams p = params;
+  p.rkey = be32(p.rkey);
+  p.lkey = be32(p.lkey);
+  p.sig_rkey = be32(p.sig_rkey);
+  PutSignalResult* out = nullptr;
+  check(cudaMallocHost(&out, sizeof *out), "cudaMallocHost");
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  *out = PutSignalResult{};
+  out->timed_out = true;  // until the kernel says otherwise
+  put_signal_loop_kernel<<<1, 1, 0, stream>>>(
+      static_cast<doca_gpu_dev_verbs_qp*>(const_cast<void*>(p.qp)), p, out);
+  cudaError_t err = cudaGetLastError();
+  // The kernel keeps its own deadline; the host waits a little longer before giving up.
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(p.timeout_s + 5.0);
+  while (err == cudaSuccess) {
+    err = cudaStreamQuery(stream);
+    if (err != cudaErrorNotReady) break;
+    if (std::chrono::steady_clock::now() > give_up) break;
+    err = cudaSuccess;  // not ready yet: ask again
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  const PutSignalResult r = *out;
+  if (err == cudaSuccess) {
+    cudaStreamDestroy(stream);
+    cudaFreeHost(out);
+  }  // else the kernel may still run: its memory stays (a leak beats a crash)
+  if (err != cudaSuccess && err != cudaErrorNotReady) check(err, "put_signal_loop kernel");
+  if (err == cudaErrorNotReady)
+    throw std::runtime_error("put_signal_loop: the kernel did not end within its deadline");
+  return r;
+}
+
+GpunetioInfo gpunetio_info() {
+  return GpunetioInfo{true, RT_GPUNETIO_SOURCE, sizeof(doca_gpu_dev_verbs_qp),
+                      sizeof(doca_gpu_dev_verbs_cq), sizeof(doca_gpu_dev_verbs_wqe)};
+}
+
+}  // namespace rt::cuda

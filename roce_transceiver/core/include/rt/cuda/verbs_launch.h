@@ -1,0 +1,38 @@
+// Kernels that drive a queue pair through GPUNetIO's verbs device API (Verbs mode, issue 6).
+// Host-callable; they throw where this build has no CUDA or no GPUNetIO headers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace rt::cuda {
+
+// `count` put_signals, one at a time, each waited for: `size` bytes from the local address
+// to slot i % slots of the peer's ring (slot_bytes apart), then +1 on the peer's signal word.
+// Keys are the mkeys as numbers (the launcher stores them big-endian, as the API expects).
+struct PutSignalParams {
+  const void* qp = nullptr;  // the descriptor, in device memory
+  uint64_t raddr = 0;
+  uint32_t rkey = 0;
+  uint32_t slot_bytes = 64;
+  uint32_t slots = 1;
+  uint64_t laddr = 0;
+  uint32_t lkey = 0;
+  uint32_t size = 32;
+  uint64_t sig_raddr = 0;
+  uint32_t sig_rkey = 0;
+  uint64_t sink_laddr = 0;  // where each fetch-add's old value lands (local region)
+  uint32_t count = 1;
+  double timeout_s = 10.0;  // device-side deadline for the whole loop
+};
+
+struct PutSignalResult {
+  uint32_t completed = 0;   // put_signals whose both completions came back without error
+  uint32_t errors = 0;      // completions with an error
+  uint64_t elapsed_ns = 0;  // %globaltimer, first post to last completion
+  bool timed_out = false;
+};
+
+PutSignalResult put_signal_loop(const PutSignalParams& p);
+
+}  // namespace rt::cuda

@@ -1,0 +1,129 @@
+"""A queue pair behind the software ConnectX's own thread, its wire the engine (the peer).
+
+Goal: the pieces of Verbs mode joined: WQEs written into the port's send ring and a doorbell
+(by a test on the CPU, by GPUNetIO's device API in a kernel on the H200) become RC traffic on
+the loopback wire; the engine, as the peer, places the data in its ring and counts its signal
+word; its acknowledgements come back as completions. Oracles: the engine's region read back,
+the signal word, the port's completion counts; on the GPU, the device API's own poll.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+from verbs_helpers import wqe_fetch_add, wqe_write
+
+from roce_transceiver import _core
+from roce_transceiver.transceiver import Transceiver
+
+RING_VA, RING_KEY, SIG_VA, SIG_KEY, LKEY = 0x100000, 0x5A, 0x200000, 0x5B, 0x1C0C
+SLOTS, SLOT = 16, 64
+
+PEER = {  # the engine's transceiver: the responder, its ring and signal word registered
+    "executor": "cpu",
+    "handler": "sink",
+    "qp": {"transport": "RC", "qpn": 0x11, "peer_qpn": 0x12},
+    "regions": [
+        {"va": RING_VA, "rkey": RING_KEY, "length": SLOTS * SLOT},
+        {"va": SIG_VA, "rkey": SIG_KEY, "length": 8},
+    ],
+}
+PORT = {
+    "qpn": 0x12,
+    "peer_qpn": 0x11,
+    "sq_wqe_num": 64,
+    "cqe_num": 64,
+    "mtu": 1024,
+    "local_mac": bytes.fromhex("020000000002"),
+    "peer_mac": bytes.fromhex("020000000001"),
+    "local_ip": bytes([10, 0, 0, 2]),
+    "peer_ip": bytes([10, 0, 0, 1]),
+    "lkey": LKEY,
+    "local_bytes": 4096,
+}
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:
+    """Until ``condition()`` holds; fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(1e-3)
+
+
+def test_port_thread_carries_writes_and_signals_to_the_engine():
+    with Transceiver(PEER) as t:
+        port = _core.VerbsPort(t._core, PORT)
+        local = port.local()
+        local[:32] = bytes(range(32))
+        base = port.local_address()
+        ring = port.send_ring(64 * 64)
+        port.start()
+        try:
+            n = 10
+            for i in range(n):  # put_signal's two WQEs, ten times, as the device API lays them
+                w, s = 2 * i, 2 * i + 1
+                ring[w * 64 : w * 64 + 64] = wqe_write(
+                    w, 0x12, RING_VA + (i % SLOTS) * SLOT, RING_KEY, base, LKEY, 32
+                )
+                ring[s * 64 : s * 64 + 64] = wqe_fetch_add(
+                    s, 0x12, SIG_VA, SIG_KEY, 1, base + 1024 + 8 * i, LKEY
+                )
+            port.ring(2 * n)
+            wait_for(lambda: port.stats()["completed"] == 2 * n)
+        finally:
+            port.stop()
+        stats = port.stats()
+        assert stats["errors"] == 0 and not stats["in_error"]
+        assert struct.unpack("<Q", t.read_region(1))[0] == n
+        ring_bytes = t.read_region(0)
+        assert all(ring_bytes[i * SLOT : i * SLOT + 32] == bytes(range(32)) for i in range(n))
+        olds = struct.unpack(f"<{n}Q", bytes(local[1024 : 1024 + 8 * n]))
+        assert olds == tuple(range(n))  # each signal saw the count before it
+
+
+@pytest.mark.gpu
+def test_device_api_put_signal_through_the_software_connectx():
+    """GPUNetIO's own doca_gpu_dev_verbs_put_signal, in a kernel, drives the software ConnectX;
+    the engine is the peer. Each put_signal is waited for by the device API's CQ poll."""
+    if not _core.gpunetio_info()["built"]:
+        pytest.skip(f"no GPUNetIO device API in this build: {_core.gpunetio_info()['source']}")
+    count = 200
+    with Transceiver(PEER) as t:
+        # A ring that does not wrap within the run: the device API waits for a slot's last
+        # completion with no deadline of its own (wrapping is tested on the CPU).
+        port = _core.VerbsPort(t._core, {**PORT, "gpu": True, "sq_wqe_num": 512, "cqe_num": 512})
+        local = port.local()
+        local[:32] = bytes(range(100, 132))
+        base = port.local_address()
+        port.start()
+        try:
+            r = port.put_signal_loop(
+                {
+                    "raddr": RING_VA,
+                    "rkey": RING_KEY,
+                    "slot_bytes": SLOT,
+                    "slots": SLOTS,
+                    "laddr": base,
+                    "lkey": LKEY,
+                    "size": 32,
+                    "sig_raddr": SIG_VA,
+                    "sig_rkey": SIG_KEY,
+                    "sink_laddr": base + 2048,
+                    "count": count,
+                    "timeout_s": 20.0,
+                }
+            )
+        finally:
+            port.stop()
+        stats = port.stats()
+        print(f"put_signal via the software ConnectX: {r}, {stats}")
+        assert not r["timed_out"] and r["errors"] == 0 and r["completed"] == count, (r, stats)
+        assert stats["consumed"] == 2 * count and stats["completed"] == 2 * count
+        assert struct.unpack("<Q", t.read_region(1))[0] == count
+        ring_bytes = t.read_region(0)
+        assert all(
+            ring_bytes[i * SLOT : i * SLOT + 32] == bytes(range(100, 132)) for i in range(SLOTS)
+        )
