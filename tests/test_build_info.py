@@ -48,7 +48,7 @@ def test_gpunetio_device_api_built_where_ci_points_at_its_headers(tmp_path) -> N
     info = _core.gpunetio_info()
     include = os.environ.get("RT_GPUNETIO_INCLUDE")
     if not (include and _core.built_with_cuda):
-        assert not info["built"] and info["source"], info
+        assert info["source"], info  # built from somewhere, or why not
         pytest.skip("no RT_GPUNETIO_INCLUDE with a CUDA build: the device API is not required")
     assert info["built"], info
     if info["source"].startswith("RT_GPUNETIO_INCLUDE="):  # CI: built from what it points at
