@@ -9,6 +9,7 @@
 
 #include "register.h"
 #include "rt/cuda/verbs_launch.h"
+#include "rt/host/doca_probe.h"
 #include "rt/host/transceiver.h"
 #include "rt/host/verbs_port.h"
 #include "rt/verbs/descriptor.h"
@@ -171,6 +172,19 @@ uint64_t address(const uint8_t* p) { return uint64_t(reinterpret_cast<uintptr_t>
 }  // namespace
 
 void register_verbs(pb::module_& m) {
+  m.def("doca_probe", [](const std::string& sdk_path) {
+    const host::DocaProbe p = host::probe_doca(sdk_path);
+    pb::dict d;
+    d["sdk_path"] = p.sdk_path;
+    d["libraries_found"] = p.libraries_found;
+    d["libraries_missing"] = p.libraries_missing;
+    d["symbols_missing"] = p.symbols_missing;
+    d["ibverbs_loaded"] = p.ibverbs_loaded;
+    d["ibverbs_error"] = p.ibverbs_error;
+    d["rdma_devices"] = p.rdma_devices;
+    return d;
+  });
+  m.attr("doca_required_symbols") = host::doca_required_symbols();
   pb::class_<host::VerbsPort>(m, "VerbsPort")
       .def(pb::init([](host::Transceiver& wire, const pb::dict& d) {
              return std::make_unique<host::VerbsPort>(port_config(d), wire);
