@@ -13,7 +13,7 @@ import pytest
 
 from roce_transceiver import netns
 
-__all__ = ["run_cmd", "veth_namespace"]
+__all__ = ["bth_opcodes", "run_cmd", "veth_namespace"]
 
 
 def run_cmd(*cmd: str) -> str:
@@ -31,3 +31,28 @@ def veth_namespace() -> Iterator[tuple[str, str, str]]:
         pytest.skip(reason)
     with netns.veth_namespace() as v:
         yield v.namespace, v.ours, v.theirs
+
+
+def bth_opcodes(tshark: str, pcap: str) -> list[str]:
+    """The BTH opcode of every frame of ``pcap`` as tshark dissects it (decimal strings)."""
+    import subprocess
+
+    done = subprocess.run(
+        [
+            tshark,
+            "-r",
+            pcap,
+            "-d",
+            "udp.port==4791,infiniband",
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.bth.opcode",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_helpers import CLI, started
-from net_helpers import run_cmd
+from net_helpers import bth_opcodes, run_cmd
 
 
 def config(tmp_path: Path) -> Path:
@@ -129,25 +129,7 @@ def test_sensor_in_a_namespace_frames_over_packet_mode(
     # The capture of the run dissects as RoCEv2 in tshark, where there is one.
     tshark = shutil.which("tshark")
     if tshark:
-        done = subprocess.run(
-            [
-                tshark,
-                "-r",
-                str(tmp_path / "s.pcap"),
-                "-d",
-                "udp.port==4791,infiniband",
-                "-T",
-                "fields",
-                "-e",
-                "infiniband.bth.opcode",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        opcodes = set(done.stdout.split())
+        opcodes = set(bth_opcodes(tshark, str(tmp_path / "s.pcap")))
         assert opcodes <= {"42", "43"} and "43" in opcodes  # UC WRITE Only, with Immediate
 
 

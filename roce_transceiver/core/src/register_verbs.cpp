@@ -12,6 +12,7 @@
 #include "rt/host/doca_probe.h"
 #include "rt/host/transceiver.h"
 #include "rt/host/verbs_port.h"
+#include "rt/host/wire.h"
 #include "rt/verbs/descriptor.h"
 #include "rt/verbs/soft_connectx.h"
 
@@ -187,9 +188,20 @@ void register_verbs(pb::module_& m) {
   m.attr("doca_required_symbols") = host::doca_required_symbols();
   pb::class_<host::VerbsPort>(m, "VerbsPort")
       .def(pb::init([](host::Transceiver& wire, const pb::dict& d) {
-             return std::make_unique<host::VerbsPort>(port_config(d), wire);
+             return std::make_unique<host::VerbsPort>(port_config(d),
+                                                      std::make_unique<host::LoopbackWire>(wire));
            }),
            pb::keep_alive<1, 2>())
+      .def_static(
+          "over_socket",
+          [](int fd, const std::string& capture, const pb::dict& d) {
+            // The socket is the port's from here on: a failure below must still close it.
+            auto wire = std::make_unique<host::PacketWire>(fd, capture);
+            return std::make_unique<host::VerbsPort>(port_config(d), std::move(wire));
+          },
+          pb::arg("fd"), pb::arg("capture"), pb::arg("config"),
+          "A port whose packets go out on a bound AF_PACKET socket (its fd, which the port "
+          "owns from here on), captured to `capture` (empty: none).")
       .def("start", &host::VerbsPort::start)
       .def("stop", &host::VerbsPort::stop, pb::call_guard<pb::gil_scoped_release>())
       .def("ring", &host::VerbsPort::ring)

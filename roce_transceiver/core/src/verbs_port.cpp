@@ -10,7 +10,8 @@
 
 namespace rt::host {
 
-VerbsPort::VerbsPort(const VerbsPortConfig& cfg, Transceiver& wire) : cfg_(cfg), wire_(wire) {
+VerbsPort::VerbsPort(const VerbsPortConfig& cfg, std::unique_ptr<Wire> wire)
+    : cfg_(cfg), wire_(std::move(wire)) {
   const Placement shared = cfg.gpu ? Placement::kPinned : Placement::kHost;
   sq_ = Buffer(shared, size_t(cfg.nic.sq_wqe_num) * verbs::kWqeBytes);
   cq_ = Buffer(shared, size_t(cfg.nic.cqe_num) * verbs::kCqeBytes);
@@ -64,7 +65,7 @@ void VerbsPort::ring(uint64_t producer) {
 void VerbsPort::run() {
   // The wire is lossless: a frame waits for room in the engine's rx ring (or the stop flag).
   const auto emit = [this](const uint8_t* frame, size_t len) {
-    while (!wire_.inject(frame, len, false)) {
+    while (!wire_->send(frame, len)) {
       if (stop_.load(std::memory_order_acquire)) return;
       spin_pause();
     }
@@ -72,7 +73,8 @@ void VerbsPort::run() {
   try {
     while (!stop_.load(std::memory_order_acquire)) {
       bool busy = false;
-      std::vector<std::vector<uint8_t>> answers = wire_.collect(64);
+      std::vector<std::vector<uint8_t>> answers;
+      wire_->receive(answers, 64);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         const uint64_t now = now_ns();

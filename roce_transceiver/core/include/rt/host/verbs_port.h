@@ -1,9 +1,10 @@
 // A queue pair the GPU drives through GPUNetIO's verbs device API (CPU-proxy handler), with
-// the software ConnectX on a thread of its own behind it and, as its wire, the loopback far
-// end of a Transceiver whose engine is the RC responder (the peer's memory: a ring and a
-// signal word). The send ring, completion ring, doorbell word and the local region are in
-// pinned host memory the GPU maps (host memory for a CPU-only run, where tests write WQEs
-// themselves); the QP descriptor is in device memory, where the device API's atomics on it run.
+// the software ConnectX on a thread of its own behind it and a wire (wire.h) to the peer: the
+// loopback far end of a Transceiver whose engine is the RC responder (the peer's memory: a
+// ring and a signal word), or a packet socket on an interface. The send ring, completion ring,
+// doorbell word and the local region are in pinned host memory the GPU maps (host memory for a
+// CPU-only run, where tests write WQEs themselves); the QP descriptor is in device memory, where
+// the device API's atomics on it run.
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 
 #include "rt/host/memory.h"
 #include "rt/host/transceiver.h"
+#include "rt/host/wire.h"
 #include "rt/verbs/soft_connectx.h"
 
 namespace rt::host {
@@ -34,8 +36,9 @@ struct VerbsPortStats {
 
 class VerbsPort {
  public:
-  // `wire` must outlive the port (stop the port first).
-  VerbsPort(const VerbsPortConfig& cfg, Transceiver& wire);
+  // The port's packets travel on `wire` (the loopback far end of a Transceiver that must
+  // outlive the port, or a packet socket).
+  VerbsPort(const VerbsPortConfig& cfg, std::unique_ptr<Wire> wire);
   ~VerbsPort();
   VerbsPort(const VerbsPort&) = delete;
   VerbsPort& operator=(const VerbsPort&) = delete;
@@ -56,7 +59,7 @@ class VerbsPort {
   void run();
 
   VerbsPortConfig cfg_;
-  Transceiver& wire_;
+  std::unique_ptr<Wire> wire_;
   Buffer sq_, cq_, doorbell_, local_, descriptor_;
   std::unique_ptr<verbs::SoftConnectX> nic_;
   mutable std::mutex mutex_;  // the NIC's state, between its thread and stats()
