@@ -21,6 +21,8 @@ from roce_transceiver.transceiver import Transceiver
 
 RING_VA, RING_KEY, SIG_VA, SIG_KEY, LKEY = 0x100000, 0x5A, 0x200000, 0x5B, 0x1C0C
 SLOTS, SLOT = 16, 64
+# Our side of the one-sided exchange: the request ring and its signal word.
+REQ_VA, REQ_KEY, REQ_SIG_VA, REQ_SIG_KEY = 0x300000, 0x6A, 0x400000, 0x6B
 
 PEER = {  # the engine's transceiver: the responder, its ring and signal word registered
     "executor": "cpu",
@@ -202,3 +204,77 @@ def test_port_across_a_veth_pair_dissects_as_rc_traffic(tmp_path):
     # RC: RDMA WRITE Only 10, FETCH_ADD 20, ACKNOWLEDGE 17, ATOMIC ACKNOWLEDGE 18.
     counts = {o: opcodes.count(o) for o in set(opcodes)}
     assert counts == {"10": n, "20": n, "17": n, "18": n}, counts
+
+
+def test_one_sided_echo_exchange_driven_from_the_cpu():
+    """The one-sided exchange of Verbs mode with the kernel's part played by this test: the
+    peer WRITEs a request into our ring and FETCH_ADDs our signal word (our engine executes
+    both); we see the signal, and answer with put_signal's two WQEs through the port into the
+    peer's ring and signal word. Checks the layout the GPU echo will use: regions, keys, order
+    (the request is in place when the signal counts; the reply when the peer's signal does)."""
+    from roce_transceiver.protocol import build
+
+    ours_cfg = {
+        "executor": "cpu",
+        "handler": "sink",
+        "qp": {"transport": "RC", "qpn": 0x31, "peer_qpn": 0x32},
+        "regions": [
+            {"va": REQ_VA, "rkey": REQ_KEY, "length": SLOTS * SLOT},
+            {"va": REQ_SIG_VA, "rkey": REQ_SIG_KEY, "length": 8},
+        ],
+    }
+    addr = {
+        "eth_src": "02:00:00:00:00:02",
+        "eth_dst": "02:00:00:00:00:01",
+        "ip_src": "10.0.0.2",
+        "ip_dst": "10.0.0.1",
+        "dest_qp": 0x31,
+    }
+    count = 40
+    with Transceiver(PEER) as peer, Transceiver(ours_cfg) as ours:
+        port = _core.VerbsPort(peer._core, PORT)
+        local, base, ring = port.local(), port.local_address(), port.send_ring(64 * 64)
+        port.start()
+        try:
+            for i in range(count):
+                payload = bytes((3 * i + k) % 256 for k in range(32))
+                slot = (i % SLOTS) * SLOT
+                ours.inject(
+                    build(
+                        "RC_RDMA_WRITE_ONLY",
+                        payload,
+                        psn=2 * i,
+                        ack_req=True,
+                        va=REQ_VA + slot,
+                        rkey=REQ_KEY,
+                        **addr,
+                    )
+                )
+                ours.inject(
+                    build(
+                        "RC_FETCH_ADD",
+                        psn=2 * i + 1,
+                        va=REQ_SIG_VA,
+                        rkey=REQ_SIG_KEY,
+                        swap_add=1,
+                        **addr,
+                    )
+                )
+                # The kernel's part: wait for the signal, take the request, put_signal it back.
+                wait_for(lambda i=i: struct.unpack("<Q", ours.read_region(1))[0] == i + 1)
+                local[:32] = ours.read_region(0, slot, 32)
+                w, s = (2 * i) % 64, (2 * i + 1) % 64
+                ring[w * 64 : w * 64 + 64] = wqe_write(
+                    2 * i, 0x12, RING_VA + slot, RING_KEY, base, LKEY, 32
+                )
+                ring[s * 64 : s * 64 + 64] = wqe_fetch_add(
+                    2 * i + 1, 0x12, SIG_VA, SIG_KEY, 1, base + 64, LKEY
+                )
+                port.ring(2 * i + 2)
+                wait_for(lambda i=i: struct.unpack("<Q", peer.read_region(1))[0] == i + 1)
+                assert peer.read_region(0, slot, 32) == payload
+                ours.collect(max_frames=16)
+        finally:
+            port.stop()
+        assert port.stats()["completed"] == 2 * count and port.stats()["errors"] == 0
+        assert ours.stats()["atomics"] == count and peer.stats()["atomics"] == count
