@@ -134,6 +134,18 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _quiet_holoscan() -> None:
+    """Holoscan's own [info] lines (graph activation, scheduler) would bury the app's progress
+    and table: warnings and errors only, unless HOLOSCAN_LOG_LEVEL asks for more."""
+    import os
+
+    if "HOLOSCAN_LOG_LEVEL" in os.environ:
+        return
+    from holoscan.logger import LogLevel, set_log_level
+
+    set_log_level(LogLevel.WARN)
+
+
 def main_for(
     name: str,
     doc: str,
@@ -144,6 +156,7 @@ def main_for(
     """Parse the command line, load and check the configuration (``defaults`` when no file),
     run the app, print its summary table and write it as JSON to the output directory."""
     args = _parser(name, doc).parse_args(argv)
+    _quiet_holoscan()
     try:
         cfg = load_app_config(args.config or dict(defaults), _overrides(args), app=name)
         if cfg["transceiver"]["nic"] == "doca":  # say what is missing before any graph

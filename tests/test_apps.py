@@ -37,6 +37,7 @@ def test_roundtrip_latency_app(tmp_path, scheduler):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert all(checks(summary).values()), summary["checks"]
     assert summary["rows"]["scheduler"] == scheduler
+    assert "[info]" not in proc.stderr  # Holoscan's own chatter is off unless asked for
     for head in ("round trip (us)", "msgs/s", "p50 / floor p50"):
         assert head in proc.stdout
     lat = summary["latency_us"]
