@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from holoscan.core import Application
 
-from operators import LatencyStatsOp, QecCheckerOp, RoundTripPeerOp, StatsSinkOp
+from operators import QecCheckerOp
 from operators.app_runner import (
     Report,
     latency_report,
     main_for,
     peer_network,
+    round_trip_graph,
     run_graph,
-    transceiver_op,
 )
 from roce_transceiver.qec import sample_errors
 
@@ -47,41 +46,14 @@ class QecLoopApp(Application):
         super().__init__()
 
     def compose(self) -> None:
-        cfg, out = self.cfg, Path(self.cfg["app"]["output_dir"])
-        lat, peer = cfg["latency"], cfg["peer"]
+        cfg, peer = self.cfg, self.cfg["peer"]
         distance = cfg["transceiver"]["qec"]["distance"]
         self.errors = sample_errors(distance, peer["pool"], peer["error_rate"], peer["seed"])
-        self.roce = transceiver_op(self, cfg)
-        self.peer = RoundTripPeerOp(
-            self,
-            name="qpu",
-            transceiver_op=self.roce,
-            count=cfg["app"]["count"],
-            window=peer["window"],
-            rate=peer["rate"],
-            chunk=peer["chunk"],
-            link=peer["link"],
-            timeout_s=peer["timeout_s"],
-            seed=peer["seed"],
-            qec=self.errors,
-            progress_s=cfg["app"]["progress_s"],
-            namespace=self.namespace,
-        )
-        self.latency = LatencyStatsOp(
-            self,
-            name="latency",
-            png=lat["png"] and out / lat["png"],
-            json=lat["json"] and out / lat["json"],
-            bins=lat["bins"],
-            title=f"qec d={distance}",
-        )
+        round_trip_graph(self, cfg, title=f"qec d={distance}", qec=self.errors)
         self.checker = QecCheckerOp(
             self, name="qec_check", distance=distance, sample=cfg["qec_check"]["sample"]
         )
-        self.stats = StatsSinkOp(self, name="stats")
-        self.add_flow(self.peer, self.latency, {("results", "results")})
         self.add_flow(self.roce, self.checker, {("messages", "messages")})
-        self.add_flow(self.roce, self.stats, {("stats", "stats")})
 
 
 def run(cfg: dict[str, Any]) -> Report:

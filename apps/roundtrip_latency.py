@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from holoscan.core import Application
 
-from operators import EchoCheckerOp, LatencyStatsOp, RoundTripPeerOp, StatsSinkOp
+from operators import EchoCheckerOp
 from operators.app_runner import (
     Report,
     latency_report,
     main_for,
     peer_network,
+    round_trip_graph,
     run_graph,
-    transceiver_op,
 )
 
 NAME = "roundtrip_latency"
@@ -46,37 +45,9 @@ class RoundTripLatencyApp(Application):
         super().__init__()
 
     def compose(self) -> None:
-        cfg, out = self.cfg, Path(self.cfg["app"]["output_dir"])
-        lat, peer = cfg["latency"], cfg["peer"]
-        self.roce = transceiver_op(self, cfg)
-        self.peer = RoundTripPeerOp(
-            self,
-            name="qpu",
-            transceiver_op=self.roce,
-            count=cfg["app"]["count"],
-            size=peer["size"],
-            window=peer["window"],
-            rate=peer["rate"],
-            chunk=peer["chunk"],
-            link=peer["link"],
-            timeout_s=peer["timeout_s"],
-            seed=peer["seed"],
-            progress_s=cfg["app"]["progress_s"],
-            namespace=self.namespace,
-        )
-        self.latency = LatencyStatsOp(
-            self,
-            name="latency",
-            png=lat["png"] and out / lat["png"],
-            json=lat["json"] and out / lat["json"],
-            bins=lat["bins"],
-            title="echo round trip",
-        )
+        round_trip_graph(self, self.cfg, title="echo round trip")
         self.echo = EchoCheckerOp(self, name="echo_check")
-        self.stats = StatsSinkOp(self, name="stats")
-        self.add_flow(self.peer, self.latency, {("results", "results")})
         self.add_flow(self.roce, self.echo, {("messages", "messages")})
-        self.add_flow(self.roce, self.stats, {("stats", "stats")})
 
 
 def run(cfg: dict[str, Any]) -> Report:

@@ -21,11 +21,12 @@ from roce_transceiver.config import ConfigError, load_config
 from roce_transceiver.config import reference_markdown as transceiver_reference
 from roce_transceiver.schema import (
     Field,
-    LinedDict,
     Section,
+    line_of,
     load_yaml_with_lines,
     render_markdown,
     validate,
+    with_overrides,
 )
 
 __all__ = ["APPS", "APP_SCHEMA", "ConfigError", "load_app_config", "reference_markdown"]
@@ -263,7 +264,7 @@ def load_app_config(
         load_yaml_with_lines(source) if isinstance(source, (str, Path)) else (source or {})
     )
     if overrides:
-        data = _with_overrides(data, overrides)
+        data = with_overrides(data, overrides)
     cfg = validate(APP_SCHEMA, data, source=origin)
     # The transceiver's own rules (keys together, MAC auto, ...) with their lines.
     section = data.get("transceiver") or {}
@@ -272,38 +273,11 @@ def load_app_config(
     return cfg
 
 
-def _with_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> LinedDict:
-    def copy(d: Mapping[str, Any]) -> LinedDict:
-        out = LinedDict()
-        out.update({k: copy(v) if isinstance(v, Mapping) else v for k, v in d.items()})
-        out.lines.update(getattr(d, "lines", {}))
-        return out
-
-    merged = copy(data)
-    for dotted, value in overrides.items():
-        node = merged
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            if not isinstance(node.get(part), Mapping):
-                node[part] = LinedDict()
-            node = node[part]
-        node[leaf] = value
-    return merged
-
-
-def _line(data: Mapping[str, Any], dotted: str) -> int | None:
-    node: Any = data
-    *parents, leaf = dotted.split(".")
-    for part in parents:
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return getattr(node, "lines", {}).get(leaf) if isinstance(node, Mapping) else None
-
-
 def _check_together(
     cfg: dict[str, Any], data: Mapping[str, Any], source: str | None, app: str | None
 ) -> None:
     def fail(message: str, key: str) -> ConfigError:
-        return ConfigError(message, key=key, source=source, line=_line(data, key))
+        return ConfigError(message, key=key, source=source, line=line_of(data, key))
 
     name = cfg["app"]["name"]
     if app is not None and name is not None and name != app:

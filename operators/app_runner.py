@@ -26,6 +26,7 @@ __all__ = [
     "main_for",
     "make_scheduler",
     "peer_network",
+    "round_trip_graph",
     "run_graph",
     "transceiver_op",
 ]
@@ -222,6 +223,44 @@ def peer_network(cfg: dict[str, Any]) -> Iterator[tuple[dict[str, Any], Any]]:
             yield joined, v
     except NetnsError as e:
         raise ConfigError(f"'namespace': {e}", key="peer.link") from None
+
+
+def round_trip_graph(app: Any, cfg: Mapping[str, Any], *, title: str, qec: Any = None) -> None:
+    """The part of the graph the round-trip apps share, set on ``app``: ``roce``
+    (RoceTransceiverOp), ``peer`` (RoundTripPeerOp, echo requests or ``qec``'s syndromes) ->
+    ``latency`` (LatencyStatsOp titled ``title``), and ``roce``'s counters -> ``stats``. The
+    app connects ``roce``'s messages to its own checker."""
+    from operators import LatencyStatsOp, RoundTripPeerOp, StatsSinkOp
+
+    out, lat, peer = Path(cfg["app"]["output_dir"]), cfg["latency"], cfg["peer"]
+    app.roce = transceiver_op(app, cfg)
+    app.peer = RoundTripPeerOp(
+        app,
+        name="qpu",
+        transceiver_op=app.roce,
+        count=cfg["app"]["count"],
+        size=peer["size"],
+        window=peer["window"],
+        rate=peer["rate"],
+        chunk=peer["chunk"],
+        link=peer["link"],
+        timeout_s=peer["timeout_s"],
+        seed=peer["seed"],
+        qec=qec,
+        progress_s=cfg["app"]["progress_s"],
+        namespace=app.namespace,
+    )
+    app.latency = LatencyStatsOp(
+        app,
+        name="latency",
+        png=lat["png"] and out / lat["png"],
+        json=lat["json"] and out / lat["json"],
+        bins=lat["bins"],
+        title=title,
+    )
+    app.stats = StatsSinkOp(app, name="stats")
+    app.add_flow(app.peer, app.latency, {("results", "results")})
+    app.add_flow(app.roce, app.stats, {("stats", "stats")})
 
 
 def run_graph(app: Any, cfg: Mapping[str, Any]) -> None:

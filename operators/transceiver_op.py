@@ -30,6 +30,7 @@ what is still coming, up to what the peer expects or ``drain_timeout_s``, and st
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
@@ -44,6 +45,8 @@ from roce_transceiver.frames import Frame
 from roce_transceiver.transceiver import Completion, Transceiver, TransceiverError
 
 __all__ = ["RoceTransceiverOp"]
+
+log = logging.getLogger(__name__)
 
 _FRAME_METADATA = (
     "frame_number",
@@ -127,7 +130,6 @@ class RoceTransceiverOp(Operator):
         self._drain_deadline = 0.0
         self._next_stats = 0.0
         self._frames: deque[Frame] = deque()
-        self.drain_timed_out = False
         super().__init__(fragment, *args, **kwargs)
 
     def setup(self, spec: OperatorSpec) -> None:
@@ -194,10 +196,16 @@ class RoceTransceiverOp(Operator):
             self.stop_execution()
 
     def _drained(self, t: Transceiver, frames_on: bool, now: float) -> bool:
-        if now >= self._drain_deadline:
-            self.drain_timed_out = self._expect is not None
-            return True
         if self._expect is None:
+            return True
+        if now >= self._drain_deadline:
+            log.warning(
+                "%s: the peer expected %d, %d came within drain_timeout_s=%g; stopping",
+                self.name,
+                self._expect,
+                self.emitted["frames"] + self.emitted["messages"],
+                self.drain_timeout_s,
+            )
             return True
         s = t.stats()
         taken = self.emitted["frames"] if frames_on else self.emitted["messages"]

@@ -17,11 +17,12 @@ from typing import Any
 from roce_transceiver.schema import (
     ConfigError,
     Field,
-    LinedDict,
     Section,
+    line_of,
     load_yaml_with_lines,
     render_markdown,
     validate,
+    with_overrides,
 )
 
 __all__ = ["SCHEMA", "ConfigError", "core_config", "load_config", "reference_markdown"]
@@ -273,26 +274,6 @@ SCHEMA = Section(
 )
 
 
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    node = data
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        nxt = node.get(part)
-        if not isinstance(nxt, dict):
-            nxt = {} if nxt is None else dict(nxt)
-            node[part] = nxt
-        node = nxt
-    node[parts[-1]] = value
-
-
-def _copy(data: Mapping[str, Any]) -> LinedDict:
-    """A deep copy that keeps the YAML line numbers of every mapping."""
-    out = LinedDict()
-    out.update({k: _copy(v) if isinstance(v, Mapping) else v for k, v in data.items()})
-    out.lines.update(getattr(data, "lines", {}))
-    return out
-
-
 def load_config(
     source: Mapping[str, Any] | str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
@@ -323,10 +304,7 @@ def load_config(
     else:
         data = source or {}
     if overrides:
-        merged = _copy(data)
-        for key, value in overrides.items():
-            _set_dotted(merged, key, value)
-        data = merged
+        data = with_overrides(data, overrides)
     cfg = validate(SCHEMA, data, source=origin, prefix=prefix)
     try:
         _check_together(cfg, data, origin)
@@ -338,15 +316,6 @@ def load_config(
     return cfg
 
 
-def _line_of(data: Mapping[str, Any], dotted: str) -> int | None:
-    """The YAML line of a dotted key, when the mapping came from a file."""
-    *parents, leaf = dotted.split(".")
-    node: Any = data
-    for part in parents:
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return getattr(node, "lines", {}).get(leaf) if isinstance(node, Mapping) else None
-
-
 def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | None) -> None:
     """Rules that involve more than one key."""
     if cfg["far_end"] == "gpu" and cfg["executor"] == "cpu":
@@ -354,11 +323,11 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             "far_end 'gpu' needs executor 'cuda' (or 'auto' on a GPU machine)",
             key="far_end",
             source=source,
-            line=_line_of(data, "far_end"),
+            line=line_of(data, "far_end"),
         )
 
     def fail(message: str, key: str) -> ConfigError:
-        return ConfigError(message, key=key, source=source, line=_line_of(data, key))
+        return ConfigError(message, key=key, source=source, line=line_of(data, key))
 
     if cfg["handler"] == "frames":
         if not cfg["completions"]:
@@ -385,7 +354,7 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             f"{cfg['peer']['ip']} is IPv{peer.version}, local.ip is IPv{local.version}",
             key="peer.ip",
             source=source,
-            line=_line_of(data, "peer.ip"),
+            line=line_of(data, "peer.ip"),
         )
 
 

@@ -21,9 +21,11 @@ __all__ = [
     "Field",
     "LinedDict",
     "Section",
+    "line_of",
     "load_yaml_with_lines",
     "render_markdown",
     "validate",
+    "with_overrides",
 ]
 
 
@@ -117,6 +119,43 @@ def load_yaml_with_lines(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError("the top level must be a mapping", key="(file)", source=str(p), line=1)
     return data
+
+
+def _copy(data: Mapping[str, Any]) -> LinedDict:
+    """A deep copy that keeps the YAML line numbers of every mapping."""
+    out = LinedDict()
+    out.update({k: _copy(v) if isinstance(v, Mapping) else v for k, v in data.items()})
+    out.lines.update(getattr(data, "lines", {}))
+    return out
+
+
+def with_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> LinedDict:
+    """A copy of ``data`` (its line numbers kept) with dotted keys set on top (command-line
+    flags: ``{"queues.rx_depth": 64}``); sections a key names are made where missing."""
+    merged = _copy(data)
+    for dotted, value in overrides.items():
+        node = merged
+        *parents, leaf = dotted.split(".")
+        for i, part in enumerate(parents):
+            if node.get(part) is None:
+                node[part] = LinedDict()
+            elif not isinstance(node[part], Mapping):
+                where = ".".join(parents[: i + 1])
+                raise ConfigError(
+                    f"is {node[part]!r}, not a mapping: cannot set {dotted}", key=where
+                )
+            node = node[part]
+        node[leaf] = value
+    return merged
+
+
+def line_of(data: Mapping[str, Any], dotted: str) -> int | None:
+    """The YAML line of a dotted key, when the mapping came from a file."""
+    *parents, leaf = dotted.split(".")
+    node: Any = data
+    for part in parents:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return getattr(node, "lines", {}).get(leaf) if isinstance(node, Mapping) else None
 
 
 def _type_name(t: type | tuple[type, ...]) -> str:

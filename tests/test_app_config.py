@@ -146,3 +146,12 @@ def test_app_help_lists_the_options():
     assert proc.returncode == 0
     for option in ("--config", "--count", "--executor", "--scheduler", "--set"):
         assert option in proc.stdout
+
+
+def test_override_into_a_value_that_is_not_a_section_is_an_error():
+    from roce_transceiver.config import load_config
+
+    with pytest.raises(ConfigError, match=r"queues: is 5, not a mapping: cannot set queues.rx"):
+        load_config({"queues": 5}, {"queues.rx_depth": 64})
+    cfg = load_app_config({"app": {"count": 3}}, {"peer.size": 64, "app.count": 7})
+    assert (cfg["peer"]["size"], cfg["app"]["count"]) == (64, 7)

@@ -201,3 +201,33 @@ def test_bad_transceiver_config_fails_at_compose_naming_the_key():
 
     with pytest.raises(ConfigError, match=r"queues\.rx_depth: 3"):
         App().run()
+
+
+class _FinishExpecting(Operator):
+    def __init__(self, fragment, *args, op, expect, **kwargs):
+        self.op, self.expect = op, expect
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec):
+        pass
+
+    def compute(self, op_input, op_output, context):
+        if self.op.transceiver is not None:
+            self.op.finish(expect=self.expect)
+            self.stop_execution()
+
+
+def test_drain_gives_up_after_its_timeout_and_says_so(caplog):
+    class App(Application):
+        def compose(self):
+            self.roce = RoceTransceiverOp(
+                self, name="roce", transceiver={**CPU, "handler": "sink"}, drain_timeout_s=0.2
+            )
+            self.add_flow(self.roce, _Sink(self, name="sink"), {("messages", "messages")})
+            self.add_operator(_FinishExpecting(self, name="finish", op=self.roce, expect=5))
+
+    app = App()
+    with caplog.at_level("WARNING", logger="operators.transceiver_op"):
+        _greedy(app, seconds=20)
+    assert app.roce.transceiver is None  # stopped, not waiting for what never came
+    assert "the peer expected 5, 0 came within drain_timeout_s=0.2" in caplog.text

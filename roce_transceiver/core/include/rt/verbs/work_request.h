@@ -32,12 +32,6 @@ struct WorkRequest {
   uint64_t compare = 0;
 
   bool signalled() const { return (fm_ce_se & 0x0C) == kCeAlways; }
-  uint32_t length() const {
-    if (inline_bytes) return inline_bytes;
-    uint32_t n = 0;
-    for (uint8_t i = 0; i < data_count; ++i) n += data[i].bytes;
-    return n;
-  }
 };
 
 enum class WqeStatus : uint8_t { kOk, kBadSegments, kBadInline, kUnsupported };
