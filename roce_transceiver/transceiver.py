@@ -100,6 +100,22 @@ def pick_executor(requested: str) -> tuple[str, str]:
     return "cpu", f"executor: auto picked cpu ({info['error'] or 'no GPU visible'})"
 
 
+def request_payloads(
+    size: int, payloads: list[bytes] | None, expected: list[bytes] | None
+) -> list[bytes]:
+    """A round trip's requests: ``payloads`` (checked against ``expected``) or one of ``size``
+    bytes; raises TransceiverError naming what does not fit."""
+    if payloads is None:
+        payloads = [bytes((i * 7 + 1) & 0xFF for i in range(size))]
+    if not payloads or len({len(p) for p in payloads}) != 1:
+        raise TransceiverError("roundtrip(): payloads must be non-empty and of one length")
+    if expected is not None and (
+        len(expected) != len(payloads) or len({len(e) for e in expected}) != 1
+    ):
+        raise TransceiverError("roundtrip(): one expected reply per payload, all one length")
+    return payloads
+
+
 class Transceiver:
     """Owns the queues, the loop and the far end; ``stop()`` frees everything."""
 
@@ -321,15 +337,7 @@ class Transceiver:
         as the window allows); each reply is checked against ``expected`` (in the
         same turn) or, without it, must echo its request."""
         self._require_running("roundtrip()")
-        if payloads is None:
-            base = bytes((i * 7 + 1) & 0xFF for i in range(size))
-            payloads = [base]
-        if not payloads or len({len(p) for p in payloads}) != 1:
-            raise TransceiverError("roundtrip(): payloads must be non-empty and of one length")
-        if expected is not None and (
-            len(expected) != len(payloads) or len({len(e) for e in expected}) != 1
-        ):
-            raise TransceiverError("roundtrip(): one expected reply per payload, all one length")
+        payloads = request_payloads(size, payloads, expected)
         interval_ns = 0 if not rate else int(1e9 / rate)
         try:
             r = self._core.run_far_end(

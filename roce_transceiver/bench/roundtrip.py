@@ -1,6 +1,10 @@
 """``roce-transceiver bench roundtrip`` and ``bench qec``: the echo and decoder
 loops through the loopback NIC, next to the latency floors of the same run.
 
+``mode="verbs"`` also runs the loop in Verbs mode (roce_transceiver.verbs_mode: the peer
+WRITEs and FETCH_ADDs, the serve loop answers with put_signal through the software ConnectX)
+on the same executor, one request at a time, and prints it next to the Ethernet mode's.
+
 Round trips are timed by the far end (where a request starts and its reply
 ends): the host clock for a CPU far end, %globaltimer for a GPU one. Each
 figure is printed with the floor it should be read against and the ratio:
@@ -19,6 +23,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
+
+import numpy as np
 
 from roce_transceiver.bench.floors import Percentiles, format_table, measure_floors
 from roce_transceiver.bench.machine import machine_info
@@ -45,9 +51,21 @@ def _loop_row(rt: RoundTrip) -> Percentiles | str:
     return p if p is not None else f"no replies ({rt.status}, sent {rt.sent})"
 
 
+def _loop_dict(rt: RoundTrip) -> dict[str, Any]:
+    row = _loop_row(rt)
+    return {
+        "latency": row.as_dict() if isinstance(row, Percentiles) else row,
+        "replies": rt.received,
+        "sent": rt.sent,
+        "wrong": rt.wrong,
+        "bad_frames": rt.bad_frames,
+        "messages_per_s": rt.messages_per_s,
+        "status": rt.status,
+    }
+
+
 def _report(
-    title: str,
-    rt: RoundTrip,
+    loops: dict[str, RoundTrip],
     floors: dict[str, Percentiles | str],
     executor: str,
     far_end: str,
@@ -55,51 +73,92 @@ def _report(
     json_path: str | None,
     out: TextIO,
 ) -> dict[str, Any]:
-    loop = _loop_row(rt)
-    rows: dict[str, Percentiles | str] = {title: loop, **floors}
-    print(format_table(rows, "us"), file=out)
-    ratios: dict[str, float] = {}
+    """The table (every loop, then the floors), ratios to the reference floor, JSON. The first
+    loop is the benchmark's own; its figures are the top-level keys of the JSON."""
+    rows: dict[str, Percentiles | str] = {name: _loop_row(rt) for name, rt in loops.items()}
+    print(format_table({**rows, **floors}, "us"), file=out)
     ref = _reference_floor(executor, far_end)
-    if isinstance(loop, Percentiles):
+    ratios: dict[str, float] = {}
+    for name, row in rows.items():
+        if not isinstance(row, Percentiles):
+            continue
         if isinstance(floors.get(ref), Percentiles):
-            ratios[f"p50 / {ref} p50"] = loop.p50 / floors[ref].p50  # type: ignore[union-attr]
+            ratios[f"{name} p50 / {ref} p50"] = row.p50 / floors[ref].p50  # type: ignore[union-attr]
         launch = floors.get("launch_per_message")
         if isinstance(launch, Percentiles):
-            ratios["launch_per_message p50 / p50"] = launch.p50 / loop.p50
+            ratios[f"launch_per_message p50 / {name} p50"] = launch.p50 / row.p50
     for k, v in ratios.items():
         print(f"  {k}: {v:.2f}", file=out)
-    print(
-        f"  {rt.received}/{rt.sent} replies, {rt.wrong} wrong, {rt.bad_frames} bad frames, "
-        f"{rt.messages_per_s:,.0f} msgs/s, status {rt.status}",
-        file=out,
-    )
+    for name, rt in loops.items():
+        print(
+            f"  {name}: {rt.received}/{rt.sent} replies, {rt.wrong} wrong, {rt.bad_frames} bad "
+            f"frames, {rt.messages_per_s:,.0f} msgs/s, status {rt.status}",
+            file=out,
+        )
+    title, main = next(iter(loops.items()))
     result: dict[str, Any] = {
         "benchmark": title,
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "executor": executor,
         "far_end": far_end,
         **extra,
-        "loop": loop.as_dict() if isinstance(loop, Percentiles) else loop,
+        "loop": _loop_dict(main)["latency"],
+        "loops": {name: _loop_dict(rt) for name, rt in loops.items()},
         "floors": {k: v.as_dict() if isinstance(v, Percentiles) else v for k, v in floors.items()},
         "ratios": ratios,
-        "replies": rt.received,
-        "sent": rt.sent,
-        "wrong": rt.wrong,
-        "bad_frames": rt.bad_frames,
-        "messages_per_s": rt.messages_per_s,
-        "status": rt.status,
+        **{k: v for k, v in _loop_dict(main).items() if k != "latency"},
+        # Exit status: every loop complete and right.
+        "all_done": all(rt.status == "done" and rt.wrong == 0 for rt in loops.values()),
         "machine": machine_info(),
     }
-    if isinstance(loop, Percentiles):
-        p = loop.to("us")
-        print(
-            f"{title}: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us over {p.count} round trips "
-            + "; ".join(f"{k} {v:.2f}" for k, v in ratios.items()),
-            file=out,
-        )
+    for name, row in rows.items():
+        if isinstance(row, Percentiles):
+            p = row.to("us")
+            print(
+                f"{name}: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us over {p.count} round trips",
+                file=out,
+            )
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _verbs_loop(
+    executor: str,
+    handler: str,
+    count: int,
+    out: TextIO,
+    size: int = 32,
+    payloads: list[bytes] | None = None,
+    expected: list[bytes] | None = None,
+    distance: int = 3,
+) -> tuple[RoundTrip, dict[str, Any]]:
+    """The same loop in Verbs mode, one request at a time (a warm-up run first)."""
+    from roce_transceiver.verbs_mode import VerbsLoopback
+
+    with VerbsLoopback(handler, executor=executor, distance=distance) as v:
+        print(f"verbs mode: {v.executor_reason}", file=out)
+        v.roundtrip(min(count, 1000), size, payloads=payloads, expected=expected)
+        rt = v.roundtrip(
+            count, size, payloads=payloads, expected=expected, timeout=max(10.0, count * 1e-3)
+        )
+    stats = v.stats()
+    if v.landed_ns.size:
+        landed = Percentiles.from_samples(v.landed_ns.astype(np.float64), "ns").to("us")
+        stats["landed_us"] = landed.as_dict()
+        print(
+            f"verbs mode: request landed (our ATOMIC ACK back at the peer) p50 {landed.p50:.2f} "
+            f"us, p99 {landed.p99:.2f} us; the rest of each round trip is the reply's",
+            file=out,
+        )
+    print(
+        f"verbs mode: serve loop {stats['server']['state']}, {stats['server']['served']} "
+        f"served; software ConnectX {stats['port']['wqes']} WQEs, {stats['port']['completions']} "
+        f"completions, {stats['port']['errors']} errors, {stats['port']['retransmits']} "
+        "retransmits",
+        file=out,
+    )
+    return rt, stats
 
 
 def _express_use(t: Transceiver, out: TextIO) -> dict[str, Any]:
@@ -121,8 +180,10 @@ def run_roundtrip(
     express: bool = True,
     json_path: str | None = None,
     out: TextIO = sys.stdout,
+    mode: str = "ethernet",
 ) -> dict[str, Any]:
-    """Echo ping-pong (window 1) of ``count`` ``size``-byte messages, then the floors."""
+    """Echo ping-pong (window 1) of ``count`` ``size``-byte messages, then the floors; with
+    ``mode="verbs"`` the Verbs-mode loop too, on the same executor."""
     config = {
         "executor": executor,
         "far_end": far_end,
@@ -136,9 +197,13 @@ def run_roundtrip(
         t.roundtrip(count=min(count, 1000), size=size)  # warm-up: caches, clocks, first faults
         rt = t.roundtrip(count=count, size=size, timeout=max(10.0, count * 1e-4))
         used = t.executor
+    extra: dict[str, Any] = {"size": size, "count": count, "transport": transport, "mode": mode}
+    extra.update(_express_use(t, out))
+    loops = {"echo": rt}
+    if mode == "verbs":
+        loops["echo verbs"], extra["verbs"] = _verbs_loop(used, "echo", count, out, size=size)
     floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=size)
-    extra = {"size": size, "count": count, "transport": transport, **_express_use(t, out)}
-    return _report("echo", rt, floors, used, far_end, extra, json_path, out)
+    return _report(loops, floors, used, far_end, extra, json_path, out)
 
 
 def run_qec(
@@ -154,6 +219,7 @@ def run_qec(
     seed: int = 1,
     json_path: str | None = None,
     out: TextIO = sys.stdout,
+    mode: str = "ethernet",
 ) -> dict[str, Any]:
     """The decoder loop at an offered ``rate`` (None: as fast as ``window`` allows);
     every correction is checked against the Python decoder."""
@@ -181,15 +247,21 @@ def run_qec(
             timeout=max(10.0, count * 1e-4),
         )
         used = t.executor
-    floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=len(requests[0]))
-    extra = {
+    extra: dict[str, Any] = {
         "distance": distance,
         "count": count,
         "rate": rate,
         "window": window,
+        "mode": mode,
         **_express_use(t, out),
     }
-    return _report("qec", rt, floors, used, far_end, extra, json_path, out)
+    loops = {"qec": rt}
+    if mode == "verbs":  # one syndrome at a time: Verbs mode's loop here is a ping-pong
+        loops["qec verbs"], extra["verbs"] = _verbs_loop(
+            used, "qec", count, out, payloads=requests, expected=expected, distance=distance
+        )
+    floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=len(requests[0]))
+    return _report(loops, floors, used, far_end, extra, json_path, out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

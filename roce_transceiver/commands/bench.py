@@ -141,6 +141,13 @@ def _loop_options(p: argparse.ArgumentParser) -> None:
         dest="express",
         help="every packet takes the general path (the express path's baseline)",
     )
+    p.add_argument(
+        "--mode",
+        choices=("ethernet", "verbs"),
+        default="ethernet",
+        help="verbs: also run the loop in Verbs mode (one-sided WRITE + FETCH_ADD in, "
+        "put_signal out, through the software ConnectX) and print both",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -158,11 +165,12 @@ def _run_loop(args: argparse.Namespace, name: str, options: dict[str, object]) -
             floor_iterations=args.floor_iterations,
             express=args.express,
             json_path=args.json,
+            mode=args.mode,
             **options,
         )
     except (TransceiverError, ValueError) as e:
         raise CommandError(f"bench {name}: {e}") from None
-    return 0 if r["status"] == "done" and r["wrong"] == 0 else 1
+    return 0 if r["all_done"] else 1
 
 
 def run_roundtrip(args: argparse.Namespace) -> int:

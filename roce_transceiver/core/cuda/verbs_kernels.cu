@@ -11,6 +11,7 @@
 #include "rt/cuda/gpunetio_info.h"
 #include "rt/cuda/verbs_launch.h"
 #include "rt/device_clock.h"
+#include "rt/verbs/serve_loop.h"
 
 #ifndef RT_GPUNETIO_SOURCE
 #define RT_GPUNETIO_SOURCE "unknown"
@@ -74,7 +75,117 @@ __global__ void put_signal_loop_kernel(doca_gpu_dev_verbs_qp* qp, PutSignalParam
   *out = r;
 }
 
+// serve_loop's queue pair on the GPU: GPUNetIO's own put_signal and CQ poll.
+struct DeviceQueuePair {
+  doca_gpu_dev_verbs_qp* qp;
+
+  __device__ uint64_t put_signal(const verbs::PutSignal& p) {
+    __threadfence_system();  // the reply's bytes reach host memory before the doorbell
+    doca_gpu_dev_verbs_ticket_t ticket;
+    doca_gpu_dev_verbs_put_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD,
+                                  DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU,
+                                  DOCA_GPUNETIO_VERBS_NIC_HANDLER_CPU_PROXY>(
+        qp, {p.raddr, p.rkey}, {p.laddr, p.lkey}, p.bytes, {p.signal_raddr, p.signal_rkey},
+        {p.sink_laddr, p.lkey}, 1, &ticket);
+    return ticket;
+  }
+  __device__ int poll(uint64_t ticket) { return poll_one(qp, ticket, 0); }
+  __device__ void idle() {}  // a spinning thread costs no one else here: the SM is ours
+};
+
+// `warm_up`: return at once (the constructor's run, see verbs_launch.h).
+__global__ void serve_kernel(doca_gpu_dev_verbs_qp* qp, verbs::ServeDesc d,
+                             verbs::ServeShared* shared, const uint32_t* stop, bool warm_up) {
+  if (warm_up) return;
+  DeviceQueuePair q{qp};
+  verbs::serve_loop(d, q, shared, stop);
+}
+
+// Waits for a kernel on `stream` up to `seconds`; true when it ended.
+bool wait_for(cudaStream_t stream, double seconds, cudaError_t* err) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    *err = cudaStreamQuery(stream);
+    if (*err != cudaErrorNotReady) return true;
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 }  // namespace
+
+struct ServeKernel::Impl {
+  doca_gpu_dev_verbs_qp* qp = nullptr;
+  verbs::ServeDesc desc{};
+  cudaStream_t stream = nullptr, control = nullptr;
+  verbs::ServeShared* shared = nullptr;  // pinned, mapped
+  uint32_t* stop = nullptr;              // device memory
+  bool launched = false, ended = false;
+};
+
+ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc) : impl_(new Impl) {
+  Impl& m = *impl_;
+  m.qp = static_cast<doca_gpu_dev_verbs_qp*>(const_cast<void*>(qp));
+  m.desc = desc;
+  m.desc.lkey = be32(desc.lkey);
+  m.desc.peer_ring_rkey = be32(desc.peer_ring_rkey);
+  m.desc.peer_signal_rkey = be32(desc.peer_signal_rkey);
+  try {
+    check(cudaHostAlloc(&m.shared, sizeof *m.shared, cudaHostAllocMapped), "cudaHostAlloc");
+    *m.shared = verbs::ServeShared{};
+    check(cudaMalloc(&m.stop, sizeof *m.stop), "cudaMalloc(stop flag)");
+    check(cudaMemset(m.stop, 0, sizeof *m.stop), "cudaMemset(stop flag)");
+    check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&m.control, cudaStreamNonBlocking), "cudaStreamCreate");
+    serve_kernel<<<1, 1, 0, m.stream>>>(m.qp, m.desc, m.shared, m.stop, true);
+    check(cudaGetLastError(), "serve kernel (warm-up) launch");
+    check(cudaStreamSynchronize(m.stream), "serve kernel (warm-up)");
+  } catch (...) {
+    if (m.stream) cudaStreamDestroy(m.stream);
+    if (m.control) cudaStreamDestroy(m.control);
+    cudaFree(m.stop);
+    cudaFreeHost(m.shared);
+    delete impl_;
+    throw;
+  }
+}
+
+void ServeKernel::launch() {
+  if (impl_->launched) throw std::logic_error("ServeKernel: already launched");
+  serve_kernel<<<1, 1, 0, impl_->stream>>>(impl_->qp, impl_->desc, impl_->shared, impl_->stop,
+                                           false);
+  check(cudaGetLastError(), "serve kernel launch");
+  impl_->launched = true;
+}
+
+void ServeKernel::request_stop() {
+  static const uint32_t one = 1;
+  check(cudaMemcpyAsync(impl_->stop, &one, sizeof one, cudaMemcpyHostToDevice, impl_->control),
+        "cudaMemcpyAsync(stop flag)");
+  check(cudaStreamSynchronize(impl_->control), "stop request");
+}
+
+bool ServeKernel::wait(double timeout_s) {
+  if (!impl_->launched || impl_->ended) return true;
+  cudaError_t err = cudaSuccess;
+  if (!wait_for(impl_->stream, timeout_s, &err)) return false;
+  impl_->ended = true;
+  check(err, "serve kernel");
+  return true;
+}
+
+const verbs::ServeShared& ServeKernel::shared() const { return *impl_->shared; }
+
+ServeKernel::~ServeKernel() {
+  Impl& m = *impl_;
+  if (!m.launched || m.ended || cudaStreamQuery(m.stream) != cudaErrorNotReady) {
+    cudaStreamDestroy(m.stream);
+    cudaStreamDestroy(m.control);
+    cudaFree(m.stop);
+    cudaFreeHost(m.shared);
+  }  // else the kernel may still run: its memory stays (a leak beats a crash)
+  delete impl_;
+}
 
 PutSignalResult put_signal_loop(const PutSignalParams& params) {
   PutSignalParams p = params;

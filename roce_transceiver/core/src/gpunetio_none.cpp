@@ -23,4 +23,21 @@ PutSignalResult put_signal_loop(const PutSignalParams&) {
                            gpunetio_info().source + ")");
 }
 
+struct ServeKernel::Impl {};
+
+ServeKernel::ServeKernel(const void*, const verbs::ServeDesc&) : impl_(nullptr) {
+  throw std::runtime_error("Verbs mode on the GPU: this build has no GPUNetIO device API (" +
+                           gpunetio_info().source +
+                           "); the cpu executor runs Verbs mode without it");
+}
+
+ServeKernel::~ServeKernel() = default;
+void ServeKernel::launch() {}
+void ServeKernel::request_stop() {}
+bool ServeKernel::wait(double) { return true; }
+const verbs::ServeShared& ServeKernel::shared() const {
+  static const verbs::ServeShared none{};
+  return none;
+}
+
 }  // namespace rt::cuda

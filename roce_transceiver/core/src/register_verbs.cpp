@@ -6,12 +6,15 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "register.h"
 #include "rt/cuda/verbs_launch.h"
 #include "rt/host/doca_probe.h"
 #include "rt/host/transceiver.h"
 #include "rt/host/verbs_port.h"
+#include "rt/host/verbs_requester.h"
+#include "rt/host/verbs_server.h"
 #include "rt/host/wire.h"
 #include "rt/verbs/descriptor.h"
 #include "rt/verbs/soft_connectx.h"
@@ -22,6 +25,15 @@ namespace rt::py {
 namespace {
 
 using verbs::SoftConnectX;
+
+// d[key], bytes of exactly `n` (a MAC or an IPv4 address), into dst.
+void copy_exact(const pb::dict& d, const char* what, const char* key, uint8_t* dst, size_t n) {
+  const std::string b = d[key].cast<pb::bytes>();
+  if (b.size() != n)
+    throw std::invalid_argument(std::string(what) + ": " + key + " must be " + std::to_string(n) +
+                                " bytes");
+  std::memcpy(dst, b.data(), n);
+}
 
 verbs::SoftConnectXConfig nic_config(const pb::dict& d,
                                      std::initializer_list<const char*> extra = {}) {
@@ -49,13 +61,7 @@ verbs::SoftConnectXConfig nic_config(const pb::dict& d,
   if (auto v = get("retries"); !v.is_none()) c.retries = v.cast<uint32_t>();
   if (auto v = get("udp_sport"); !v.is_none()) c.addressing.src_port = v.cast<uint16_t>();
   auto copy = [&](const char* k, uint8_t* dst, size_t n) {
-    if (auto v = get(k); !v.is_none()) {
-      const std::string b = v.cast<pb::bytes>();
-      if (b.size() != n)
-        throw std::invalid_argument(std::string("SoftConnectX: ") + k + " must be " +
-                                    std::to_string(n) + " bytes");
-      std::memcpy(dst, b.data(), n);
-    }
+    if (d.contains(k)) copy_exact(d, "SoftConnectX", k, dst, n);
   };
   copy("local_mac", c.addressing.src_mac, 6);
   copy("peer_mac", c.addressing.dst_mac, 6);
@@ -170,9 +176,120 @@ host::VerbsPortConfig port_config(const pb::dict& d) {
 
 uint64_t address(const uint8_t* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); }
 
+// A dict's keys, all of them known: a misspelt key is an error, not a silent default.
+void only_keys(const pb::dict& d, const char* what, std::initializer_list<const char*> known) {
+  for (const auto item : d) {
+    const std::string k = pb::str(item.first);
+    bool ok = false;
+    for (const char* n : known) ok = ok || k == n;
+    if (!ok) throw std::invalid_argument(std::string(what) + ": unknown key " + k);
+  }
+}
+
+host::VerbsServeConfig serve_config(const pb::dict& d) {
+  only_keys(d, "VerbsServer",
+            {"request_region", "signal_region", "slots", "slot_bytes", "peer_ring",
+             "peer_ring_rkey", "peer_signal", "peer_signal_rkey", "max_requests",
+             "completion_timeout_s", "stop_timeout_s"});
+  host::VerbsServeConfig c;
+  const auto set = [&](const char* k, auto& field) {
+    if (d.contains(k)) field = d[k].cast<std::decay_t<decltype(field)>>();
+  };
+  set("request_region", c.request_region);
+  set("signal_region", c.signal_region);
+  set("slots", c.slots);
+  set("slot_bytes", c.slot_bytes);
+  set("peer_ring", c.peer_ring);
+  set("peer_ring_rkey", c.peer_ring_rkey);
+  set("peer_signal", c.peer_signal);
+  set("peer_signal_rkey", c.peer_signal_rkey);
+  set("max_requests", c.max_requests);
+  set("completion_timeout_s", c.completion_timeout_s);
+  set("stop_timeout_s", c.stop_timeout_s);
+  return c;
+}
+
+host::VerbsRequestParams request_params(const pb::dict& d) {
+  only_keys(d, "run_verbs_requests",
+            {"payloads", "payload_len", "expected", "expected_len", "count", "timeout_s", "dest_qp",
+             "src_mac", "dst_mac", "src_ip", "dst_ip", "ring_va", "ring_rkey", "signal_va",
+             "signal_rkey", "slots", "slot_bytes", "first_psn", "first_request"});
+  host::VerbsRequestParams p;
+  const std::string pl = d["payloads"].cast<pb::bytes>();
+  p.far.payloads.assign(pl.begin(), pl.end());
+  p.far.payload_len = d["payload_len"].cast<uint32_t>();
+  if (d.contains("expected")) {
+    const std::string ex = d["expected"].cast<pb::bytes>();
+    p.far.expected.assign(ex.begin(), ex.end());
+    p.far.expected_len = d["expected_len"].cast<uint32_t>();
+  }
+  p.far.count = d["count"].cast<uint32_t>();
+  p.far.timeout_s = d["timeout_s"].cast<double>();
+  p.spec.dest_qp = d["dest_qp"].cast<uint32_t>();
+  copy_exact(d, "run_verbs_requests", "src_mac", p.spec.src_mac, 6);
+  copy_exact(d, "run_verbs_requests", "dst_mac", p.spec.dst_mac, 6);
+  copy_exact(d, "run_verbs_requests", "src_ip", p.spec.src_ip, 4);
+  copy_exact(d, "run_verbs_requests", "dst_ip", p.spec.dst_ip, 4);
+  p.ring_va = d["ring_va"].cast<uint64_t>();
+  p.ring_rkey = d["ring_rkey"].cast<uint32_t>();
+  p.signal_va = d["signal_va"].cast<uint64_t>();
+  p.signal_rkey = d["signal_rkey"].cast<uint32_t>();
+  p.slots = d["slots"].cast<uint32_t>();
+  p.slot_bytes = d["slot_bytes"].cast<uint32_t>();
+  p.first_psn = d["first_psn"].cast<uint32_t>();
+  p.first_request = d["first_request"].cast<uint64_t>();
+  return p;
+}
+
 }  // namespace
 
 void register_verbs(pb::module_& m) {
+  pb::class_<host::VerbsServer>(m, "VerbsServer")
+      .def(pb::init([](host::VerbsPort& port, host::Transceiver& ours, const pb::dict& d) {
+             return std::make_unique<host::VerbsServer>(port, ours, serve_config(d));
+           }),
+           pb::keep_alive<1, 2>(), pb::keep_alive<1, 3>())
+      .def("start", &host::VerbsServer::start)
+      .def("stop", &host::VerbsServer::stop, pb::call_guard<pb::gil_scoped_release>())
+      .def_property_readonly("on_gpu", &host::VerbsServer::on_gpu)
+      .def("stats", [](const host::VerbsServer& s) {
+        const verbs::ServeShared v = s.stats();
+        pb::dict out;
+        out["served"] = v.served;
+        out["completed"] = v.completed;
+        out["handler_errors"] = v.handler_errors;
+        out["state"] = host::serve_state_name(v.state);
+        out["cq_status"] = v.cq_status;
+        return out;
+      });
+  m.def(
+      "run_verbs_requests",
+      [](host::Transceiver& ours, host::Transceiver& peer, const pb::dict& d) {
+        host::VerbsRequestParams p = request_params(d);
+        host::VerbsRequestRun run;
+        {
+          pb::gil_scoped_release nogil;
+          run = host::run_verbs_requests(ours, peer, p);
+        }
+        const FarEndResult& r = run.run.result;
+        pb::dict out;
+        out["status"] = r.status == uint32_t(FarEndStatus::kDone) ? "done" : "timeout";
+        out["sent"] = r.sent;
+        out["received"] = r.received;
+        out["wrong"] = r.wrong;
+        out["bad_frames"] = r.bad_frames;
+        out["ring_full"] = r.ring_full;
+        out["elapsed_ns"] = r.elapsed_ns;
+        out["rtt_ns"] = pb::bytes(reinterpret_cast<const char*>(run.run.rtt_ns.data()),
+                                  run.run.rtt_ns.size() * sizeof(uint64_t));
+        out["landed_ns"] = pb::bytes(reinterpret_cast<const char*>(run.landed_ns.data()),
+                                     run.landed_ns.size() * sizeof(uint64_t));
+        out["next_psn"] = run.next_psn;
+        out["reply_errors"] = run.reply_errors;
+        return out;
+      },
+      "Verbs mode's loopback peer: `count` ping-pong requests (WRITE + FETCH_ADD into ours), "
+      "each reply seen on the peer's signal word.");
   m.def("doca_probe", [](const std::string& sdk_path) {
     const host::DocaProbe p = host::probe_doca(sdk_path);
     pb::dict d;

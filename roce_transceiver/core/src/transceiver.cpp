@@ -246,8 +246,19 @@ void Transceiver::start() {
 void Transceiver::cpu_loop() {
   if (cfg_.cpu_core >= 0) pin_to_core(cfg_.cpu_core);
   EngineState& st = *reinterpret_cast<EngineState*>(state_.host());
-  while (!stop_.load(std::memory_order_acquire))
-    if (engine_step<Scope::kSystem>(desc_, st) == 0) spin_pause();
+  // Idle: spin, and now and then let other threads run. With more spinning threads than cores
+  // (two engines, a NIC thread and a peer on a 2-core machine) a pure spin holds the core for
+  // a whole time slice (milliseconds) while the thread it waits for cannot run.
+  uint32_t idle = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (engine_step<Scope::kSystem>(desc_, st) != 0) {
+      idle = 0;
+    } else if (++idle % 1024 == 0) {
+      std::this_thread::yield();
+    } else {
+      spin_pause();
+    }
+  }
   publish<Scope::kSystem>(st.tally, desc_.counters);  // stats() after stop() are exact
 }
 
@@ -551,6 +562,18 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   collect_ci_ = run.result.tx_end;
   far_psn_ = psn_add(far_psn_, run.result.sent);
   return run;
+}
+
+uint8_t* Transceiver::region_data(size_t index) const {
+  const CallGuard guard(*this, "region_data()");
+  if (index >= regions_.size())
+    throw std::out_of_range("region " + std::to_string(index) + ": only " +
+                            std::to_string(regions_.size()) + " configured");
+  return regions_[index].data();
+}
+
+size_t Transceiver::region_bytes(size_t index) const {
+  return index < regions_.size() ? regions_[index].size() : 0;
 }
 
 std::vector<uint8_t> Transceiver::read_region(size_t index, size_t offset, size_t len) const {

@@ -79,11 +79,11 @@ RT_HD inline uint32_t load_acquire(const uint32_t* p) {
 #if RT_DEVICE_CODE
   uint32_t* q = const_cast<uint32_t*>(p);
   if constexpr (S == Scope::kSystem)
-    return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*q).load(
-        cuda::memory_order_acquire);
+    return ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_system>(*q).load(
+        ::cuda::memory_order_acquire);
   else
-    return cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*q).load(
-        cuda::memory_order_acquire);
+    return ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_device>(*q).load(
+        ::cuda::memory_order_acquire);
 #else
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 #endif
@@ -93,9 +93,11 @@ template <Scope S>
 RT_HD inline void store_release(uint32_t* p, uint32_t v) {
 #if RT_DEVICE_CODE
   if constexpr (S == Scope::kSystem)
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_release);
+    ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_system>(*p).store(
+        v, ::cuda::memory_order_release);
   else
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*p).store(v, cuda::memory_order_release);
+    ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_device>(*p).store(
+        v, ::cuda::memory_order_release);
 #else
   __atomic_store_n(p, v, __ATOMIC_RELEASE);
 #endif
@@ -107,9 +109,11 @@ template <Scope S>
 RT_HD inline void store_relaxed(uint64_t* p, uint64_t v) {
 #if RT_DEVICE_CODE
   if constexpr (S == Scope::kSystem)
-    cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_relaxed);
+    ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_system>(*p).store(
+        v, ::cuda::memory_order_relaxed);
   else
-    cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).store(v, cuda::memory_order_relaxed);
+    ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_device>(*p).store(
+        v, ::cuda::memory_order_relaxed);
 #else
   __atomic_store_n(p, v, __ATOMIC_RELAXED);
 #endif
@@ -142,11 +146,11 @@ RT_HD inline uint64_t load_relaxed(const uint64_t* p) {
 #if RT_DEVICE_CODE
   uint64_t* q = const_cast<uint64_t*>(p);
   if constexpr (S == Scope::kSystem)
-    return cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*q).load(
-        cuda::memory_order_relaxed);
+    return ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_system>(*q).load(
+        ::cuda::memory_order_relaxed);
   else
-    return cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*q).load(
-        cuda::memory_order_relaxed);
+    return ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_device>(*q).load(
+        ::cuda::memory_order_relaxed);
 #else
   return __atomic_load_n(p, __ATOMIC_RELAXED);
 #endif
@@ -158,9 +162,9 @@ template <Scope S>
 RT_HD inline void fence_acquire() {
 #if RT_DEVICE_CODE
   if constexpr (S == Scope::kSystem)
-    cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
+    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_system);
   else
-    cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
+    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
 #else
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
 #endif

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "rt/verbs/serve_loop.h"
+
 namespace rt::cuda {
 
 // `count` put_signals, one at a time, each waited for: `size` bytes from the local address
@@ -34,5 +36,28 @@ struct PutSignalResult {
 };
 
 PutSignalResult put_signal_loop(const PutSignalParams& p);
+
+// Verbs mode's persistent loop on the GPU: verbs/serve_loop.h over GPUNetIO's device API,
+// one thread. Keys in `desc` are the mkeys as numbers (stored big-endian for the API here).
+// The constructor allocates everything and runs the kernel once with nothing to do, so that
+// loading it and sizing its stack are over before any persistent kernel runs (both wait for
+// running kernels); launch() is then only a launch. `shared` is host memory the GPU maps.
+class ServeKernel {
+ public:
+  ServeKernel(const void* qp, const verbs::ServeDesc& desc);
+  ~ServeKernel();
+  ServeKernel(const ServeKernel&) = delete;
+  ServeKernel& operator=(const ServeKernel&) = delete;
+
+  void launch();
+  void request_stop();
+  // Waits up to `timeout_s` for the kernel to end; true when it has. Throws on a kernel fault.
+  bool wait(double timeout_s);
+  const verbs::ServeShared& shared() const;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
 
 }  // namespace rt::cuda

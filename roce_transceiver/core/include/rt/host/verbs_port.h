@@ -52,6 +52,9 @@ class VerbsPort {
   // For tests without a GPU: the send ring and the doorbell, written as the device would.
   uint8_t* send_ring() const { return sq_.host(); }
   void ring(uint64_t producer);
+  // For a host-driven queue pair (host_queue_pair.h): the completions, as the device polls them.
+  const uint8_t* completion_ring() const { return cq_.host(); }
+  const VerbsPortConfig& config() const { return cfg_; }
 
   VerbsPortStats stats() const;
 

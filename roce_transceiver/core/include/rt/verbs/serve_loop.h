@@ -1,0 +1,191 @@
+// Verbs mode's data path (docs/verbs_mode.md, "The exchange"): one-sided, as NVSHMEM and NCCL
+// GIN do it. A request lands in slot i % slots of our ring by the peer's RDMA WRITE, followed
+// by its FETCH_ADD of 1 on our signal word; the loop waits on the signal, runs the handler
+// (the Ethernet mode's, handlers/dispatch.h) and answers with a put_signal: an RDMA WRITE into
+// the same slot of the peer's ring, then a FETCH_ADD of 1 on the peer's signal word.
+//
+// The queue pair is a policy, so the same loop runs in the persistent kernel (GPUNetIO's
+// device API, cuda/verbs_kernels.cu) and on a CPU thread (WQEs written by the host,
+// host/host_queue_pair.h), both against the software ConnectX:
+//   uint64_t put_signal(const PutSignal&)  posts the WRITE and the FETCH_ADD, returns a ticket
+//   int poll(uint64_t ticket)              0 done, EBUSY not yet, anything else an error
+//   void idle()                            nothing to do this turn (a CPU thread may yield)
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+
+#include "rt/handlers/dispatch.h"
+#include "rt/platform.h"
+
+namespace rt::verbs {
+
+// Every slot, request or reply, starts with this header (little-endian); the payload follows.
+constexpr uint32_t kSlotHeaderBytes = 8;
+constexpr uint32_t kSlotLenOffset = 0;     // u32: payload bytes
+constexpr uint32_t kSlotStatusOffset = 4;  // u32: 0, or the handler's error (replies)
+// Tickets of the replies in flight live in the loop's registers / stack: one per slot.
+constexpr uint32_t kMaxServeSlots = 64;
+
+enum ServeStatus : uint32_t {
+  kReplyOk = 0,
+  kReplyRequestTooLong = 1,  // the request's length field is beyond its slot
+  kReplyHandlerError = 2,    // the handler refused the request (e.g. a short QEC syndrome)
+};
+
+// Why the loop ended (ServeShared::state).
+enum ServeState : uint32_t {
+  kServeRunning = 0,
+  kServeStopped = 1,       // asked to stop
+  kServeNoCompletion = 2,  // a reply's completion did not come within completion_timeout_ns
+  kServeCqError = 3,       // a reply completed with an error (ServeShared::cq_status)
+  kServeDone = 4,          // served max_requests and saw every completion
+};
+
+struct ServeDesc {
+  const uint8_t* requests = nullptr;  // our ring: slots x slot_bytes, written by the peer
+  const uint64_t* signal = nullptr;   // requests landed so far (the peer's FETCH_ADDs)
+  uint32_t slots = 16;
+  uint32_t slot_bytes = 256;
+  HandlerDesc handler{};
+  uint8_t* staging = nullptr;  // replies are built here: slots x slot_bytes, then 8 bytes per
+  uint64_t staging_addr = 0;   // slot for the FETCH_ADD's result; its address in WQEs
+  uint32_t lkey = 0;
+  uint64_t peer_ring = 0;  // the peer's ring (slots x slot_bytes) and signal word
+  uint32_t peer_ring_rkey = 0;
+  uint64_t peer_signal = 0;
+  uint32_t peer_signal_rkey = 0;
+  uint64_t max_requests = 0;  // 0: until stopped
+  uint64_t completion_timeout_ns = 1000000000ull;
+};
+
+// Written by the loop, read by the host while it runs (relaxed, one writer).
+struct ServeShared {
+  uint64_t served = 0;     // requests answered (put_signal posted)
+  uint64_t completed = 0;  // of those, completions seen
+  uint64_t handler_errors = 0;
+  uint64_t state = kServeRunning;
+  uint64_t cq_status = 0;
+};
+
+struct PutSignal {
+  uint64_t raddr;
+  uint32_t rkey;
+  uint64_t laddr;
+  uint32_t lkey;
+  uint32_t bytes;
+  uint64_t signal_raddr;
+  uint32_t signal_rkey;
+  uint64_t sink_laddr;  // where the FETCH_ADD's old value lands
+};
+
+RT_HD inline uint32_t slot_le32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+RT_HD inline void slot_store_le32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+
+// Builds the reply to the request in slot `slot` into its staging slot; returns its bytes,
+// header included. A request the handler cannot take is answered with an empty payload and a
+// status, so that the peer's count of replies stays the count of its requests.
+RT_HD inline uint32_t serve_one(const ServeDesc& d, uint32_t slot, uint64_t* handler_errors) {
+  const uint8_t* req = d.requests + size_t(slot) * d.slot_bytes;
+  uint8_t* out = d.staging + size_t(slot) * d.slot_bytes;
+  const uint32_t room = d.slot_bytes - kSlotHeaderBytes;
+  const uint32_t len = slot_le32(req + kSlotLenOffset);
+  uint32_t status = kReplyOk;
+  int n = 0;
+  if (len > room) {
+    status = kReplyRequestTooLong;
+  } else {
+    const Message m{req + kSlotHeaderBytes, len, 0, false, 0};
+    n = handle(d.handler, m, out + kSlotHeaderBytes, room);
+    if (n < 0) status = kReplyHandlerError;
+  }
+  if (status != kReplyOk) {
+    ++*handler_errors;
+    n = 0;
+  }
+  slot_store_le32(out + kSlotLenOffset, uint32_t(n));
+  slot_store_le32(out + kSlotStatusOffset, status);
+  return kSlotHeaderBytes + uint32_t(n);
+}
+
+// Runs until `stop` reads non-zero (checked while idle; the replies in flight are waited for),
+// max_requests are served and completed, or a completion fails or does not come. The peer keeps at
+// most `slots` requests outstanding (its credit is our signal on its side), so a request never
+// overwrites one that is still being read. Everything shared is read and written at system scope:
+// the counters sit in host memory the host reads while a kernel runs, the signal word is written by
+// our engine (another kernel or thread), the stop flag by the host.
+template <class Qp>
+RT_HD inline void serve_loop(const ServeDesc& d, Qp& qp, ServeShared* shared,
+                             const uint32_t* stop) {
+  uint64_t tickets[kMaxServeSlots];
+  uint64_t served = 0, completed = 0, errors = 0;
+  uint64_t state = kServeRunning, cq_status = 0;
+  // Retires the oldest reply in flight; `wait`: until it completes or its deadline passes.
+  auto retire = [&](bool wait) -> bool {
+    const uint64_t deadline = now_ns() + d.completion_timeout_ns;
+    for (;;) {
+      const int st = qp.poll(tickets[completed % d.slots]);
+      if (st == 0) {
+        ++completed;
+        store_relaxed<Scope::kSystem>(&shared->completed, completed);
+        return true;
+      }
+      if (st != EBUSY) {
+        cq_status = uint64_t(uint32_t(st));
+        state = kServeCqError;
+        return false;
+      }
+      if (!wait) return true;
+      if (now_ns() > deadline) {
+        state = kServeNoCompletion;
+        return false;
+      }
+    }
+  };
+  while (state == kServeRunning) {
+    if (d.max_requests && completed == d.max_requests) {
+      state = kServeDone;
+      break;
+    }
+    const uint64_t landed = load_relaxed<Scope::kSystem>(d.signal);
+    if (served < landed && (!d.max_requests || served < d.max_requests)) {
+      fence_acquire<Scope::kSystem>();  // the request's bytes were placed before its signal
+      // The staging slot is free once the reply that last used it has completed.
+      if (served - completed == d.slots && !retire(true)) break;
+      const uint32_t slot = uint32_t(served % d.slots);
+      const uint32_t bytes = serve_one(d, slot, &errors);
+      const uint64_t off = uint64_t(slot) * d.slot_bytes;
+      const PutSignal ps{d.peer_ring + off,
+                         d.peer_ring_rkey,
+                         d.staging_addr + off,
+                         d.lkey,
+                         bytes,
+                         d.peer_signal,
+                         d.peer_signal_rkey,
+                         d.staging_addr + uint64_t(d.slots) * d.slot_bytes + 8ull * slot};
+      tickets[slot] = qp.put_signal(ps);
+      ++served;
+      store_relaxed<Scope::kSystem>(&shared->served, served);
+      store_relaxed<Scope::kSystem>(&shared->handler_errors, errors);
+      continue;
+    }
+    if (completed < served && !retire(false)) break;
+    if (load_acquire<Scope::kSystem>(stop)) {
+      // Replies in flight complete first: stopping must not leave a WQE the NIC still owns.
+      while (completed < served && retire(true)) {
+      }
+      if (state == kServeRunning) state = kServeStopped;
+      break;
+    }
+    qp.idle();
+  }
+  store_relaxed<Scope::kSystem>(&shared->cq_status, cq_status);
+  store_relaxed<Scope::kSystem>(&shared->handler_errors, errors);
+  store_relaxed<Scope::kSystem>(&shared->state, state);
+}
+
+}  // namespace rt::verbs

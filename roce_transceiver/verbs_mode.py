@@ -1,0 +1,285 @@
+"""Verbs mode on one machine: the one-sided exchange end to end, with a peer in the loop.
+
+Verbs mode (docs/verbs_mode.md) answers requests that arrive as an RDMA WRITE into a slot of our
+ring plus a FETCH_ADD on our signal word, with a put_signal into the same slot of the peer's
+ring and its signal word. :class:`VerbsLoopback` assembles every part of it in one process:
+
+- ``ours``: a :class:`Transceiver` whose engine is the responder half of our NIC (places the
+  peer's WRITEs, executes its FETCH_ADDs; cuda executor: in GPU memory);
+- the serve loop (``_core.VerbsServer``): a persistent kernel calling GPUNetIO's device API on the
+  cuda executor, a CPU thread writing the same WQEs on the cpu executor; it runs the handler
+  (echo or qec, the Ethernet mode's) between the two;
+- the port (``_core.VerbsPort``): the software ConnectX behind the queue pair, the requester
+  half of our NIC, its wire the loopback of the peer's transceiver;
+- the peer: a cpu-executor :class:`Transceiver` whose engine places our replies in its ring and
+  counts its signal word, and a requester (``_core.run_verbs_requests``) that sends each request
+  and times it until the peer's signal counts the reply.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from roce_transceiver import _core
+from roce_transceiver.transceiver import (
+    RoundTrip,
+    Transceiver,
+    TransceiverError,
+    pick_executor,
+    request_payloads,
+)
+
+__all__ = ["SLOT_HEADER_BYTES", "VerbsLoopback", "VerbsModeError"]
+
+log = logging.getLogger(__name__)
+
+SLOT_HEADER_BYTES = 8  # u32 payload length, u32 status (0, or why the handler refused)
+MAX_SLOTS = 64
+MAX_SLOT_BYTES = 1024  # one packet per request at the loopback's 1024-byte MTU (+ headers)
+
+# Our QP and memory, and the peer's, as a set-up exchange would name them (docs/verbs_mode.md).
+OURS_QPN, PEER_QPN = 0x31, 0x32
+OURS_MAC, PEER_MAC = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")
+OURS_IP, PEER_IP = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+RING_VA, RING_RKEY, SIGNAL_VA, SIGNAL_RKEY = 0x1000_0000, 0x1001, 0x2000_0000, 0x1002
+PEER_RING_VA, PEER_RING_RKEY = 0x3000_0000, 0x2001
+PEER_SIGNAL_VA, PEER_SIGNAL_RKEY = 0x4000_0000, 0x2002
+LKEY = 0x1C0C
+
+
+class VerbsModeError(TransceiverError):
+    """Verbs mode cannot be set up or ran into an error (the message says which)."""
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class VerbsLoopback:
+    """Verbs mode with a peer in the same process; ``start()`` / ``stop()`` or ``with``.
+
+    ``handler`` is ``echo`` or ``qec`` (``distance`` picks the code); ``slots`` requests of up to
+    ``slot_bytes - 8`` bytes may be outstanding (the requester here keeps one); a reply whose
+    completion does not come within ``completion_timeout`` seconds ends the loop with an error.
+    """
+
+    def __init__(
+        self,
+        handler: str = "echo",
+        *,
+        executor: str = "auto",
+        distance: int = 3,
+        slots: int = 16,
+        slot_bytes: int = 256,
+        completion_timeout: float = 1.0,
+    ) -> None:
+        if handler not in ("echo", "qec"):
+            raise VerbsModeError(f"handler {handler!r}: Verbs mode answers with echo or qec")
+        if not 1 <= slots <= MAX_SLOTS:
+            raise VerbsModeError(f"slots {slots}: must be 1..{MAX_SLOTS}")
+        if not SLOT_HEADER_BYTES < slot_bytes <= MAX_SLOT_BYTES or slot_bytes % 8:
+            raise VerbsModeError(
+                f"slot_bytes {slot_bytes}: a multiple of 8 in {SLOT_HEADER_BYTES + 8}.."
+                f"{MAX_SLOT_BYTES} (8 bytes of each slot are its header)"
+            )
+        self.executor, self.executor_reason = pick_executor(executor)
+        gpu = self.executor == "cuda"
+        if gpu and not _core.gpunetio_info()["built"]:
+            raise VerbsModeError(
+                "Verbs mode on the cuda executor needs GPUNetIO's device API, which this build "
+                f"lacks ({_core.gpunetio_info()['source']}); the cpu executor runs without it"
+            )
+        self.handler, self.slots, self.slot_bytes = handler, slots, slot_bytes
+        ring = slots * slot_bytes
+        wqes = max(64, _pow2_at_least(2 * slots))
+        self._peer = Transceiver(
+            {
+                "executor": "cpu",
+                "handler": "sink",
+                "completions": False,
+                "qp": {"transport": "RC", "qpn": PEER_QPN, "peer_qpn": OURS_QPN},
+                "regions": [
+                    {"va": PEER_RING_VA, "rkey": PEER_RING_RKEY, "length": ring},
+                    {"va": PEER_SIGNAL_VA, "rkey": PEER_SIGNAL_RKEY, "length": 8},
+                ],
+            }
+        )
+        ours: dict[str, Any] = {
+            "executor": self.executor,
+            "handler": handler,
+            "completions": False,
+            "qp": {"transport": "RC", "qpn": OURS_QPN, "peer_qpn": PEER_QPN},
+            "regions": [
+                {"va": RING_VA, "rkey": RING_RKEY, "length": ring},
+                {"va": SIGNAL_VA, "rkey": SIGNAL_RKEY, "length": 8},
+            ],
+        }
+        if handler == "qec":
+            ours["qec"] = {"distance": distance}
+        self._ours = Transceiver(ours)
+        self._port_config = {
+            "qpn": OURS_QPN,
+            "peer_qpn": PEER_QPN,
+            "sq_wqe_num": wqes,
+            "cqe_num": wqes,
+            "mtu": 1024,
+            "local_mac": OURS_MAC,
+            "peer_mac": PEER_MAC,
+            "local_ip": OURS_IP,
+            "peer_ip": PEER_IP,
+            "lkey": LKEY,
+            # A ConnectX's default transport timeout is tens of ms; a short one only resends
+            # what a busy (few-core) machine is still carrying.
+            "retransmit_ns": 50_000_000,
+            "local_bytes": -(-(ring + 8 * slots) // 4096) * 4096,
+            "gpu": gpu,
+        }
+        self._serve_config = {
+            "slots": slots,
+            "slot_bytes": slot_bytes,
+            "peer_ring": PEER_RING_VA,
+            "peer_ring_rkey": PEER_RING_RKEY,
+            "peer_signal": PEER_SIGNAL_VA,
+            "peer_signal_rkey": PEER_SIGNAL_RKEY,
+            "completion_timeout_s": completion_timeout,
+        }
+        self._port: Any = None
+        self._server: Any = None
+        self._next_psn = 0
+        self._requests = 0
+        self._final: dict[str, Any] | None = None
+        self._stopped = False
+        # The last roundtrip()'s first part of each round trip: from sending the request to our
+        # engine's ATOMIC ACKNOWLEDGE of its signal back at the peer (the request has landed).
+        self.landed_ns: np.ndarray = np.zeros(0, dtype=np.uint64)
+
+    # -- life cycle -------------------------------------------------------
+    def start(self) -> VerbsLoopback:
+        """Peer, port, serve loop, our engine, in the order the GPU needs (docs/verbs_mode.md):
+        every allocation and kernel load before the first persistent kernel runs."""
+        if self._port is not None or self._stopped:
+            raise VerbsModeError(
+                "start(): already started or stopped (a VerbsLoopback starts once)"
+            )
+        try:
+            self._peer.start()
+            self._port = _core.VerbsPort(self._peer._core, self._port_config)
+            self._port.start()
+            self._server = _core.VerbsServer(self._port, self._ours._core, self._serve_config)
+            self._ours.start()
+            self._server.start()
+        except (ValueError, RuntimeError) as e:
+            self.stop()
+            raise VerbsModeError(f"start(): {e}") from None
+        except BaseException:
+            self.stop()
+            raise
+        log.info(
+            "verbs mode: %s, %s handler, %d slots", self.executor_reason, self.handler, self.slots
+        )
+        return self
+
+    def stop(self) -> None:
+        """Idempotent: the serve loop, our engine, the port, the peer; every one is stopped
+        even when one of them fails (the first failure is raised after)."""
+        self._stopped = True
+        errors: list[str] = []
+        for name, part in (
+            ("serve loop", self._server),
+            ("our transceiver", self._ours),
+            ("port", self._port),
+            ("peer", self._peer),
+        ):
+            if part is None:
+                continue
+            try:
+                part.stop()
+            except (RuntimeError, TransceiverError) as e:
+                errors.append(f"{name}: {e}")
+        if self._final is None and self._server is not None:
+            self._final = self._read_stats()  # every part stopped: final counters
+        if errors:
+            raise VerbsModeError("stop(): " + "; ".join(errors))
+
+    def __enter__(self) -> VerbsLoopback:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the exchange -----------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """The serve loop's counters and state, the port's (software ConnectX) counters, and
+        the atomics both engines executed. After stop(): as they were when it stopped."""
+        if self._final is not None:
+            return self._final
+        if self._server is None:
+            raise VerbsModeError("stats(): not started")
+        return self._read_stats()
+
+    def _read_stats(self) -> dict[str, Any]:
+        return {
+            "server": dict(self._server.stats()),
+            "port": dict(self._port.stats()),
+            "ours_atomics": self._ours.stats()["atomics"],
+            "peer_atomics": self._peer.stats()["atomics"],
+            "on_gpu": bool(self._server.on_gpu),
+        }
+
+    def roundtrip(
+        self,
+        count: int = 1000,
+        size: int = 32,
+        *,
+        payloads: list[bytes] | None = None,
+        expected: list[bytes] | None = None,
+        timeout: float = 10.0,
+    ) -> RoundTrip:
+        """``count`` requests, one at a time (``size`` bytes, or ``payloads`` in turn); each reply
+        must equal ``expected`` (in the same turn) or, without it, echo its request."""
+        if self._server is None or self._final is not None:
+            raise VerbsModeError("roundtrip(): not running (start() first)")
+        state = self._server.stats()["state"]
+        if state != "running":
+            raise VerbsModeError(f"roundtrip(): the serve loop has ended ({state})")
+        payloads = request_payloads(size, payloads, expected)
+        params: dict[str, Any] = {
+            "payloads": b"".join(payloads),
+            "payload_len": len(payloads[0]),
+            "count": count,
+            "timeout_s": timeout,
+            "dest_qp": OURS_QPN,
+            "src_mac": PEER_MAC,
+            "dst_mac": OURS_MAC,
+            "src_ip": PEER_IP,
+            "dst_ip": OURS_IP,
+            "ring_va": RING_VA,
+            "ring_rkey": RING_RKEY,
+            "signal_va": SIGNAL_VA,
+            "signal_rkey": SIGNAL_RKEY,
+            "slots": self.slots,
+            "slot_bytes": self.slot_bytes,
+            "first_psn": self._next_psn,
+            "first_request": self._requests,
+        }
+        if expected is not None:
+            params["expected"] = b"".join(expected)
+            params["expected_len"] = len(expected[0])
+        try:
+            r = _core.run_verbs_requests(self._ours._core, self._peer._core, params)
+        except (ValueError, RuntimeError) as e:
+            raise VerbsModeError(f"roundtrip(): {e}") from None
+        self._next_psn = int(r.pop("next_psn"))
+        self._requests += int(r["sent"])
+        reply_errors = int(r.pop("reply_errors"))
+        if reply_errors:
+            log.warning("verbs mode: the handler refused %d requests", reply_errors)
+        rtt = np.frombuffer(r.pop("rtt_ns"), dtype=np.uint64).copy()
+        self.landed_ns = np.frombuffer(r.pop("landed_ns"), dtype=np.uint64).copy()
+        if r["status"] != "done":
+            server = self._server.stats()
+            log.warning("verbs mode: the run ended %s; serve loop %s", r["status"], server)
+        return RoundTrip(rtt_ns=rtt, **r)

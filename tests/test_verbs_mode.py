@@ -1,0 +1,181 @@
+"""Verbs mode end to end: the peer's WRITE + FETCH_ADD in, the handler, put_signal out.
+
+Goal: the one-sided exchange (docs/verbs_mode.md) serves every request with the Ethernet mode's
+handlers, through the software ConnectX, on the cpu executor (host-written WQEs) and on the GPU
+(GPUNetIO's device API). Oracles: the peer compares every reply with the request (echo) or with
+the Python decoder's correction (qec); the serve loop's, the port's and both engines' counters
+must agree with the number of requests.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from roce_transceiver import _core
+from roce_transceiver.cli import main as cli_main
+from roce_transceiver.qec import random_syndromes
+from roce_transceiver.transceiver import TransceiverError
+from roce_transceiver.verbs_mode import VerbsLoopback, VerbsModeError
+
+
+def gpu_verbs_or_skip() -> None:
+    if not _core.cuda_runtime_info()["gpus"]:
+        pytest.skip("no GPU visible")
+    if not _core.gpunetio_info()["built"]:
+        pytest.skip(f"no GPUNetIO device API in this build: {_core.gpunetio_info()['source']}")
+
+
+def assert_counts_agree(v: VerbsLoopback, requests: int) -> None:
+    s = v.stats()
+    assert s["server"]["served"] == requests and s["server"]["completed"] == requests, s
+    assert s["ours_atomics"] == requests and s["peer_atomics"] == requests, s
+    port = s["port"]
+    assert port["wqes"] == 2 * requests and port["completions"] == 2 * requests, s
+    assert port["errors"] == 0 and port["naks"] == 0 and not port["in_error"], s
+
+
+@pytest.mark.parametrize("size", [1, 32, 248])
+def test_echo_every_reply_is_its_request(size):
+    with VerbsLoopback("echo", executor="cpu", slot_bytes=256) as v:
+        payloads = [bytes((i * 13 + k) & 0xFF for k in range(size)) for i in range(7)]
+        rt = v.roundtrip(100, payloads=payloads)
+        assert (rt.status, rt.sent, rt.received, rt.wrong, rt.bad_frames) == (
+            "done",
+            100,
+            100,
+            0,
+            0,
+        )
+        assert rt.rtt_ns.size == 100 and int(rt.rtt_ns.min()) > 0
+        assert v.landed_ns.size == 100 and int(v.landed_ns.min()) > 0
+    assert_counts_agree(v, 100)
+    assert v.stats()["server"]["state"] == "stopped"
+
+
+@pytest.mark.parametrize("distance", [3, 5])
+def test_qec_corrections_are_the_python_decoders(distance):
+    requests, expected = random_syndromes(distance, 64, seed=distance)
+    with VerbsLoopback("qec", executor="cpu", distance=distance) as v:
+        rt = v.roundtrip(150, payloads=requests, expected=expected)
+        assert (rt.status, rt.received, rt.wrong) == ("done", 150, 0)
+    assert v.stats()["server"]["handler_errors"] == 0
+
+
+def test_wrong_expectations_are_counted_not_hidden():
+    """The oracle can fail: expecting other corrections than the decoder's counts them wrong."""
+    requests, expected = random_syndromes(3, 16, seed=3)
+    flipped = [bytes(b ^ 0x01 for b in e) for e in expected]
+    with VerbsLoopback("qec", executor="cpu", distance=3) as v:
+        rt = v.roundtrip(32, payloads=requests, expected=flipped)
+    assert rt.received == 32 and rt.wrong == 32
+
+
+def test_runs_continue_across_calls_and_slots_wrap():
+    with VerbsLoopback("echo", executor="cpu", slots=4, slot_bytes=64) as v:
+        for n in (3, 10, 7):  # 20 requests through 4 slots, PSNs continuing between runs
+            rt = v.roundtrip(n, 24)
+            assert (rt.received, rt.wrong) == (n, 0)
+    assert_counts_agree(v, 20)
+
+
+def test_a_request_the_handler_refuses_is_answered_with_a_status():
+    """A syndrome shorter than the code's is refused by the decoder; the loop still answers
+    (an empty reply with a status), so the peer's count of replies stays that of requests."""
+    with VerbsLoopback("qec", executor="cpu", distance=5) as v:
+        rt = v.roundtrip(5, payloads=[b"\x01"], expected=[b"\x00" * 7])
+        assert (rt.received, rt.wrong) == (5, 5)  # an empty reply is not a correction
+        assert v.stats()["server"]["handler_errors"] == 5
+        requests, expected = random_syndromes(5, 8)
+        assert v.roundtrip(8, payloads=requests, expected=expected).wrong == 0  # it goes on
+
+
+def test_a_request_longer_than_its_slot_is_refused_before_it_is_sent():
+    with VerbsLoopback("echo", executor="cpu", slot_bytes=64) as v:
+        with pytest.raises(VerbsModeError, match="57-byte request does not fit a 64-byte slot"):
+            v.roundtrip(1, 57)
+        assert v.roundtrip(2, 56).received == 2  # the loop goes on
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"handler": "sink"}, "echo or qec"),
+        ({"slots": 0}, "slots 0: must be 1..64"),
+        ({"slots": 65}, "slots 65"),
+        ({"slot_bytes": 12}, "slot_bytes 12"),
+        ({"slot_bytes": 2048}, "slot_bytes 2048"),
+    ],
+)
+def test_bad_settings_are_named(kwargs, message):
+    with pytest.raises(VerbsModeError, match=message):
+        VerbsLoopback(**{"executor": "cpu", **kwargs})
+
+
+def test_life_cycle_errors_are_clear():
+    v = VerbsLoopback("echo", executor="cpu")
+    with pytest.raises(VerbsModeError, match="not running"):
+        v.roundtrip(1)
+    with pytest.raises(VerbsModeError, match="not started"):
+        v.stats()
+    v.stop()  # before start: harmless, and final
+    with pytest.raises(VerbsModeError, match="starts once"):
+        v.start()
+    with (
+        VerbsLoopback("echo", executor="cpu") as w,
+        pytest.raises(VerbsModeError, match="already started"),
+    ):
+        w.start()
+    w.stop()  # idempotent
+    with pytest.raises(VerbsModeError, match="not running"):
+        w.roundtrip(1)
+
+
+def test_cuda_executor_without_a_gpu_says_why():
+    if _core.cuda_runtime_info()["gpus"]:
+        pytest.skip("a GPU is visible here")
+    with pytest.raises(TransceiverError, match="executor 'cuda' cannot run here"):
+        VerbsLoopback("echo", executor="cuda")
+
+
+def test_bench_roundtrip_mode_verbs_prints_both_loops_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "rt.json"
+    argv = ["bench", "roundtrip", "--executor", "cpu", "--mode", "verbs", "--count", "200"]
+    status = cli_main([*argv, "--floor-iterations", "200", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert "echo verbs" in text and "cpu_thread_pingpong" in text
+    r = json.loads(out.read_text())
+    assert r["mode"] == "verbs" and r["all_done"]
+    verbs = r["loops"]["echo verbs"]
+    assert (verbs["replies"], verbs["wrong"], verbs["status"]) == (200, 0, "done")
+    assert verbs["latency"]["count"] == 200
+    assert r["verbs"]["port"]["errors"] == 0
+    assert "echo verbs p50 / cpu_thread_pingpong p50" in r["ratios"]
+
+
+@pytest.mark.gpu
+def test_gpu_echo_through_gpunetio_device_api():
+    gpu_verbs_or_skip()
+    with VerbsLoopback("echo", executor="cuda") as v:
+        assert v.stats()["on_gpu"]
+        payloads = [bytes((i * 29 + k) & 0xFF for k in range(32)) for i in range(11)]
+        rt = v.roundtrip(2000, payloads=payloads)
+        assert (rt.status, rt.received, rt.wrong, rt.bad_frames) == ("done", 2000, 0, 0)
+        p = rt.percentiles("us")
+        print(f"verbs echo on the GPU: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us")
+    assert_counts_agree(v, 2000)
+    assert v.stats()["server"]["state"] == "stopped"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("distance", [3, 5])
+def test_gpu_qec_through_gpunetio_device_api(distance):
+    gpu_verbs_or_skip()
+    requests, expected = random_syndromes(distance, 256, seed=distance)
+    with VerbsLoopback("qec", executor="cuda", distance=distance) as v:
+        rt = v.roundtrip(1000, payloads=requests, expected=expected)
+        assert (rt.status, rt.received, rt.wrong) == ("done", 1000, 0)
+    assert_counts_agree(v, 1000)
+    assert v.stats()["server"]["handler_errors"] == 0
