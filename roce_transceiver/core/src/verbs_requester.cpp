@@ -95,7 +95,10 @@ VerbsRequestRun run_verbs_requests(Transceiver& ours, Transceiver& peer,
     FrameSpec w = p.spec;
     w.opcode = kRcWriteOnly;
     w.psn = psn;
-    w.ack_req = true;
+    // No acknowledgement of the WRITE of its own: the FETCH_ADD's ATOMIC ACKNOWLEDGE (RC
+    // acknowledgements are cumulative) covers it, and every acknowledgement costs our engine
+    // a general-path step (docs/performance.md).
+    w.ack_req = false;
     w.va = p.ring_va + uint64_t(slot) * p.slot_bytes;
     w.rkey = p.ring_rkey;
     w.dma_len = uint32_t(request.size());

@@ -1,10 +1,11 @@
 // The peer's requesting half in Verbs mode's loopback, run by the host: each request is an
-// RC RDMA WRITE of [header | payload] into slot i % slots of our ring and a FETCH_ADD of 1 on
-// our signal word, injected into `ours` (its loopback far end, whose engine is the responder
-// half of our NIC). The reply has landed when the peer's own signal word (a region of `peer`,
-// whose engine places our put_signals) has counted it; it is then read from the peer's ring
-// and compared. One request in flight at a time: a ping-pong, timed on the host clock from the
-// WRITE's injection to the signal.
+// RC RDMA WRITE of [header | payload] into slot i % slots of our ring (no AckReq) and a
+// FETCH_ADD of 1 on our signal word (whose ATOMIC ACKNOWLEDGE covers both), injected into
+// `ours` (its loopback far end, whose engine is the responder half of our NIC). The reply has
+// landed when the peer's own signal word (a region of `peer`, whose engine places our
+// put_signals) has counted it; it is then read from the peer's ring and compared. One request
+// in flight at a time: a ping-pong, timed on the host clock from the WRITE's injection to the
+// signal.
 #pragma once
 
 #include <cstdint>
