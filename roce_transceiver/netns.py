@@ -1,15 +1,22 @@
-"""A network namespace joined to this one by a veth pair, made and removed (root, iproute2).
+"""A network namespace joined to this one by a veth pair, made and removed (root).
 
 Used by the tests and by ``bench stream``: the peer runs inside the namespace, the
 transceiver outside, so frames cross the kernel's network stack. Only what is created here
 is touched, named after the process id, and removed on the way out whatever happened.
+
+Made with iproute2's ``ip``; where it is missing (the GPU machine), with pyroute2 (netlink from
+Python) if that is installed. Running a command inside the namespace (``VethNamespace.exec``)
+needs ``ip``; code that only opens sockets there (``inside``) does not.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -39,10 +46,21 @@ class VethNamespace:
         return ["ip", "netns", "exec", self.namespace, *cmd]
 
     def mac(self, which: str) -> str:
-        """The MAC of ``ours`` or ``theirs``."""
+        """The MAC of ``ours`` or ``theirs`` (asked of the kernel inside the namespace)."""
         if which == "ours":
             return Path(f"/sys/class/net/{self.ours}/address").read_text().strip()
-        return run_cmd(*self.exec("cat", f"/sys/class/net/{self.theirs}/address")).strip()
+        return inside(self.namespace, lambda: _interface_mac(self.theirs))
+
+
+_SIOCGIFHWADDR = 0x8927
+
+
+def _interface_mac(name: str) -> str:
+    """``name``'s MAC in the calling thread's network namespace (sysfs shows the namespace it
+    was mounted in, not the thread's)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = fcntl.ioctl(s.fileno(), _SIOCGIFHWADDR, struct.pack("256s", name.encode()[:15]))
+    return ":".join(f"{b:02x}" for b in req[18:24])
 
 
 def inside(namespace: str, make: Callable[[], T]) -> T:
@@ -79,24 +97,77 @@ def run_cmd(*cmd: str, timeout: float = 20) -> str:
     return done.stdout
 
 
-def why_not() -> str | None:
-    """Why a namespace cannot be made here, or None."""
+def _pyroute2_usable() -> bool:
+    try:
+        import pyroute2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def why_not(exec_needed: bool = True) -> str | None:
+    """Why a namespace cannot be made here, or None; ``exec_needed``: commands will run inside
+    it (``VethNamespace.exec``), which takes iproute2."""
     if os.geteuid() != 0:
         return "needs root: creates a network namespace and a veth pair"
-    if not shutil.which("ip"):
+    if shutil.which("ip"):
+        return None
+    if exec_needed:
         return "needs iproute2 (ip) to create a namespace"
+    if not _pyroute2_usable():
+        return "needs iproute2 (ip) or pyroute2 to create a namespace"
     return None
+
+
+def _disable_ipv6(interface: str) -> None:
+    """No IPv6 on ``interface`` (no router solicitations in the captures): its sysctl, written
+    in the calling thread's namespace."""
+    Path(f"/proc/sys/net/ipv6/conf/{interface}/disable_ipv6").write_text("1\n")
+
+
+@contextmanager
+def _with_pyroute2(v: VethNamespace, mtu: int | None) -> Iterator[VethNamespace]:
+    from pyroute2 import IPRoute, NetNS, netns
+
+    netns.create(v.namespace)
+    try:
+        with IPRoute() as ip:
+            ip.link("add", ifname=v.ours, kind="veth", peer=v.theirs)
+            ip.link("set", index=ip.link_lookup(ifname=v.theirs)[0], net_ns_fd=v.namespace)
+            ours = ip.link_lookup(ifname=v.ours)[0]
+            _disable_ipv6(v.ours)
+            if mtu:
+                ip.link("set", index=ours, mtu=mtu)
+            ip.link("set", index=ours, state="up")
+        inside(v.namespace, lambda: _disable_ipv6(v.theirs))
+        with NetNS(v.namespace) as ns:
+            theirs = ns.link_lookup(ifname=v.theirs)[0]
+            if mtu:
+                ns.link("set", index=theirs, mtu=mtu)
+            ns.link("set", index=theirs, state="up")
+        yield v
+    finally:
+        try:
+            with IPRoute() as ip:
+                for index in ip.link_lookup(ifname=v.ours):
+                    ip.link("del", index=index)
+        finally:
+            netns.remove(v.namespace)
 
 
 @contextmanager
 def veth_namespace(tag: str | None = None, mtu: int | None = None) -> Iterator[VethNamespace]:
     """A namespace and a veth pair between it and us, both ends up, IPv6 off (no chatter),
     with ``mtu`` on both ends when given (4 KiB RoCE payloads need more than 1500)."""
-    reason = why_not()
+    reason = why_not(exec_needed=False)
     if reason:
         raise NetnsError(reason)
     tag = tag or f"rt{os.getpid() % 100000}"
     v = VethNamespace(f"{tag}ns", f"{tag}a", f"{tag}b")
+    if not shutil.which("ip"):
+        with _with_pyroute2(v, mtu):
+            yield v
+        return
     run_cmd("ip", "netns", "add", v.namespace)
     try:
         run_cmd("ip", "link", "add", v.ours, "type", "veth", "peer", "name", v.theirs)

@@ -14,16 +14,24 @@ ring and its signal word. :class:`VerbsLoopback` assembles every part of it in o
 - the peer: a cpu-executor :class:`Transceiver` whose engine places our replies in its ring and
   counts its signal word, and a requester (``_core.run_verbs_requests``) that sends each request
   and times it until the peer's signal counts the reply.
+
+By default the two sides meet in memory (each one's packets go into the other's loopback far
+end). Given a veth pair into a network namespace (``roce_transceiver.netns``), they meet on a
+real interface instead: our engine and the port on our end (socket NIC and packet socket), the
+peer's engine and requester inside the namespace on the other, the port capturing its end to
+a pcap.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any
 
 import numpy as np
 
 from roce_transceiver import _core
+from roce_transceiver.netns import VethNamespace, inside
 from roce_transceiver.transceiver import (
     RoundTrip,
     Transceiver,
@@ -44,6 +52,7 @@ MAX_SLOT_BYTES = 1024  # one packet per request at the loopback's 1024-byte MTU 
 OURS_QPN, PEER_QPN = 0x31, 0x32
 OURS_MAC, PEER_MAC = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")
 OURS_IP, PEER_IP = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+VETH_OURS_IP, VETH_PEER_IP = "10.79.0.1", "10.79.0.2"  # only inside the veth pair
 RING_VA, RING_RKEY, SIGNAL_VA, SIGNAL_RKEY = 0x1000_0000, 0x1001, 0x2000_0000, 0x1002
 PEER_RING_VA, PEER_RING_RKEY = 0x3000_0000, 0x2001
 PEER_SIGNAL_VA, PEER_SIGNAL_RKEY = 0x4000_0000, 0x2002
@@ -58,12 +67,28 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _packet_socket(interface: str) -> int:
+    """A raw AF_PACKET socket bound to ``interface``: its fd, for a wire that owns it."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    try:
+        s.bind((interface, 0))
+    except OSError:
+        s.close()
+        raise
+    return s.detach()
+
+
+def _mac_bytes(mac: str) -> bytes:
+    return bytes.fromhex(mac.replace(":", ""))
+
+
 class VerbsLoopback:
     """Verbs mode with a peer in the same process; ``start()`` / ``stop()`` or ``with``.
 
     ``handler`` is ``echo`` or ``qec`` (``distance`` picks the code); ``slots`` requests of up to
     ``slot_bytes - 8`` bytes may be outstanding (the requester here keeps one); a reply whose
     completion does not come within ``completion_timeout`` seconds ends the loop with an error.
+    ``veth``: meet the peer across this veth pair (root); ``capture``: a pcap of our end then.
     """
 
     def __init__(
@@ -75,6 +100,8 @@ class VerbsLoopback:
         slots: int = 16,
         slot_bytes: int = 256,
         completion_timeout: float = 1.0,
+        veth: VethNamespace | None = None,
+        capture: str = "",
     ) -> None:
         if handler not in ("echo", "qec"):
             raise VerbsModeError(f"handler {handler!r}: Verbs mode answers with echo or qec")
@@ -95,18 +122,16 @@ class VerbsLoopback:
         self.handler, self.slots, self.slot_bytes = handler, slots, slot_bytes
         ring = slots * slot_bytes
         wqes = max(64, _pow2_at_least(2 * slots))
-        self._peer = Transceiver(
-            {
-                "executor": "cpu",
-                "handler": "sink",
-                "completions": False,
-                "qp": {"transport": "RC", "qpn": PEER_QPN, "peer_qpn": OURS_QPN},
-                "regions": [
-                    {"va": PEER_RING_VA, "rkey": PEER_RING_RKEY, "length": ring},
-                    {"va": PEER_SIGNAL_VA, "rkey": PEER_SIGNAL_RKEY, "length": 8},
-                ],
-            }
-        )
+        peer_cfg: dict[str, Any] = {
+            "executor": "cpu",
+            "handler": "sink",
+            "completions": False,
+            "qp": {"transport": "RC", "qpn": PEER_QPN, "peer_qpn": OURS_QPN},
+            "regions": [
+                {"va": PEER_RING_VA, "rkey": PEER_RING_RKEY, "length": ring},
+                {"va": PEER_SIGNAL_VA, "rkey": PEER_SIGNAL_RKEY, "length": 8},
+            ],
+        }
         ours: dict[str, Any] = {
             "executor": self.executor,
             "handler": handler,
@@ -119,21 +144,37 @@ class VerbsLoopback:
         }
         if handler == "qec":
             ours["qec"] = {"distance": distance}
+        self._veth, self._capture = veth, capture
+        ours_mac, peer_mac, ours_ip, peer_ip = OURS_MAC, PEER_MAC, OURS_IP, PEER_IP
+        if veth is not None:
+            ours_mac, peer_mac = _mac_bytes(veth.mac("ours")), _mac_bytes(veth.mac("theirs"))
+            ours_ip, peer_ip = socket.inet_aton(VETH_OURS_IP), socket.inet_aton(VETH_PEER_IP)
+            for cfg, interface, near, far in (
+                (ours, veth.ours, (ours_mac, VETH_OURS_IP), (peer_mac, VETH_PEER_IP)),
+                (peer_cfg, veth.theirs, (peer_mac, VETH_PEER_IP), (ours_mac, VETH_OURS_IP)),
+            ):
+                cfg["nic"] = "socket"
+                cfg["socket"] = {"mode": "packet", "interface": interface}
+                cfg["local"] = {"mac": near[0].hex(":"), "ip": near[1]}
+                cfg["peer"] = {"mac": far[0].hex(":"), "ip": far[1]}
+        self._peer = Transceiver(peer_cfg)
         self._ours = Transceiver(ours)
+        self._addresses = (ours_mac, peer_mac, ours_ip, peer_ip)
         self._port_config = {
             "qpn": OURS_QPN,
             "peer_qpn": PEER_QPN,
             "sq_wqe_num": wqes,
             "cqe_num": wqes,
             "mtu": 1024,
-            "local_mac": OURS_MAC,
-            "peer_mac": PEER_MAC,
-            "local_ip": OURS_IP,
-            "peer_ip": PEER_IP,
+            "local_mac": ours_mac,
+            "peer_mac": peer_mac,
+            "local_ip": ours_ip,
+            "peer_ip": peer_ip,
             "lkey": LKEY,
             # A ConnectX's default transport timeout is tens of ms; a short one only resends
-            # what a busy (few-core) machine is still carrying.
-            "retransmit_ns": 50_000_000,
+            # what a busy (few-core) machine is still carrying. Across a veth pair the socket
+            # NIC's first answers take milliseconds (docs/verbs_mode.md): patient there.
+            "retransmit_ns": 50_000_000 if veth is None else 1_000_000_000,
             "local_bytes": -(-(ring + 8 * slots) // 4096) * 4096,
             "gpu": gpu,
         }
@@ -148,6 +189,7 @@ class VerbsLoopback:
         }
         self._port: Any = None
         self._server: Any = None
+        self._wire: Any = None  # where the peer's requests go
         self._next_psn = 0
         self._requests = 0
         self._final: dict[str, Any] | None = None
@@ -165,13 +207,23 @@ class VerbsLoopback:
                 "start(): already started or stopped (a VerbsLoopback starts once)"
             )
         try:
-            self._peer.start()
-            self._port = _core.VerbsPort(self._peer._core, self._port_config)
+            if self._veth is None:
+                self._peer.start()
+                self._port = _core.VerbsPort(self._peer._core, self._port_config)
+                self._wire = _core.Wire.loopback(self._ours._core)
+            else:  # the peer's sockets are opened inside the namespace, ours here
+                v = self._veth
+                inside(v.namespace, self._peer.start)
+                fd = _packet_socket(v.ours)
+                self._port = _core.VerbsPort.over_socket(fd, self._capture, self._port_config)
+                self._wire = _core.Wire.over_socket(
+                    inside(v.namespace, lambda: _packet_socket(v.theirs)), ""
+                )
             self._port.start()
             self._server = _core.VerbsServer(self._port, self._ours._core, self._serve_config)
             self._ours.start()
             self._server.start()
-        except (ValueError, RuntimeError) as e:
+        except (ValueError, RuntimeError, OSError) as e:
             self.stop()
             raise VerbsModeError(f"start(): {e}") from None
         except BaseException:
@@ -201,6 +253,11 @@ class VerbsLoopback:
                 errors.append(f"{name}: {e}")
         if self._final is None and self._server is not None:
             self._final = self._read_stats()  # every part stopped: final counters
+        self._wire = None  # closes the requester's socket
+        if self._final is not None and not errors:
+            # The server keeps the port alive; both go: the port's socket closes and its
+            # capture is flushed.
+            self._server = self._port = None
         if errors:
             raise VerbsModeError("stop(): " + "; ".join(errors))
 
@@ -252,10 +309,11 @@ class VerbsLoopback:
             "count": count,
             "timeout_s": timeout,
             "dest_qp": OURS_QPN,
-            "src_mac": PEER_MAC,
-            "dst_mac": OURS_MAC,
-            "src_ip": PEER_IP,
-            "dst_ip": OURS_IP,
+            "peer_qpn": PEER_QPN,
+            "src_mac": self._addresses[1],
+            "dst_mac": self._addresses[0],
+            "src_ip": self._addresses[3],
+            "dst_ip": self._addresses[2],
             "ring_va": RING_VA,
             "ring_rkey": RING_RKEY,
             "signal_va": SIGNAL_VA,
@@ -269,7 +327,7 @@ class VerbsLoopback:
             params["expected"] = b"".join(expected)
             params["expected_len"] = len(expected[0])
         try:
-            r = _core.run_verbs_requests(self._ours._core, self._peer._core, params)
+            r = _core.run_verbs_requests(self._wire, self._peer._core, params)
         except (ValueError, RuntimeError) as e:
             raise VerbsModeError(f"roundtrip(): {e}") from None
         self._next_psn = int(r.pop("next_psn"))

@@ -179,3 +179,73 @@ def test_gpu_qec_through_gpunetio_device_api(distance):
         assert (rt.status, rt.received, rt.wrong) == ("done", 1000, 0)
     assert_counts_agree(v, 1000)
     assert v.stats()["server"]["handler_errors"] == 0
+
+
+def run_across_veth(executor: str, n: int, capture: str) -> dict:
+    """Verbs mode across a veth pair: our engine and the port on our end, the peer (engine and
+    requester) inside a namespace; returns the run's figures and final stats."""
+    from roce_transceiver.netns import veth_namespace, why_not
+
+    reason = why_not(exec_needed=False)
+    if reason:
+        pytest.skip(reason)
+    with (
+        veth_namespace() as v,
+        VerbsLoopback("echo", executor=executor, veth=v, capture=capture) as lb,
+    ):
+        payloads = [bytes((i * 31 + k) & 0xFF for k in range(48)) for i in range(5)]
+        rt = lb.roundtrip(n, payloads=payloads, timeout=20.0)
+    return {"rt": rt, "stats": lb.stats()}
+
+
+def assert_capture_is_the_exchange(capture: str, n: int) -> None:
+    """Our end's capture, dissected by tshark: the peer's n WRITEs (no AckReq) and FETCH_ADDs
+    arriving, our port's n reply WRITEs and FETCH_ADDs leaving, the peer engine's n ACKs and n
+    ATOMIC ACKNOWLEDGEs arriving (our engine's own ATOMIC ACKs leave from another socket and
+    are not in this capture)."""
+    import shutil
+
+    from net_helpers import bth_opcodes
+
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        pytest.skip(f"tshark not found: the capture {capture} was written but not dissected")
+    opcodes = bth_opcodes(tshark, capture)
+    counts = {o: opcodes.count(o) for o in set(opcodes)}
+    # RC: RDMA WRITE Only 10, FETCH_ADD 20, ACKNOWLEDGE 17, ATOMIC ACKNOWLEDGE 18.
+    assert counts == {"10": 2 * n, "20": 2 * n, "17": n, "18": n}, counts
+
+
+@pytest.mark.netns
+def test_echo_across_a_veth_pair_dissects_as_rc_traffic(tmp_path):
+    capture = str(tmp_path / "verbs_veth.pcap")
+    r = run_across_veth("cpu", 20, capture)
+    rt, stats = r["rt"], r["stats"]
+    assert (rt.status, rt.received, rt.wrong, rt.bad_frames) == ("done", 20, 0, 0)
+    assert stats["port"]["retransmits"] == 0 and stats["port"]["errors"] == 0, stats
+    assert stats["server"]["completed"] == 20 and stats["peer_atomics"] == 20, stats
+    assert_capture_is_the_exchange(capture, 20)
+
+
+@pytest.mark.gpu
+@pytest.mark.netns
+def test_gpu_echo_across_a_veth_pair(tmp_path):
+    """As above with the serve loop on the GPU (GPUNetIO's device API). Where tshark is missing
+    (the GPU machine), RT_KEEP_CAPTURE_DIR keeps the capture to dissect elsewhere."""
+    import os
+    import shutil
+
+    gpu_verbs_or_skip()
+    capture = str(tmp_path / "verbs_veth_gpu.pcap")
+    r = run_across_veth("cuda", 200, capture)
+    rt, stats = r["rt"], r["stats"]
+    assert stats["on_gpu"]
+    assert (rt.status, rt.received, rt.wrong, rt.bad_frames) == ("done", 200, 0, 0)
+    assert stats["port"]["retransmits"] == 0 and stats["port"]["errors"] == 0, stats
+    assert stats["server"]["completed"] == 200 and stats["peer_atomics"] == 200, stats
+    p = rt.percentiles("us")
+    print(f"verbs echo across a veth pair on the GPU: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us")
+    keep = os.environ.get("RT_KEEP_CAPTURE_DIR")
+    if keep:
+        shutil.copy(capture, keep)
+    assert_capture_is_the_exchange(capture, 200)

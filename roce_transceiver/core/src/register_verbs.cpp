@@ -211,9 +211,10 @@ host::VerbsServeConfig serve_config(const pb::dict& d) {
 
 host::VerbsRequestParams request_params(const pb::dict& d) {
   only_keys(d, "run_verbs_requests",
-            {"payloads", "payload_len", "expected", "expected_len", "count", "timeout_s", "dest_qp",
-             "src_mac", "dst_mac", "src_ip", "dst_ip", "ring_va", "ring_rkey", "signal_va",
-             "signal_rkey", "slots", "slot_bytes", "first_psn", "first_request"});
+            {"payloads",    "payload_len", "expected",   "expected_len", "count",
+             "timeout_s",   "dest_qp",     "peer_qpn",   "src_mac",      "dst_mac",
+             "src_ip",      "dst_ip",      "ring_va",    "ring_rkey",    "signal_va",
+             "signal_rkey", "slots",       "slot_bytes", "first_psn",    "first_request"});
   host::VerbsRequestParams p;
   const std::string pl = d["payloads"].cast<pb::bytes>();
   p.far.payloads.assign(pl.begin(), pl.end());
@@ -226,6 +227,7 @@ host::VerbsRequestParams request_params(const pb::dict& d) {
   p.far.count = d["count"].cast<uint32_t>();
   p.far.timeout_s = d["timeout_s"].cast<double>();
   p.spec.dest_qp = d["dest_qp"].cast<uint32_t>();
+  p.peer_qpn = d["peer_qpn"].cast<uint32_t>();
   copy_exact(d, "run_verbs_requests", "src_mac", p.spec.src_mac, 6);
   copy_exact(d, "run_verbs_requests", "dst_mac", p.spec.dst_mac, 6);
   copy_exact(d, "run_verbs_requests", "src_ip", p.spec.src_ip, 4);
@@ -262,14 +264,26 @@ void register_verbs(pb::module_& m) {
         out["cq_status"] = v.cq_status;
         return out;
       });
+  // A wire the Verbs requester sends on: the loopback far end of a Transceiver, or a packet
+  // socket (its fd, owned from here on) captured to a pcap.
+  pb::class_<host::Wire>(m, "Wire")
+      .def_static(
+          "loopback",
+          [](host::Transceiver& t) -> std::unique_ptr<host::Wire> {
+            return std::make_unique<host::LoopbackWire>(t);
+          },
+          pb::keep_alive<0, 1>())
+      .def_static("over_socket", [](int fd, const std::string& capture) {
+        return std::unique_ptr<host::Wire>(std::make_unique<host::PacketWire>(fd, capture));
+      });
   m.def(
       "run_verbs_requests",
-      [](host::Transceiver& ours, host::Transceiver& peer, const pb::dict& d) {
+      [](host::Wire& to_ours, host::Transceiver& peer, const pb::dict& d) {
         host::VerbsRequestParams p = request_params(d);
         host::VerbsRequestRun run;
         {
           pb::gil_scoped_release nogil;
-          run = host::run_verbs_requests(ours, peer, p);
+          run = host::run_verbs_requests(to_ours, peer, p);
         }
         const FarEndResult& r = run.run.result;
         pb::dict out;

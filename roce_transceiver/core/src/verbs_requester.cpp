@@ -30,16 +30,17 @@ std::vector<uint8_t> encode_frame(const FrameSpec& s, const uint8_t* payload, ui
 
 constexpr uint8_t kRcAtomicAck = 0x12;
 
-// Our engine's acknowledgements to the peer: NAKs (or frames that are not acknowledgements)
-// are counted; true when an ATOMIC ACKNOWLEDGE was among them.
-bool read_acks(const std::vector<std::vector<uint8_t>>& frames, uint32_t* naks) {
+// What came back on the wire: our engine's acknowledgements to the requester's QP (on a real
+// interface, other traffic passes by too and is not ours to read). NAKs are counted; true
+// when an ATOMIC ACKNOWLEDGE was among them.
+bool read_acks(Wire& wire, uint32_t requester_qpn, uint32_t* naks) {
+  std::vector<std::vector<uint8_t>> frames;
+  wire.receive(frames, 16);
   bool atomic_ack = false;
   for (const std::vector<uint8_t>& f : frames) {
     const DecodeResult d = decode(ByteSpan{f.data(), f.size()});
-    if (!d.ok() || !d.frame.op.has(kAeth)) {
-      ++*naks;
+    if (!d.ok() || !d.frame.op.has(kAeth) || d.frame.bth_hdr().dest_qp.get() != requester_qpn)
       continue;
-    }
     if ((d.frame.ext_hdr<Aeth>(kAeth).syndrome() & 0x60) == 0x60) ++*naks;
     atomic_ack = atomic_ack || d.frame.bth_hdr().opcode == kRcAtomicAck;
   }
@@ -48,8 +49,7 @@ bool read_acks(const std::vector<std::vector<uint8_t>>& frames, uint32_t* naks) 
 
 }  // namespace
 
-VerbsRequestRun run_verbs_requests(Transceiver& ours, Transceiver& peer,
-                                   const VerbsRequestParams& p) {
+VerbsRequestRun run_verbs_requests(Wire& to_ours, Transceiver& peer, const VerbsRequestParams& p) {
   const FarEndParams& f = p.far;
   const uint32_t room = p.slot_bytes - verbs::kSlotHeaderBytes;
   if (f.payload_len > room)
@@ -75,7 +75,7 @@ VerbsRequestRun run_verbs_requests(Transceiver& ours, Transceiver& peer,
   uint32_t psn = p.first_psn;
   std::vector<uint8_t> request(verbs::kSlotHeaderBytes + f.payload_len);
   const auto inject = [&](const std::vector<uint8_t>& frame, uint64_t give_up) {
-    while (!ours.inject(frame.data(), frame.size(), false)) {
+    while (!to_ours.send(frame.data(), frame.size())) {
       ++r.ring_full;
       if (now_ns() > give_up) return false;
       std::this_thread::yield();
@@ -122,7 +122,7 @@ VerbsRequestRun run_verbs_requests(Transceiver& ours, Transceiver& peer,
     bool timed_out = false;
     uint64_t landed = 0;
     for (uint32_t spins = 1; __atomic_load_n(signal, __ATOMIC_ACQUIRE) <= seq; ++spins) {
-      if (!landed && read_acks(ours.collect(4), &r.bad_frames)) landed = now_ns();
+      if (!landed && read_acks(to_ours, p.peer_qpn, &r.bad_frames)) landed = now_ns();
       if (now_ns() > give_up) {
         timed_out = true;
         break;
@@ -140,7 +140,7 @@ VerbsRequestRun run_verbs_requests(Transceiver& ours, Transceiver& peer,
     }
     ++r.received;
     out.run.rtt_ns.push_back(t1 - t0);
-    if (!landed && read_acks(ours.collect(64), &r.bad_frames)) landed = now_ns();
+    if (!landed && read_acks(to_ours, p.peer_qpn, &r.bad_frames)) landed = now_ns();
     out.landed_ns.push_back(landed ? landed - t0 : t1 - t0);
     const uint8_t* reply = ring + size_t(slot) * p.slot_bytes;
     const uint32_t got = verbs::slot_le32(reply + verbs::kSlotLenOffset);

@@ -1,7 +1,8 @@
 // The peer's requesting half in Verbs mode's loopback, run by the host: each request is an
 // RC RDMA WRITE of [header | payload] into slot i % slots of our ring (no AckReq) and a
-// FETCH_ADD of 1 on our signal word (whose ATOMIC ACKNOWLEDGE covers both), injected into
-// `ours` (its loopback far end, whose engine is the responder half of our NIC). The reply has
+// FETCH_ADD of 1 on our signal word (whose ATOMIC ACKNOWLEDGE covers both), sent on `to_ours`:
+// the loopback far end of our transceiver (whose engine is the responder half of our NIC), or
+// a packet socket on the peer's end of a veth pair. The reply has
 // landed when the peer's own signal word (a region of `peer`, whose engine places our
 // put_signals) has counted it; it is then read from the peer's ring and compared. One request
 // in flight at a time: a ping-pong, timed on the host clock from the WRITE's injection to the
@@ -12,14 +13,16 @@
 #include <vector>
 
 #include "rt/host/transceiver.h"
+#include "rt/host/wire.h"
 #include "rt/protocol/encode.h"
 
 namespace rt::host {
 
 struct VerbsRequestParams {
-  FarEndParams far;      // payloads, expected replies (empty: echo), count, timeout_s
-  FrameSpec spec;        // the peer's addresses towards ours, and our QP number as dest_qp
-  uint64_t ring_va = 0;  // our ring and signal word as registered in `ours`
+  FarEndParams far;       // payloads, expected replies (empty: echo), count, timeout_s
+  FrameSpec spec;         // the peer's addresses towards ours, and our QP number as dest_qp
+  uint32_t peer_qpn = 0;  // the requester's own QP: acknowledgements to it are ours to read
+  uint64_t ring_va = 0;   // our ring and signal word as registered in `ours`
   uint32_t ring_rkey = 0;
   uint64_t signal_va = 0;
   uint32_t signal_rkey = 0;
@@ -40,7 +43,6 @@ struct VerbsRequestRun {
   uint32_t reply_errors = 0;  // replies whose status said the handler refused the request
 };
 
-VerbsRequestRun run_verbs_requests(Transceiver& ours, Transceiver& peer,
-                                   const VerbsRequestParams& p);
+VerbsRequestRun run_verbs_requests(Wire& to_ours, Transceiver& peer, const VerbsRequestParams& p);
 
 }  // namespace rt::host
