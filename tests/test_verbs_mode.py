@@ -181,20 +181,24 @@ def test_gpu_qec_through_gpunetio_device_api(distance):
     assert v.stats()["server"]["handler_errors"] == 0
 
 
-def run_across_veth(executor: str, n: int, capture: str) -> dict:
+def run_across_veth(executor: str, handler: str, n: int, capture: str) -> dict:
     """Verbs mode across a veth pair: our engine and the port on our end, the peer (engine and
-    requester) inside a namespace; returns the run's figures and final stats."""
+    requester) inside a namespace; echo, or qec d=3 checked against the Python decoder."""
     from roce_transceiver.netns import veth_namespace, why_not
 
     reason = why_not(exec_needed=False)
     if reason:
         pytest.skip(reason)
+    if handler == "qec":
+        payloads, expected = random_syndromes(3, 32, seed=7)
+    else:
+        payloads = [bytes((i * 31 + k) & 0xFF for k in range(48)) for i in range(5)]
+        expected = None
     with (
         veth_namespace() as v,
-        VerbsLoopback("echo", executor=executor, veth=v, capture=capture) as lb,
+        VerbsLoopback(handler, executor=executor, veth=v, capture=capture) as lb,
     ):
-        payloads = [bytes((i * 31 + k) & 0xFF for k in range(48)) for i in range(5)]
-        rt = lb.roundtrip(n, payloads=payloads, timeout=20.0)
+        rt = lb.roundtrip(n, payloads=payloads, expected=expected, timeout=20.0)
     return {"rt": rt, "stats": lb.stats()}
 
 
@@ -217,9 +221,10 @@ def assert_capture_is_the_exchange(capture: str, n: int) -> None:
 
 
 @pytest.mark.netns
-def test_echo_across_a_veth_pair_dissects_as_rc_traffic(tmp_path):
-    capture = str(tmp_path / "verbs_veth.pcap")
-    r = run_across_veth("cpu", 20, capture)
+@pytest.mark.parametrize("handler", ["echo", "qec"])
+def test_across_a_veth_pair_dissects_as_rc_traffic(tmp_path, handler):
+    capture = str(tmp_path / f"verbs_veth_{handler}.pcap")
+    r = run_across_veth("cpu", handler, 20, capture)
     rt, stats = r["rt"], r["stats"]
     assert (rt.status, rt.received, rt.wrong, rt.bad_frames) == ("done", 20, 0, 0)
     assert stats["port"]["retransmits"] == 0 and stats["port"]["errors"] == 0, stats
@@ -229,22 +234,23 @@ def test_echo_across_a_veth_pair_dissects_as_rc_traffic(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.netns
-def test_gpu_echo_across_a_veth_pair(tmp_path):
+@pytest.mark.parametrize("handler", ["echo", "qec"])
+def test_gpu_across_a_veth_pair(tmp_path, handler):
     """As above with the serve loop on the GPU (GPUNetIO's device API). Where tshark is missing
     (the GPU machine), RT_KEEP_CAPTURE_DIR keeps the capture to dissect elsewhere."""
     import os
     import shutil
 
     gpu_verbs_or_skip()
-    capture = str(tmp_path / "verbs_veth_gpu.pcap")
-    r = run_across_veth("cuda", 200, capture)
+    capture = str(tmp_path / f"verbs_veth_gpu_{handler}.pcap")
+    r = run_across_veth("cuda", handler, 200, capture)
     rt, stats = r["rt"], r["stats"]
     assert stats["on_gpu"]
     assert (rt.status, rt.received, rt.wrong, rt.bad_frames) == ("done", 200, 0, 0)
     assert stats["port"]["retransmits"] == 0 and stats["port"]["errors"] == 0, stats
     assert stats["server"]["completed"] == 200 and stats["peer_atomics"] == 200, stats
     p = rt.percentiles("us")
-    print(f"verbs echo across a veth pair on the GPU: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us")
+    print(f"verbs {handler} across a veth pair on the GPU: p50 {p.p50:.2f} us (a test's timing)")
     keep = os.environ.get("RT_KEEP_CAPTURE_DIR")
     if keep:
         shutil.copy(capture, keep)
