@@ -102,7 +102,7 @@ void VerbsServer::stop() {
                                std::to_string(cfg_.stop_timeout_s) + " s of the stop request");
   } else {
     __atomic_store_n(&cpu_stop_, 1u, __ATOMIC_RELEASE);
-    thread_.join();  // the loop checks the flag whenever it is idle
+    if (thread_.joinable()) thread_.join();  // the loop checks the flag whenever it is idle
   }
   stopped_ = true;
 }
