@@ -7,7 +7,8 @@ and signal word as regions, no serve loop) and time, on the host, until the engi
 acknowledgement of the last one has been collected. Variants: an RC SEND echo (the Ethernet
 mode's request, answered by a reply and an ACK), an RDMA WRITE alone (ACK), a FETCH_ADD alone
 (ATOMIC ACK), and WRITE + FETCH_ADD (Verbs mode's request). Python's own cost is in every row
-alike; read the rows against each other.
+alike; read the rows against each other and against the floor of the same run (pinned_pingpong
+for cuda, cpu_thread_pingpong for cpu).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from roce_transceiver.bench.floors import Percentiles, format_table
+from roce_transceiver.bench.floors import Percentiles, format_table, measure_floors
 from roce_transceiver.protocol import build
 from roce_transceiver.transceiver import Transceiver
 
@@ -93,10 +94,12 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=2000)
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
-    rows = run(args.executor, args.count)
+    rows: dict[str, Percentiles | str] = dict(run(args.executor, args.count))
+    floor = "pinned_pingpong" if args.executor == "cuda" else "cpu_thread_pingpong"
+    rows.update(measure_floors([floor], args.count))
     print(format_table(rows, "us"))
     if args.json:
-        out = {k: v.as_dict() for k, v in rows.items()}
+        out = {k: v.as_dict() if isinstance(v, Percentiles) else v for k, v in rows.items()}
         Path(args.json).write_text(json.dumps({"executor": args.executor, "rows": out}, indent=2))
     return 0
 

@@ -191,17 +191,6 @@ pb::dict completion_dict(const host::Completion& c) {
   return d;
 }
 
-const char* far_end_status_name(uint32_t s) {
-  switch (FarEndStatus(s)) {
-    case FarEndStatus::kRunning: return "running";
-    case FarEndStatus::kDone: return "done";
-    case FarEndStatus::kTimeout: return "timeout";
-    case FarEndStatus::kStopped: return "stopped";
-    case FarEndStatus::kBadConfig: return "bad_config";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 void register_engine(pb::module_& m) {

@@ -287,7 +287,7 @@ void register_verbs(pb::module_& m) {
         }
         const FarEndResult& r = run.run.result;
         pb::dict out;
-        out["status"] = r.status == uint32_t(FarEndStatus::kDone) ? "done" : "timeout";
+        out["status"] = far_end_status_name(r.status);
         out["sent"] = r.sent;
         out["received"] = r.received;
         out["wrong"] = r.wrong;

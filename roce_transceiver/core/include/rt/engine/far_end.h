@@ -21,6 +21,17 @@ namespace rt {
 
 enum class FarEndStatus : uint32_t { kRunning = 0, kDone, kTimeout, kStopped, kBadConfig };
 
+inline const char* far_end_status_name(uint32_t s) {
+  switch (FarEndStatus(s)) {
+    case FarEndStatus::kRunning: return "running";
+    case FarEndStatus::kDone: return "done";
+    case FarEndStatus::kTimeout: return "timeout";
+    case FarEndStatus::kStopped: return "stopped";
+    case FarEndStatus::kBadConfig: return "bad_config";
+  }
+  return "unknown";
+}
+
 struct FarEndResult {
   uint32_t status;  // FarEndStatus
   uint32_t sent;
