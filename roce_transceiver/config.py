@@ -158,6 +158,12 @@ SCHEMA = Section(
                 "metadata": Field(
                     bool, True, "the end-of-frame packet carries the 128-byte metadata record"
                 ),
+                "check_crc": Field(
+                    bool,
+                    True,
+                    "with metadata: a frame is ok only if the record's CRC matches the page "
+                    "(false for senders that leave it 0, as HSB's emulator does)",
+                ),
                 "va": Field(int, 0x1_0000_0000, "address the sensor writes page 0 at", minimum=0),
                 "rkey": Field(int, 0x46524D53, "the pages' rkey", minimum=0, maximum=2**32 - 1),
             },
@@ -424,6 +430,7 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
         "frames_page_bytes": fr["page_bytes"],
         "frames_pages": fr["pages"],
         "frames_metadata": fr["metadata"],
+        "frames_check_crc": fr["check_crc"],
         "cpu_core": -1 if cfg["cpu_core"] is None else cfg["cpu_core"],
         "stop_timeout_s": cfg["stop_timeout_s"],
     }

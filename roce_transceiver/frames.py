@@ -26,10 +26,11 @@ class Frame:
     page: int
     bytes: int
     crc32: int  # of the page's first ``bytes`` bytes, zlib's
-    metadata_crc32: int | None  # the sensor's, when the frame had metadata
-    has_metadata: bool
-    crc_ok: bool  # metadata present and its CRC matches
-    bytes_ok: bool  # metadata present and its byte count matches what arrived
+    metadata_crc: int | None  # the record's CRC field as sent (JAMCRC: ~crc32); None: no metadata
+    has_metadata: bool  # metadata mode: the frame should end with its record
+    crc_ok: bool  # its record came and the record's CRC matches the page's
+    crc_checked: bool  # metadata mode with frames.check_crc: crc_ok is part of ok
+    bytes_ok: bool  # its record came and its byte count matches what arrived
     page_match: bool  # the end-of-frame immediate named the page the data went to
     psn_first: int
     psn_last: int
@@ -46,8 +47,14 @@ class Frame:
 
     @property
     def ok(self) -> bool:
-        """Whole and intact: no packet lost, and the CRC matches the metadata's if it had one."""
-        return self.packets_lost == 0 and self.page_match and (self.crc_ok or not self.has_metadata)
+        """Whole and intact: no packet lost, the immediate named the page, and with metadata
+        the record came, its byte count matches and (``frames.check_crc``) so does its CRC."""
+        return (
+            self.packets_lost == 0
+            and self.page_match
+            and (self.bytes_ok or not self.has_metadata)
+            and (self.crc_ok or not self.crc_checked)
+        )
 
     @property
     def data(self) -> np.ndarray:
@@ -76,7 +83,7 @@ class Frame:
             "page",
             "bytes",
             "crc32",
-            "metadata_crc32",
+            "metadata_crc",
             "psn_first",
             "psn_last",
             "packets",

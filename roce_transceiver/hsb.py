@@ -1,15 +1,28 @@
 """Holoscan Sensor Bridge conventions: the end-of-frame immediate and the
-128-byte frame metadata record (big-endian), encoded by the C++ core."""
+128-byte frame metadata record, encoded by the C++ core (``rt/protocol/hsb.h``).
+
+The record is big-endian, laid out as HSB's FPGA sends it and hololink's
+``Hololink::deserialize_metadata`` reads it: flags u32 @0, psn u32 @4, crc u32 @8,
+PTP seconds u64 @12 + ns u32 @20, bytes_written u64 @24, frame_number u16 @34,
+metadata PTP seconds u64 @36 + ns u32 @44, the rest reserved. Its CRC is JAMCRC
+(:func:`jamcrc`: CRC-32 without the final XOR)."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import asdict, dataclass
 
 from roce_transceiver import _core
 
-__all__ = ["METADATA_BYTES", "FrameMetadata", "imm_decode", "imm_encode"]
+__all__ = ["METADATA_BYTES", "PAGE_ALIGN", "FrameMetadata", "imm_decode", "imm_encode", "jamcrc"]
 
 METADATA_BYTES = 128
+PAGE_ALIGN = 128  # HSB pads a frame to this before a record appended to its last packet
+
+
+def jamcrc(data: bytes | bytearray | memoryview) -> int:
+    """The record's CRC of ``data``: CRC-32 without the final XOR, ``~zlib.crc32``."""
+    return zlib.crc32(data) ^ 0xFFFFFFFF
 
 
 def imm_encode(psn: int, page: int) -> int:
@@ -27,14 +40,14 @@ def imm_decode(imm: int) -> tuple[int, int]:
 class FrameMetadata:
     """The frame metadata record an HSB sensor appends to a frame."""
 
-    flags: int = 0
-    psn: int = 0
-    crc32: int = 0  # zlib CRC-32 of the frame's data bytes
-    ptp_s: int = 0  # PTP time of the first data byte (48-bit seconds)
+    flags: int = 0  # bit 0: early TLAST; bit 1: window-size termination
+    psn: int = 0  # PSN of the end-of-frame packet
+    crc: int = 0  # JAMCRC of the frame's data bytes (:func:`jamcrc`)
+    ptp_s: int = 0  # PTP time of the first data byte: seconds (64 bits)
     ptp_ns: int = 0
     bytes_written: int = 0
-    frame_number: int = 0
-    meta_ptp_s: int = 0  # PTP time the record was written
+    frame_number: int = 0  # 16 bits
+    meta_ptp_s: int = 0  # PTP time the record was formed
     meta_ptp_ns: int = 0
 
     def pack(self) -> bytes:

@@ -284,6 +284,24 @@ def test_rc_bad_sequence_counts_opcode_sequence_and_naks_0x61(executor, ops):
         wait_counters(t, opcode_sequence=1, naks_sent=1, messages=1)
 
 
+@pytest.mark.parametrize("new", ["SEND_FIRST", "SEND_ONLY"], ids=["first_inside", "only_inside"])
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_uc_first_or_only_inside_a_message_drops_it_and_delivers_the_new_one(executor, new):
+    """The UC twin of the RC bad-sequence test: at the expected PSN, a First or Only that
+    interrupts a message in progress loses that message (counted, no NAK: UC has none) and
+    starts the new one at once (IBA 9.7.5.2.x)."""
+    with running(executor, "UC") as t:
+        peer = Peer(t)
+        assert t.inject(peer.next("SEND_FIRST", b"interrupted-" * 4))
+        assert t.inject(peer.next(new, b"new"))  # at the expected PSN
+        if new == "SEND_FIRST":
+            assert t.inject(peer.next("SEND_LAST", b"-msg"))
+        before = peer.fence(t)
+        assert sends(before) == [b"new-msg" if new == "SEND_FIRST" else b"new"]
+        assert aeths(before) == []
+        wait_counters(t, opcode_sequence=1, naks_sent=0, psn_gaps=0, messages=2)
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_uc_middle_without_first_is_dropped_silently(executor):
     with running(executor, "UC") as t:

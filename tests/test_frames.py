@@ -21,48 +21,12 @@ import zlib
 
 import pytest
 from engine_helpers import EXECUTORS, wait_counters
+from frames_helpers import PAGE, frames_config, one_frame, send, sensor_for
 
 from roce_transceiver.config import ConfigError
-from roce_transceiver.frames import Frame
-from roce_transceiver.peers.link import Addresses
+from roce_transceiver.hsb import jamcrc
 from roce_transceiver.peers.sensor import Sensor, SentFrame
 from roce_transceiver.transceiver import Transceiver
-
-PAGE = 65536
-
-
-def frames_config(executor: str, metadata: bool = True, pages: int = 4) -> dict:
-    return {
-        "executor": executor,
-        "handler": "frames",
-        "qp": {"transport": "UC", "rx_psn": 0},
-        "frames": {"pages": pages, "page_bytes": PAGE, "metadata": metadata},
-        "queues": {"rx_depth": 256},
-    }
-
-
-def sensor_for(t: Transceiver, **kw: object) -> Sensor:
-    fr = t.config["frames"]
-    return Sensor(
-        Addresses.mirror(t.config, own_port=12288),  # HSB's source port
-        va=fr["va"],
-        rkey=fr["rkey"],
-        page_bytes=fr["page_bytes"],
-        pages=fr["pages"],
-        metadata=fr["metadata"],
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-def send(t: Transceiver, packets: list[bytes]) -> None:
-    for p in packets:
-        assert t.inject(p), "the engine's rx ring is full"
-
-
-def one_frame(t: Transceiver) -> Frame:
-    got = t.frames(timeout=5.0)
-    assert len(got) == 1, f"{len(got)} frames; counters {t.stats()}"
-    return got[0]
 
 
 @pytest.mark.parametrize("metadata", [True, False])
@@ -85,7 +49,7 @@ def test_frames_arrive_byte_exact_in_the_named_page(executor: str, metadata: boo
             assert f.packets == data_packets + (1 if metadata else 0)
             assert f.packets_lost == 0 and f.page_match and f.ok
             assert f.has_metadata == metadata and f.crc_ok == metadata
-            assert f.metadata_crc32 == (zlib.crc32(sent.content) if metadata else None)
+            assert f.metadata_crc == (jamcrc(sent.content) if metadata else None)
             assert (f.psn_last - f.psn_first + 1) == f.packets
             f.release()
         wait_counters(t, frames=6, frames_dropped=0, frame_crc_errors=0, psn_gaps=0)

@@ -3,12 +3,14 @@
 Goal: psn_add and psn_diff wrap at 2**24 (checked at 0, 2**23, 0xFFFFFF and
 across the wrap); the HSB end-of-frame immediate is psn[19:0] << 12 |
 page[11:0], big-endian in the ImmDt; the 128-byte frame metadata record has
-the big-endian layout of DESIGN.md section 3, field by field.
+the big-endian layout HSB's FPGA sends and hololink reads (DESIGN.md section 3),
+field by field, and its CRC is JAMCRC.
 
 Oracle: plain Python formulas (modular arithmetic, shifts and masks) and a
-``struct`` layout written here from DESIGN.md: "flags u32, psn u32, crc32 u32,
-first-data PTP seconds u48 + ns u32, bytes_written u64, frame_number u32,
-metadata PTP s u48 + ns u32", zero-filled to 128 bytes.
+``struct`` layout written here from hololink's ``Hololink::deserialize_metadata``:
+">III Q I Q H H Q I": flags, psn, crc, PTP seconds u64 + ns u32, bytes_written u64,
+reserved u16, frame_number u16, metadata PTP seconds u64 + ns u32, zero-filled to 128
+bytes; JAMCRC is zlib's CRC-32 with its final XOR undone.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roce_transceiver.hsb import METADATA_BYTES, FrameMetadata, imm_decode, imm_encode
+from roce_transceiver.hsb import METADATA_BYTES, FrameMetadata, imm_decode, imm_encode, jamcrc
 from roce_transceiver.protocol import build, parse, psn_add, psn_diff
 
 PSN_MOD = 1 << 24
@@ -142,27 +144,35 @@ def test_imm_is_big_endian_in_end_of_frame_write():
 
 # --- HSB frame metadata -------------------------------------------------------------
 
-# Byte offset and width of each field, from DESIGN.md's list in order.
+# Byte offset and width of each field, as hololink deserializes the record.
 LAYOUT = {
     "flags": (0, 4),
     "psn": (4, 4),
-    "crc32": (8, 4),
-    "ptp_s": (12, 6),
-    "ptp_ns": (18, 4),
-    "bytes_written": (22, 8),
-    "frame_number": (30, 4),
-    "meta_ptp_s": (34, 6),
-    "meta_ptp_ns": (40, 4),
+    "crc": (8, 4),
+    "ptp_s": (12, 8),
+    "ptp_ns": (20, 4),
+    "bytes_written": (24, 8),
+    "frame_number": (34, 2),  # after 2 reserved bytes
+    "meta_ptp_s": (36, 8),
+    "meta_ptp_ns": (44, 4),
 }
-RECORD_END = 44  # then zeros to 128
+RECORD = struct.Struct(">IIIQIQHHQI")  # hololink's reads, in order (H @32: reserved)
 
 
 def ref_pack(m: dict[str, int]) -> bytes:
-    out = struct.pack(">III", m["flags"], m["psn"], m["crc32"])
-    out += m["ptp_s"].to_bytes(6, "big") + struct.pack(">I", m["ptp_ns"])
-    out += struct.pack(">QI", m["bytes_written"], m["frame_number"])
-    out += m["meta_ptp_s"].to_bytes(6, "big") + struct.pack(">I", m["meta_ptp_ns"])
-    assert len(out) == RECORD_END
+    out = RECORD.pack(
+        m["flags"],
+        m["psn"],
+        m["crc"],
+        m["ptp_s"],
+        m["ptp_ns"],
+        m["bytes_written"],
+        0,
+        m["frame_number"],
+        m["meta_ptp_s"],
+        m["meta_ptp_ns"],
+    )
+    assert len(out) == 48
     return out.ljust(128, b"\0")
 
 
@@ -172,19 +182,55 @@ def test_metadata_record_is_128_bytes():
 
 
 @pytest.mark.parametrize("field", list(LAYOUT))
-def test_metadata_field_lands_at_its_design_offset(field):
+def test_metadata_field_lands_at_its_hololink_offset(field):
     offset, width = LAYOUT[field]
     value = int.from_bytes(bytes(range(0xA1, 0xA1 + width)), "big")  # A1 A2 A3 ...
-    if field == "bytes_written":
-        value &= (1 << 63) - 1  # see test_metadata_bytes_written_accepts_full_64_bits
     packed = FrameMetadata(**{field: value}).pack()
     want = bytearray(128)
     want[offset : offset + width] = value.to_bytes(width, "big")
     assert packed == bytes(want)
 
 
+def test_metadata_golden_record_as_hsb_sends_it():
+    """A record written byte by byte as HSB's emulator serializes one (u32 halves, frame
+    number as a u32 whose top half is the reserved u16), read back field by field."""
+    golden = bytes.fromhex(
+        "00000002"  # flags: window-size termination
+        "0000abcd"  # psn
+        "1234abcd"  # crc
+        "00000000"
+        "6543210f"  # PTP seconds, high and low halves
+        "0001e240"  # ns 123456
+        "00000000"
+        "00100080"  # bytes_written 1048704
+        "0000"
+        "beef"  # reserved, frame number
+        "00000000"
+        "65432110"  # metadata PTP seconds
+        "000f4240"  # ns 1000000
+    ).ljust(128, b"\0")
+    m = FrameMetadata.unpack(golden)
+    assert m == FrameMetadata(
+        flags=2,
+        psn=0xABCD,
+        crc=0x1234ABCD,
+        ptp_s=0x6543210F,
+        ptp_ns=123456,
+        bytes_written=1048704,
+        frame_number=0xBEEF,
+        meta_ptp_s=0x65432110,
+        meta_ptp_ns=1000000,
+    )
+    assert m.pack() == golden
+
+
+def test_jamcrc_is_crc32_without_its_final_xor():
+    # CRC-32/JAMCRC's check value (the CRC catalogue's "123456789").
+    assert jamcrc(b"123456789") == 0x340BC6D9
+    assert jamcrc(b"") == 0xFFFFFFFF
+
+
 value_of = {name: st.integers(0, (1 << (8 * width)) - 1) for name, (_, width) in LAYOUT.items()}
-value_of["bytes_written"] = st.integers(0, (1 << 63) - 1)
 
 
 @PROPS
@@ -208,14 +254,18 @@ def test_metadata_unpack_short_buffer_says_how_many_bytes():
         FrameMetadata.unpack(bytes(127))
 
 
-@pytest.mark.parametrize(("field", "limit"), [("ptp_s", 2**48), ("psn", 2**32), ("ptp_ns", 2**32)])
+@pytest.mark.parametrize(
+    ("field", "limit"), [("frame_number", 2**16), ("psn", 2**32), ("ptp_ns", 2**32)]
+)
 def test_metadata_field_too_wide_names_field(field, limit):
     with pytest.raises(ValueError, match=rf"^{field}={limit}: out of range 0\.\.{limit - 1}$"):
         FrameMetadata(**{field: limit}).pack()
 
 
-def test_metadata_bytes_written_accepts_full_64_bits():
-    for value in (2**63, 2**64 - 1):
-        packed = FrameMetadata(bytes_written=value).pack()
-        assert packed[22:30] == value.to_bytes(8, "big")
-        assert FrameMetadata.unpack(packed).bytes_written == value
+def test_metadata_64_bit_fields_take_all_64_bits():
+    for field in ("bytes_written", "ptp_s", "meta_ptp_s"):
+        offset, _ = LAYOUT[field]
+        for value in (2**63, 2**64 - 1):
+            packed = FrameMetadata(**{field: value}).pack()
+            assert packed[offset : offset + 8] == value.to_bytes(8, "big")
+            assert getattr(FrameMetadata.unpack(packed), field) == value

@@ -2,7 +2,7 @@
 
 Runs the transceiver configured by ``--config`` with the frames handler and prints each
 completed frame (``--json``: one JSON object per line with the keys ``frame_number, page,
-bytes, crc32, metadata_crc32, psn_first, psn_last, packets_lost, ok``), releasing its page at
+bytes, crc32, metadata_crc, psn_first, psn_last, packets_lost, ok``), releasing its page at
 once, until ``--frames`` frames or ``--seconds`` seconds; then a summary with the counters.
 Exit status 0 when every frame was ok, 1 otherwise.
 """
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _line(d: dict) -> str:
-    meta = "-" if d["metadata_crc32"] is None else f"{d['metadata_crc32']:08x}"
+    meta = "-" if d["metadata_crc"] is None else f"{d['metadata_crc']:08x}"
     return (
         f"frame {d['frame_number']} page {d['page']} {d['bytes']} B crc {d['crc32']:08x} "
         f"meta {meta} psn {d['psn_first']}..{d['psn_last']} lost {d['packets_lost']} "

@@ -2,10 +2,13 @@
 
 It turns frames into the packets an HSB FPGA sends (DESIGN.md section 3): UC RDMA WRITE Only
 packets of ``payload`` bytes, each with its own RETH into the frame's page, and an end of frame
-that is a WRITE Only with Immediate (immediate = psn[19:0] << 12 | page): with metadata, a
-separate packet carrying the 128-byte record (written at the page's last 128 bytes); without,
-the last data packet itself. Faults can be injected at given rates (loss, reordering,
-duplication, corrupt ICRC), and every injection is recorded so a test knows what to expect.
+that is a WRITE Only with Immediate (immediate = psn[19:0] << 12 | page): with metadata, the
+128-byte record (hsb.py), either in a packet of its own written at the page's last 128 bytes
+(``record="separate"``) or, as HSB's emulator does by default, appended to the last data packet
+behind a zero pad to HSB's 128-byte alignment (``record="appended"``, the record landing at
+page + round_up(frame bytes, 128)); without metadata, the last data packet itself. Faults can
+be injected at given rates (loss, reordering, duplication, corrupt ICRC), and every injection is
+recorded so a test knows what to expect.
 """
 
 from __future__ import annotations
@@ -15,24 +18,24 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from roce_transceiver.hsb import METADATA_BYTES, FrameMetadata, imm_encode
+from roce_transceiver.hsb import METADATA_BYTES, PAGE_ALIGN, FrameMetadata, imm_encode, jamcrc
 from roce_transceiver.peers.link import Addresses
-from roce_transceiver.protocol import psn_add
 
 __all__ = ["Faults", "Sensor", "SentFrame"]
 
 
 @dataclass(frozen=True)
 class Faults:
-    """Rates (0..1) per data packet; the end-of-frame packet is never faulted."""
+    """Rates (0..1) per data packet, and per frame for its end-of-frame packet."""
 
     loss: float = 0.0
     reorder: float = 0.0  # swapped with the next data packet
     duplicate: float = 0.0
     corrupt: float = 0.0  # ICRC flipped: the engine must drop it
+    end_loss: float = 0.0  # the end-of-frame packet lost: the frame never completes
 
     def any(self) -> bool:
-        return any((self.loss, self.reorder, self.duplicate, self.corrupt))
+        return any((self.loss, self.reorder, self.duplicate, self.corrupt, self.end_loss))
 
 
 @dataclass
@@ -47,6 +50,7 @@ class SentFrame:
     reordered: int = 0
     duplicated: int = 0
     corrupted: int = 0
+    end_lost: bool = False  # its end-of-frame packet was dropped
     events: list[str] = field(default_factory=list)
 
     @property
@@ -68,6 +72,8 @@ class Sensor:
         payload: int = 1024,
         metadata: bool = True,
         first_psn: int = 0,
+        psn_bits: int = 24,
+        record: str = "separate",
         faults: Faults | None = None,
         seed: int = 1,
     ) -> None:
@@ -75,22 +81,31 @@ class Sensor:
             raise ValueError("an HSB sensor speaks UC (qp.transport: UC)")
         if payload < 4 or payload % 4:
             raise ValueError(f"payload {payload}: a positive multiple of 4 bytes")
+        if psn_bits not in (20, 24):
+            raise ValueError(f"psn_bits {psn_bits}: 24, or 20 as HSB's emulator counts")
+        if record not in ("separate", "appended"):
+            raise ValueError(f"record {record!r}: 'separate' or 'appended'")
         self.addresses = addresses
         self.va, self.rkey = va, rkey
         self.page_bytes, self.pages = page_bytes, pages
         self.payload = payload
         self.metadata = metadata
-        self.psn = first_psn
+        self.record = record
+        self.psn_bits = psn_bits
+        self.psn = first_psn & ((1 << psn_bits) - 1)
         self.faults = faults or Faults()
         self._rng = random.Random(seed)
 
     @property
     def max_frame_bytes(self) -> int:
-        return self.page_bytes - (METADATA_BYTES if self.metadata else 0)
+        if not self.metadata:
+            return self.page_bytes
+        room = self.page_bytes - METADATA_BYTES
+        return room - room % PAGE_ALIGN if self.record == "appended" else room
 
     def _next_psn(self) -> int:
         psn = self.psn
-        self.psn = psn_add(psn, 1)
+        self.psn = (psn + 1) % (1 << self.psn_bits)
         return psn
 
     def _write(self, op: str, data: bytes, va: int, psn: int, **extra: int) -> bytes:
@@ -105,46 +120,55 @@ class Sensor:
         page = frame_number % self.pages
         base = self.va + page * self.page_bytes
         chunks = [content[i : i + self.payload] for i in range(0, len(content), self.payload)]
+        record = b""
+        if self.metadata:
+            record = FrameMetadata(
+                crc=jamcrc(content),
+                bytes_written=len(content),
+                frame_number=frame_number & 0xFFFF,
+            ).pack()
+        appended = self.metadata and self.record == "appended"
         data: list[bytes] = []
+        end: list[bytes] = []
         for k, chunk in enumerate(chunks):
             psn = self._next_psn()
-            last = k == len(chunks) - 1 and not self.metadata
-            if last:
-                imm = imm_encode(psn, page)
-                data.append(
-                    self._write(
-                        "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
-                        chunk,
-                        base + k * self.payload,
-                        psn,
-                        imm=imm,
-                    )
+            va = base + k * self.payload
+            if k < len(chunks) - 1 or (self.metadata and not appended):
+                data.append(self._write("RDMA_WRITE_ONLY", chunk, va, psn))
+                continue
+            # The last data packet is the end of the frame (never faulted).
+            if appended:  # behind a zero pad, the record: page + round_up(frame bytes, 128)
+                pad = -len(content) % PAGE_ALIGN
+                chunk = chunk + bytes(pad) + self._with_psn(record, psn)
+            end.append(
+                self._write(
+                    "RDMA_WRITE_ONLY_WITH_IMMEDIATE", chunk, va, psn, imm=imm_encode(psn, page)
                 )
-            else:
-                data.append(self._write("RDMA_WRITE_ONLY", chunk, base + k * self.payload, psn))
-        end: list[bytes] = []
-        if self.metadata:
+            )
+        if self.metadata and not appended:
             psn = self._next_psn()
-            record = FrameMetadata(
-                psn=psn,
-                crc32=zlib.crc32(content),
-                bytes_written=len(content),
-                frame_number=frame_number,
-            ).pack()
             end.append(
                 self._write(
                     "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
-                    record,
+                    self._with_psn(record, psn),
                     base + self.page_bytes - METADATA_BYTES,
                     psn,
                     imm=imm_encode(psn, page),
                 )
             )
-        elif data:  # the last data packet is the end of the frame: never faulted
-            end.append(data.pop())
         sent = SentFrame(frame_number, page, content, [])
-        sent.packets = self._faulted(data, sent) + end
+        sent.packets = self._faulted(data, sent)
+        if end and self.faults.end_loss and self._rng.random() < self.faults.end_loss:
+            sent.end_lost = True
+            sent.events.append("lost end")
+        else:
+            sent.packets += end
         return sent
+
+    @staticmethod
+    def _with_psn(record: bytes, psn: int) -> bytes:
+        """The record with its psn field (bytes 4..7): the end-of-frame packet's PSN."""
+        return record[:4] + psn.to_bytes(4, "big") + record[8:]
 
     def _faulted(self, packets: list[bytes], sent: SentFrame) -> list[bytes]:
         if not self.faults.any():

@@ -10,7 +10,6 @@ changes what it builds; tests/test_cli.py checks that.
 from __future__ import annotations
 
 import argparse
-import zlib
 from pathlib import Path
 
 from roce_transceiver import hsb, protocol
@@ -60,7 +59,7 @@ def hsb_frame_packets() -> list[bytes]:
     frame_bytes = b"".join(lines)
     metadata = hsb.FrameMetadata(
         psn=eof_psn,
-        crc32=zlib.crc32(frame_bytes),
+        crc=hsb.jamcrc(frame_bytes),  # as the FPGA computes it
         ptp_s=PTP_S,
         ptp_ns=0,
         bytes_written=len(frame_bytes),

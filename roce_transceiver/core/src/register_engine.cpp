@@ -66,7 +66,8 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
                                               "frames_region",
                                               "frames_page_bytes",
                                               "frames_pages",
-                                              "frames_metadata"};
+                                              "frames_metadata",
+                                              "frames_check_crc"};
   for (const auto& item : d) {
     const std::string key = item.first.cast<std::string>();
     if (!known.count(key)) throw pb::value_error("engine config: unknown key '" + key + "'");
@@ -80,6 +81,7 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
   if (auto v = get("frames_page_bytes")) c.frames_page_bytes = v.cast<uint32_t>();
   if (auto v = get("frames_pages")) c.frames_pages = v.cast<uint32_t>();
   if (auto v = get("frames_metadata")) c.frames_metadata = v.cast<bool>();
+  if (auto v = get("frames_check_crc")) c.frames_check_crc = v.cast<bool>();
   if (auto v = get("socket_mode")) c.socket.mode = v.cast<std::string>();
   if (auto v = get("socket_interface")) c.socket.interface = v.cast<std::string>();
   if (auto v = get("socket_capture")) c.socket.capture = v.cast<std::string>();
@@ -170,14 +172,15 @@ pb::dict completion_dict(const host::Completion& c) {
     f["page"] = r.page;
     f["bytes"] = r.bytes;
     f["crc32"] = r.crc32;
-    f["metadata_crc32"] =
-        (r.flags & kFrameHasMetadata) ? pb::object(pb::int_(r.metadata_crc32)) : pb::none();
+    f["metadata_crc"] =
+        (r.flags & kFrameHasMetadata) ? pb::object(pb::int_(r.metadata_crc)) : pb::none();
     f["psn_first"] = r.psn_first;
     f["psn_last"] = r.psn_last;
     f["packets"] = r.packets;
     f["packets_lost"] = r.packets_lost;
     f["has_metadata"] = bool(r.flags & kFrameHasMetadata);
     f["crc_ok"] = bool(r.flags & kFrameCrcOk);
+    f["crc_checked"] = bool(r.flags & kFrameCrcChecked);
     f["bytes_ok"] = bool(r.flags & kFrameBytesOk);
     f["page_match"] = bool(r.flags & kFramePageMatch);
     f["ptp_s"] = r.ptp_s;

@@ -329,16 +329,16 @@ constexpr MetadataField metadata_field(const char* name, uint64_t max) {
           [](HsbMetadataFields& f, uint64_t v) { f.*Member = T(v); }};
 }
 
-constexpr uint64_t kU32 = 0xFFFFFFFFull, kU48 = 0xFFFFFFFFFFFFull, kU64 = ~0ull;
+constexpr uint64_t kU16 = 0xFFFFull, kU32 = 0xFFFFFFFFull, kU64 = ~0ull;
 const MetadataField kMetadataFields[] = {
     metadata_field<&HsbMetadataFields::flags>("flags", kU32),
     metadata_field<&HsbMetadataFields::psn>("psn", kU32),
-    metadata_field<&HsbMetadataFields::crc32>("crc32", kU32),
-    metadata_field<&HsbMetadataFields::ptp_s>("ptp_s", kU48),
+    metadata_field<&HsbMetadataFields::crc>("crc", kU32),
+    metadata_field<&HsbMetadataFields::ptp_s>("ptp_s", kU64),
     metadata_field<&HsbMetadataFields::ptp_ns>("ptp_ns", kU32),
     metadata_field<&HsbMetadataFields::bytes_written>("bytes_written", kU64),
-    metadata_field<&HsbMetadataFields::frame_number>("frame_number", kU32),
-    metadata_field<&HsbMetadataFields::meta_ptp_s>("meta_ptp_s", kU48),
+    metadata_field<&HsbMetadataFields::frame_number>("frame_number", kU16),
+    metadata_field<&HsbMetadataFields::meta_ptp_s>("meta_ptp_s", kU64),
     metadata_field<&HsbMetadataFields::meta_ptp_ns>("meta_ptp_ns", kU32),
 };
 

@@ -170,7 +170,11 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     const std::vector<uint32_t> ones(c.frames_pages, 1u);
     page_free_.write(0, ones.data(), ones.size() * sizeof(uint32_t));
     d.frames =
-        FramesDesc{c.frames_region, c.frames_page_bytes, c.frames_pages, c.frames_metadata,
+        FramesDesc{c.frames_region,
+                   c.frames_page_bytes,
+                   c.frames_pages,
+                   c.frames_metadata,
+                   c.frames_check_crc,
                    reinterpret_cast<uint32_t*>(on_gpu_ ? page_free_.device() : page_free_.host())};
   }
   d.msg_buf = scratch_.data();

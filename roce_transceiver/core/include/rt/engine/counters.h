@@ -31,26 +31,30 @@ enum class Counter : uint32_t {
   kNaksSent,
   kAcksReceived,  // RC ACKs for what we sent
   kNaksReceived,
-  kHostSends,       // messages the host asked to transmit, sent
-  kExpress,         // SEND Onlys taken by the express path (prediction.h): a part of rx_packets
-  kFrames,          // frames handler: frames recorded for the host
-  kFramesDropped,   // frames not recorded: a packet hit a page the host held, or no room
-  kFrameCrcErrors,  // frames whose page CRC differs from their metadata's
-  kFramePageBusy,   // packets not written: their page was still held by the host
-  kAtomics,         // RC FETCH_ADD / COMPARE_SWAP executed (replays of a duplicate not counted)
-  kRingDrops,       // written by the producer: rx ring full, packet dropped
+  kHostSends,         // messages the host asked to transmit, sent
+  kExpress,           // SEND Onlys taken by the express path (prediction.h): a part of rx_packets
+  kFrames,            // frames handler: frames recorded for the host
+  kFramesDropped,     // frames not recorded, for any of the reasons in frames.h
+  kFramesIncomplete,  // a part of frames_dropped: closed by a packet for another page
+  kFramesMissing,     // a part of frames_dropped: nothing of them arrived (frames.h)
+  kFrameCrcErrors,    // frames whose page CRC differs from their metadata's
+  kFramePageBusy,     // packets not written: their page was still held by the host
+  kAtomics,           // RC FETCH_ADD / COMPARE_SWAP executed (replays of a duplicate not counted)
+  kRingDrops,         // written by the producer: rx ring full, packet dropped
   kCount
 };
 
 constexpr uint32_t kNumCounters = uint32_t(Counter::kCount);
 
 constexpr const char* kCounterNames[] = {
-    "rx_packets",     "rx_bytes",         "tx_packets",       "tx_bytes",     "messages",
-    "replies",        "icrc_errors",      "malformed",        "wrong_qp",     "bad_pkey",
-    "psn_gaps",       "duplicates",       "opcode_sequence",  "out_of_range", "unsupported",
-    "handler_errors", "tx_ring_full",     "completion_drops", "acks_sent",    "naks_sent",
-    "acks_received",  "naks_received",    "host_sends",       "express",      "frames",
-    "frames_dropped", "frame_crc_errors", "frame_page_busy",  "atomics",      "ring_drops",
+    "rx_packets",       "rx_bytes",         "tx_packets",        "tx_bytes",
+    "messages",         "replies",          "icrc_errors",       "malformed",
+    "wrong_qp",         "bad_pkey",         "psn_gaps",          "duplicates",
+    "opcode_sequence",  "out_of_range",     "unsupported",       "handler_errors",
+    "tx_ring_full",     "completion_drops", "acks_sent",         "naks_sent",
+    "acks_received",    "naks_received",    "host_sends",        "express",
+    "frames",           "frames_dropped",   "frames_incomplete", "frames_missing",
+    "frame_crc_errors", "frame_page_busy",  "atomics",           "ring_drops",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
               "one name per counter");
@@ -64,13 +68,13 @@ struct alignas(64) Counters {
 // counting never reads host memory across PCIe; publish() pushes what changed.
 struct CounterTally {
   uint64_t v[kNumCounters];
-  uint32_t dirty;  // bit i: v[i] changed since the last publish
+  uint64_t dirty;  // bit i: v[i] changed since the last publish
 };
-static_assert(kNumCounters <= 32, "dirty is a 32-bit mask");
+static_assert(kNumCounters <= 64, "dirty is a 64-bit mask");
 
 RT_HD inline void count(CounterTally& t, Counter which, uint64_t n = 1) {
   t.v[uint32_t(which)] += n;
-  t.dirty |= 1u << uint32_t(which);
+  t.dirty |= uint64_t(1) << uint32_t(which);
 }
 
 template <Scope S>

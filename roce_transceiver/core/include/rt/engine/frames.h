@@ -3,10 +3,19 @@
 // A sensor writes each frame into a page (frame buffer) of one registered
 // region with UC RDMA WRITE Only packets, each with its own RETH, and ends it
 // with a WRITE Only with Immediate (immediate = psn[19:0] << 12 | page). With
-// metadata, that last packet carries the 128-byte metadata record; without,
-// it is the last data packet. The engine places every packet (general.h), and
-// this file keeps the frame's account: bytes, PSN range, packets lost, then at
-// the end the CRC-32 of page[0, bytes) and a FrameRecord for the host.
+// metadata, that last packet's payload ends with the 128-byte metadata record
+// (hsb.h); without, it is the last data packet. The engine places every packet
+// (general.h), and this file keeps the frame's account: bytes, PSN range,
+// packets lost, then at the end the CRC-32 of page[0, bytes) and a FrameRecord
+// for the host.
+//
+// Every frame the sensor sends is accounted for: recorded (`frames`), or
+// dropped (`frames_dropped`) because its page was held by the host, the host's
+// ring was full, its end never came (`frames_incomplete`: a packet for another
+// page closed it), or nothing of it came (`frames_missing`: a gap in the
+// metadata's frame numbers, or without metadata in the sensor's page
+// sequence). The PSNs between the previous frame's end and a frame's first
+// packet are that frame's, lost.
 //
 // A page belongs to the host from the frame's record until the host releases
 // it (page_free[page] = 1). A packet for a page the host still holds is not
@@ -25,14 +34,16 @@ struct FramesDesc {
   uint32_t page_bytes;  // bytes per page; page p starts at region offset p * page_bytes
   uint32_t pages;
   bool metadata;        // the end-of-frame packet carries the metadata record
+  bool check_crc;       // compare the page's CRC with the record's (HSB's emulator sends 0)
   uint32_t* page_free;  // host-visible, per page: 1 free, 0 held by the host
 };
 
 enum FrameFlag : uint32_t {
-  kFrameHasMetadata = 1u << 0,
-  kFrameCrcOk = 1u << 1,      // metadata present and its CRC matches the page
-  kFrameBytesOk = 1u << 2,    // metadata present and its byte count matches what arrived
-  kFramePageMatch = 1u << 3,  // the immediate's page is the one the data went to
+  kFrameHasMetadata = 1u << 0,  // metadata mode: the frame should end with a record
+  kFrameCrcOk = 1u << 1,        // a record came, and its CRC (JAMCRC) matches the page
+  kFrameBytesOk = 1u << 2,      // a record came, and its byte count matches what arrived
+  kFramePageMatch = 1u << 3,    // the immediate's page is the one the data went to
+  kFrameCrcChecked = 1u << 4,   // metadata mode with check_crc: crc_ok decides ok
 };
 
 // What the host gets per frame, in the data area of a completion record
@@ -44,28 +55,39 @@ struct FrameRecord {
   uint64_t rx_last_ns;
   uint32_t frame_number;  // metadata's, or the engine's own count
   uint32_t page;
-  uint32_t crc32;  // of page[0, bytes), zlib's
-  uint32_t metadata_crc32;
-  uint32_t psn_first;
+  uint32_t crc32;         // of page[0, bytes), zlib's
+  uint32_t metadata_crc;  // the record's CRC field as sent (JAMCRC), 0 without one
+  uint32_t psn_first;     // the frame's first PSN (lost or not)
   uint32_t psn_last;
   uint32_t packets;       // packets of the frame that arrived
-  uint32_t packets_lost;  // PSN gaps inside the frame
+  uint32_t packets_lost;  // PSNs of the frame that never arrived
   uint32_t ptp_ns;
   uint32_t flags;  // FrameFlag
 };
 static_assert(sizeof(FrameRecord) == 72, "the host reads this layout");
 
-// The engine's running account of the frame in progress.
+// The engine's running account of the frame in progress, and of the stream
+// between frames.
 struct FrameState {
   uint32_t busy[kMaxPages / 32];  // pages handed to the host and not seen released
-  uint64_t bytes;
+  uint64_t bytes;                 // the furthest data byte written, from the page's start
   uint64_t rx_first_ns, rx_last_ns;
   uint32_t page;  // where the data went
   uint32_t psn_first, last_psn;
   uint32_t packets, lost;
+  // PSNs before the first packet that arrived taken as the frame's: after the
+  // previous frame's end (lead), or estimated from where it landed (lead_landed).
+  uint32_t lead, lead_landed;
   uint32_t completed;  // frames recorded so far: the frame number without metadata
+  // Where the stream stands: what the next frame should look like.
+  uint32_t next_psn;     // the PSN after the last frame's end (have_next_psn)
+  uint32_t last_page;    // the page of the last frame closed (have_last_page)
+  uint32_t unnumbered;   // metadata: frames closed without a record since last_number
+  uint16_t last_number;  // metadata: the last record's frame number (numbered)
+  bool have_next_psn, have_last_page, numbered;
   bool open;
-  bool dropped;  // a packet hit a page the host holds
+  bool dropped;     // a packet hit a page the host holds
+  bool has_record;  // metadata mode: the end packet carried a whole record
   // The end of the frame, set by the leader, finished by the team (CRC).
   bool pending;
   uint32_t end_page, end_psn, imm;

@@ -102,7 +102,7 @@ RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const Stagi
     st.expected_psn = psn;
     return Verdict::kAccept;
   }
-  if (diff == 0) return Verdict::kAccept;
+  if (diff == 0 || psn_wraps_at_20_bits(psn, st.expected_psn)) return Verdict::kAccept;
   // UC has no duplicates: behind or ahead, the PSN broke the sequence (a sender
   // that restarted its PSNs, as an HSB sensor does, must be heard at once).
   count(st.tally, Counter::kPsnGaps);
@@ -268,6 +268,99 @@ RT_HD inline Verdict execute_send(const EngineDesc& d, EngineState& st, const St
   return Verdict::kAccept;
 }
 
+// A frame closed without its end: a packet for another page came first
+// (frames.h). Its page holds a part of it and stays the engine's.
+RT_HD inline void close_incomplete(const FramesDesc& fd, EngineState& st) {
+  FrameState& fs = st.frames;
+  fs.open = false;
+  fs.have_next_psn = false;  // where it ended is unknown
+  fs.have_last_page = true;
+  fs.last_page = fs.page;
+  if (fd.metadata) ++fs.unnumbered;
+  count(st.tally, Counter::kFramesIncomplete);
+  count(st.tally, Counter::kFramesDropped);
+}
+
+// Frames of which nothing arrived, between the last one closed and one now
+// known to follow it.
+RT_HD inline void count_missing(EngineState& st, uint32_t n) {
+  if (!n) return;
+  count(st.tally, Counter::kFramesMissing, n);
+  count(st.tally, Counter::kFramesDropped, n);
+}
+
+// Open a frame on the first of its packets that arrived: `psn`, landing
+// `offset` bytes into `page` with `data_len` data bytes. Its first PSN is the
+// one after the previous frame's end when the stream goes on from there (what
+// lies between was this frame's, lost); else, when the packet did not land at
+// the page's start, the packets before it are estimated from its size.
+RT_HD inline void open_frame(const FramesDesc& fd, EngineState& st, uint32_t psn, uint32_t page,
+                             uint32_t offset, uint32_t data_len, uint64_t rx_ts) {
+  FrameState& fs = st.frames;
+  bool goes_on = fs.have_next_psn;
+  if (!fd.metadata && fs.have_last_page) {
+    // Without metadata the page sequence tells frames that vanished whole: a
+    // sensor writes its frames into the pages in turn (HSB's FPGA does).
+    const uint32_t skipped = (page + fd.pages - (fs.last_page + 1) % fd.pages) % fd.pages;
+    count_missing(st, skipped);
+    if (skipped) goes_on = false;
+  }
+  const uint32_t per_page = data_len ? (fd.page_bytes + data_len - 1) / data_len : fd.page_bytes;
+  const int32_t ahead = goes_on ? psn_diff_sensor(psn, fs.next_psn) : -1;
+  fs.lead_landed = data_len ? (offset + data_len - 1) / data_len : 0;
+  fs.lead = ahead >= 0 && uint32_t(ahead) < per_page ? uint32_t(ahead) : fs.lead_landed;
+  const uint32_t lead = fs.lead;
+  fs.open = true;
+  fs.dropped = false;
+  fs.has_record = false;
+  fs.bytes = 0;
+  fs.page = page;
+  fs.psn_first = (psn + (kPsnMask + 1) - lead) & kPsnMask;
+  fs.packets = 1;
+  fs.rx_first_ns = rx_ts;
+  fs.meta = HsbMetadataFields{};
+}
+
+// The end of a frame arrived (its 0x2B): the account closes, the stream's
+// position moves on, and with a record the frame numbers say whether whole
+// frames vanished before it.
+RT_HD inline void close_frame(const FramesDesc& fd, EngineState& st, const FrameView& f,
+                              uint32_t psn) {
+  FrameState& fs = st.frames;
+  fs.open = false;
+  fs.imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
+  fs.end_page = hsb_imm_page(fs.imm);
+  fs.end_psn = psn;
+  // Lost: the PSNs the frame spans that never arrived (reordered ones did).
+  const int32_t span = psn_diff_sensor(psn, fs.psn_first) + 1;
+  fs.lost = span > int32_t(fs.packets) ? uint32_t(span) - fs.packets : 0;
+  fs.have_next_psn = fs.have_last_page = true;
+  fs.next_psn = psn_add(psn, 1);
+  fs.last_page = fs.page;
+  if (fd.metadata) {
+    if (fs.has_record) {
+      const uint32_t gap = fs.numbered ? uint16_t(fs.meta.frame_number - fs.last_number - 1u) : 0u;
+      const uint32_t missing = gap > fs.unnumbered ? gap - fs.unnumbered : 0;
+      count_missing(st, missing);
+      if (missing && fs.lead > fs.lead_landed) {
+        // Whole frames came between: the PSNs after the last end were theirs.
+        const uint32_t theirs = fs.lead - fs.lead_landed;
+        fs.psn_first = psn_add(fs.psn_first, theirs);
+        fs.lost -= fs.lost < theirs ? fs.lost : theirs;
+      }
+      fs.numbered = true;
+      fs.last_number = fs.meta.frame_number;
+      fs.unnumbered = 0;
+    } else {
+      ++fs.unnumbered;
+    }
+  }
+  if (fs.dropped)
+    count(st.tally, Counter::kFramesDropped);
+  else
+    fs.pending = true;
+}
+
 // The frames handler's WRITE (frames.h), after the RETH checks of
 // execute_write: the page must be in the frames region and hold the packet,
 // and not be held by the host; the frame's account is kept, and its end is
@@ -281,30 +374,26 @@ RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Stagi
   const uint32_t psn = f.bth_hdr().psn.get();
   const uint64_t at = st.write_next_va - r.va;  // region offset of this packet's first byte
   const uint32_t page = uint32_t(at / fd.page_bytes);
-  if (st.write_region != fd.region || page >= fd.pages ||
-      at % fd.page_bytes + f.payload_len > fd.page_bytes) {
+  const uint32_t offset = uint32_t(at % fd.page_bytes);
+  if (st.write_region != fd.region || page >= fd.pages || offset + f.payload_len > fd.page_bytes) {
     count(st.tally, Counter::kOutOfRange);  // frames live in whole pages of their region
     st.in_message = 0;
     if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
     return false;
   }
+  const bool end = f.op.is(kLast) && f.op.has(kImmDt);
+  // With metadata the end packet's trailing 128 bytes are the record, the rest data.
+  const bool record = end && fd.metadata && f.payload_len >= kHsbMetadataBytes;
+  const uint32_t data_len = record ? f.payload_len - kHsbMetadataBytes : f.payload_len;
+  if (fs.open && page != fs.page) close_incomplete(fd, st);
   if (!fs.open) {
-    fs.open = true;
-    fs.dropped = false;
-    fs.bytes = 0;
-    fs.page = page;
-    fs.psn_first = psn;
-    fs.packets = 0;
-    fs.rx_first_ns = rx_ts;
-    fs.meta = HsbMetadataFields{};
-    ++fs.packets;
+    open_frame(fd, st, psn, page, offset, data_len, rx_ts);
   } else if (psn != fs.last_psn) {  // the same PSN right again is a duplicate: not a packet more
-    if (psn_diff(psn, fs.psn_first) < 0) fs.psn_first = psn;  // a late one from the start
+    if (psn_diff_sensor(psn, fs.psn_first) < 0) fs.psn_first = psn;  // a late one from the start
     ++fs.packets;
   }
   fs.last_psn = psn;
   fs.rx_last_ns = rx_ts;
-  const bool end = f.op.is(kLast) && f.op.has(kImmDt);
   if (page_busy(fs, page)) {  // held by the host: freed since?
     if (load_acquire<Scope::kSystem>(&fd.page_free[page]))
       set_page_busy(fs, page, false);
@@ -313,30 +402,19 @@ RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Stagi
   }
   if (!page_busy(fs, page)) {
     copy_bytes(r.base + at, f.base + f.payload, f.payload_len);
-    const bool meta = end && fd.metadata;  // the record, not frame data
-    const uint64_t reach = at % fd.page_bytes + f.payload_len;
-    if (!meta && reach > fs.bytes) fs.bytes = reach;
-    if (meta && f.payload_len >= sizeof(HsbFrameMetadata))
-      fs.meta = hsb_metadata_decode(*reinterpret_cast<const HsbFrameMetadata*>(f.base + f.payload));
+    if (data_len && offset + data_len > fs.bytes) fs.bytes = offset + data_len;
   } else {
     count(st.tally, Counter::kFramePageBusy);
+  }
+  if (record) {  // read from the packet: a dropped frame's number still counts
+    fs.meta = hsb_metadata_decode(
+        *reinterpret_cast<const HsbFrameMetadata*>(f.base + f.payload + data_len));
+    fs.has_record = true;
   }
   st.write_next_va += f.payload_len;
   st.write_remaining -= f.payload_len;
   st.in_message = f.op.is(kLast) ? 0 : kWrite;
-  if (end) {
-    fs.open = false;
-    fs.imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
-    fs.end_page = hsb_imm_page(fs.imm);
-    fs.end_psn = psn;
-    // Lost: the PSNs the frame spans that never arrived (reordered ones did).
-    const int32_t span = psn_diff(psn, fs.psn_first) + 1;
-    fs.lost = span > int32_t(fs.packets) ? uint32_t(span) - fs.packets : 0;
-    if (fs.dropped)
-      count(st.tally, Counter::kFramesDropped);
-    else
-      fs.pending = true;
-  }
+  if (end) close_frame(fd, st, f, psn);
   return true;
 }
 
@@ -548,10 +626,11 @@ RT_HD inline void finish_frame(const Team& t, const EngineDesc& d, EngineState& 
   FrameState& fs = st.frames;
   const FramesDesc& fd = d.frames;
   const bool meta = fd.metadata;
-  // With metadata the sensor's byte count is the frame: a frame that lost
+  const bool has_record = fs.has_record;
+  // With a record the sensor's byte count is the frame: a frame that lost
   // packets then fails its CRC instead of looking short and whole.
   const uint64_t bytes =
-      meta && fs.meta.bytes_written <= fd.page_bytes ? fs.meta.bytes_written : fs.bytes;
+      has_record && fs.meta.bytes_written <= fd.page_bytes ? fs.meta.bytes_written : fs.bytes;
   const uint8_t* page = d.regions[fd.region].base + uint64_t(fs.page) * fd.page_bytes;
   const uint32_t crc = crc32_team(t, page, bytes);
   if (t.leader()) {
@@ -569,19 +648,24 @@ RT_HD inline void finish_frame(const Team& t, const EngineDesc& d, EngineState& 
       rec.ptp_ns = fs.meta.ptp_ns;
       rec.rx_first_ns = fs.rx_first_ns;
       rec.rx_last_ns = fs.rx_last_ns;
-      rec.frame_number = meta ? fs.meta.frame_number : fs.completed;
+      rec.frame_number = has_record ? fs.meta.frame_number : fs.completed;
       rec.page = fs.page;
       rec.crc32 = crc;
-      rec.metadata_crc32 = fs.meta.crc32;
+      rec.metadata_crc = fs.meta.crc;
       rec.psn_first = fs.psn_first;
       rec.psn_last = fs.end_psn;
       rec.packets = fs.packets;
       rec.packets_lost = fs.lost;
+      // What arrived ends at the sensor's byte count, or at HSB's 128-byte pad
+      // after it when the record was appended to the last data packet.
+      const uint64_t want = fs.meta.bytes_written;
+      const uint64_t padded = (want + kHsbPageAlign - 1) / kHsbPageAlign * kHsbPageAlign;
+      const bool crc_checked = meta && fd.check_crc;
       rec.flags = (fs.end_page == fs.page ? kFramePageMatch : 0u) |
-                  (meta ? kFrameHasMetadata : 0u) |
-                  (meta && crc == fs.meta.crc32 ? kFrameCrcOk : 0u) |
-                  (meta && bytes == fs.bytes ? kFrameBytesOk : 0u);
-      if (meta && !(rec.flags & kFrameCrcOk)) count(st.tally, Counter::kFrameCrcErrors);
+                  (meta ? kFrameHasMetadata : 0u) | (crc_checked ? kFrameCrcChecked : 0u) |
+                  (has_record && hsb_jamcrc(crc) == fs.meta.crc ? kFrameCrcOk : 0u) |
+                  (has_record && want <= fs.bytes && fs.bytes <= padded ? kFrameBytesOk : 0u);
+      if (crc_checked && !(rec.flags & kFrameCrcOk)) count(st.tally, Counter::kFrameCrcErrors);
       fd.page_free[fs.page] = 0;  // the host's now; published by the record's release below
       set_page_busy(fs, fs.page, true);
       CompletionRecord& c = *reinterpret_cast<CompletionRecord*>(slot);

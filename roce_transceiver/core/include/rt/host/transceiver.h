@@ -52,6 +52,7 @@ struct TransceiverConfig {
   uint32_t frames_page_bytes = 0;
   uint32_t frames_pages = 0;
   bool frames_metadata = true;
+  bool frames_check_crc = true;
   int cpu_core = -1;  // pin the cpu executor's thread; -1: no pinning
   double stop_timeout_s = 5.0;
 };
