@@ -136,16 +136,15 @@ class FrameStatisticOp(Operator):
     """The processing step of the sensor app: each frame's mean byte value, computed where the
     frame lies (cupy on a device tensor, numpy on a host one), without a copy.
 
-    Its GPU kernel is compiled and loaded here, at compose time: loading a CUDA module while
-    the persistent kernel runs waits for that kernel to end (as freeing device memory does), so
-    a GPU operator downstream of the transceiver must have its kernels before the graph starts.
+    Its GPU kernel is compiled and loaded at its first frame, while the persistent kernel runs,
+    as most GPU operators do: the cuda executor's epochs let that load through
+    (docs/gpu_sharing.md).
     """
 
     def __init__(self, fragment: Fragment, *args: Any, **kwargs: Any) -> None:
         self.frames = 0
         self.on_gpu = 0
         self.means: list[float] = []
-        _load_gpu_kernels()
         super().__init__(fragment, *args, **kwargs)
 
     def setup(self, spec: OperatorSpec) -> None:
@@ -162,15 +161,3 @@ class FrameStatisticOp(Operator):
             mean = float(np.asarray(tensor).mean(dtype=np.float64))
         self.frames += 1
         self.means.append(mean)
-
-
-def _load_gpu_kernels() -> None:
-    """Compile and load the mean's kernel (and fill cupy's memory pool) where a GPU is."""
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() == 0:
-            return
-    except Exception:  # no cupy, no driver, no device: the host path needs nothing
-        return
-    cupy.zeros(4096, cupy.uint8).mean(dtype=cupy.float64).item()

@@ -131,6 +131,29 @@ SCHEMA = Section(
                 "batch": Field(int, 32, "frames per recvmmsg / sendmmsg", minimum=1, maximum=1024),
             },
         ),
+        "cuda": Section(
+            "The cuda executor (docs/gpu_sharing.md).",
+            {
+                "epoch_us": Field(
+                    int,
+                    1000,
+                    "the persistent kernel returns and is relaunched this often, so that kernel "
+                    "loads elsewhere in the process (cupy, cuBLAS at first use) go through; "
+                    "0: one launch for the run (lowest jitter; a kernel load anywhere in the "
+                    "process then waits until stop())",
+                    minimum=0,
+                    maximum=10_000_000,
+                ),
+                "epochs_in_flight": Field(
+                    int,
+                    1,
+                    "epoch launches queued at once; 2 hides the relaunch but keeps the device "
+                    "busy (docs/gpu_sharing.md: measured to block loads again)",
+                    minimum=1,
+                    maximum=4,
+                ),
+            },
+        ),
         "far_end": Field(
             str,
             "cpu",
@@ -433,6 +456,8 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
         "frames_check_crc": fr["check_crc"],
         "cpu_core": -1 if cfg["cpu_core"] is None else cfg["cpu_core"],
         "stop_timeout_s": cfg["stop_timeout_s"],
+        "cuda_epoch_us": cfg["cuda"]["epoch_us"],
+        "cuda_epochs_in_flight": cfg["cuda"]["epochs_in_flight"],
     }
     if qec_blob is not None:
         out["qec_blob"] = qec_blob

@@ -207,6 +207,12 @@ class Transceiver:
             out.update({k: int(v) for k, v in self._core.nic_stats().items()})
         return out
 
+    def epoch_stats(self) -> dict[str, int]:
+        """cuda executor: its epochs so far (``epochs``) and the relaunch gaps between them,
+        measured on the GPU (``gap_total_ns``, ``gap_max_ns``); zeros on the cpu executor.
+        After stop(), the final figures."""
+        return {k: int(v) for k, v in self._core.epoch_stats().items()}
+
     def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:
         """Queue ``data`` to be sent to the peer as a SEND; waits up to ``timeout``
         seconds for room in the host ring, then raises TransceiverError."""

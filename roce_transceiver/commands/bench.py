@@ -111,6 +111,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     st.set_defaults(run=run_stream)
 
+    share = benches.add_parser(
+        "share",
+        help="what the cuda executor's epochs cost, and what they let through",
+        description="For each cuda.epoch_us (0: one launch for the run): the echo loop's "
+        "round trip next to the pinned ping-pong of the same run, frames ingest, how long a "
+        "kernel load at first use in another thread waits, and the relaunch gap measured on "
+        "the GPU (docs/gpu_sharing.md). Needs a GPU and cupy.",
+    )
+    share.add_argument(
+        "--epochs-us",
+        type=_epochs,
+        default=(0, 100, 1000, 10000),
+        dest="epochs_us",
+        metavar="N,N,...",
+        help="epoch lengths in microseconds, 0 for one launch (default 0,100,1000,10000)",
+    )
+    share.add_argument("--count", type=_positive, default=20_000, help="round trips per row")
+    share.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    share.set_defaults(run=run_share)
+
 
 def _positive(text: str) -> int:
     try:
@@ -120,6 +140,16 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
     return value
+
+
+def _epochs(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a comma-separated list") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: epoch lengths are 0 or more microseconds")
+    return values
 
 
 def _repeats(text: str) -> int:
@@ -194,6 +224,17 @@ def run_stream(args: argparse.Namespace) -> int:
         stream.run(args.frames, args.payload, args.echo_count, json_path=args.json)
     except (RuntimeError, ValueError, OSError) as e:
         raise CommandError(f"bench stream: {e}") from None
+    return 0
+
+
+def run_share(args: argparse.Namespace) -> int:
+    from roce_transceiver.bench import gpu_share
+    from roce_transceiver.transceiver import TransceiverError
+
+    try:
+        gpu_share.run(args.epochs_us, count=args.count, json_path=args.json)
+    except (TransceiverError, RuntimeError, ValueError, ImportError) as e:
+        raise CommandError(f"bench share: {e}") from None
     return 0
 
 

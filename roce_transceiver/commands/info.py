@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from roce_transceiver import __version__, _core
+from roce_transceiver.config import load_config
 
 __all__ = ["BACKENDS", "collect", "register", "run"]
 
@@ -47,10 +48,25 @@ def collect() -> dict[str, Any]:
         "backends": {
             name: "available" if built else "not built yet" for name, built in BACKENDS.items()
         },
+        "gpu_sharing": _gpu_sharing(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "python_executable": sys.executable,
         "platform": platform.platform(),
     }
+
+
+def _gpu_sharing() -> dict[str, Any]:
+    """What a graph may do on the GPU while the cuda executor's loop runs (docs/gpu_sharing.md),
+    at the default cuda.epoch_us."""
+    epoch_us = load_config()["cuda"]["epoch_us"]
+    if epoch_us:
+        graph = (
+            f"anything: kernel loads at first use (cupy, cuBLAS, NVRTC) wait at most one epoch "
+            f"({epoch_us} us) plus the load"
+        )
+    else:
+        graph = "allocations, copies, kernels loaded before start(); a load at first use waits"
+    return {"epoch_us": epoch_us, "graph_may": graph}
 
 
 def _cuda_version(encoded: int) -> str:
@@ -78,6 +94,8 @@ def _print_text(info: dict[str, Any]) -> None:
     else:
         reason = f": {cuda['error']}" if cuda["error"] else ""
         print(f"  gpus        none visible{reason}")
+    share = info["gpu_sharing"]
+    print(f"  gpu share   cuda.epoch_us {share['epoch_us']}: a graph may run {share['graph_may']}")
     print(f"  crc32       {info['crc32_impl']}")
     g = info["gpunetio"]
     state = "device API built in" if g["built"] else "device API not built"

@@ -2,11 +2,14 @@
 // CPU thread, plus a far-end kernel for the GPU side of the loopback wire.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "rt/cuda/engine_launch.h"
 
@@ -24,36 +27,89 @@ void check_cuda(cudaError_t err, const char* what) {
 // How often the loop reads its stop flag and publishes a heartbeat: reading
 // every pass would put a memory round trip on the critical path.
 constexpr uint32_t kControlEvery = 256;
+// How often the leader reads the clock for the end of its epoch (a register read).
+constexpr uint32_t kClockEvery = 16;
+
+// Pinned, mapped: the host's stop request and what the epochs cost, for the host.
+struct KernelControl {
+  uint32_t stop;  // written by the host (a plain store, no CUDA call), read by the kernel
+  uint32_t pad;
+  uint64_t epochs;  // written by the kernel at each epoch's start
+  uint64_t gap_total_ns;
+  uint64_t gap_max_ns;
+};
+
+// Device memory: what one epoch leaves the next, besides the engine's state.
+struct EpochRecord {
+  uint64_t passes;       // loop passes so far (the heartbeat)
+  uint64_t last_end_ns;  // %globaltimer at the last epoch's end
+  uint64_t epochs, gap_total_ns, gap_max_ns;
+};
+
+// The state between shared and device memory, a word a lane.
+__device__ void copy_state(const WarpTeam& team, EngineState* dst, const EngineState* src) {
+  static_assert(sizeof(EngineState) % 8 == 0, "copied in 8-byte words");
+  auto* d = reinterpret_cast<uint64_t*>(dst);
+  const auto* s = reinterpret_cast<const uint64_t*>(src);
+  for (uint32_t i = team.lane(); i < sizeof(EngineState) / 8; i += team.size()) d[i] = s[i];
+  team.sync();
+}
 
 template <Scope S>
-__global__ void engine_kernel(EngineDesc d, EngineState* state, const uint32_t* stop,
-                              uint64_t* heartbeat) {
+__global__ void engine_kernel(EngineDesc d, EngineState* state, KernelControl* ctl,
+                              EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns) {
   // The warp is the engine's team (team.h): it stages each frame into shared
   // memory and each reply out of it, 16 bytes a lane, and shares the express
   // path's compares and CRCs; the general path runs on lane 0. The state sits
   // in shared memory, where every lane reads it.
   extern __shared__ __align__(16) uint8_t staging[];
   __shared__ EngineState st;
+  const uint64_t began = globaltimer_ns();
   crc32_tables_to_shared();
   const WarpTeam team;
   Staging stg{staging, staging + d.rx.slot_bytes};
-  if (team.leader()) st = *state;
-  team.sync();
+  copy_state(team, &st, state);
   uint64_t passes = 0;
+  if (team.leader()) {
+    passes = rec->passes;
+    if (rec->epochs) {
+      const uint64_t gap = began - rec->last_end_ns;
+      rec->gap_total_ns += gap;
+      if (gap > rec->gap_max_ns) rec->gap_max_ns = gap;
+      store_relaxed<Scope::kSystem>(&ctl->gap_total_ns, rec->gap_total_ns);
+      store_relaxed<Scope::kSystem>(&ctl->gap_max_ns, rec->gap_max_ns);
+    }
+    store_relaxed<Scope::kSystem>(&ctl->epochs, ++rec->epochs);
+  }
+  passes = team.from_leader(passes);
+  const uint64_t until = epoch_ns ? began + epoch_ns : ~uint64_t(0);
   for (;;) {
     engine_step<S>(team, d, st, &stg, 1);
     uint32_t quit = 0;
-    if (++passes % kControlEvery == 0 && team.leader()) {
-      store_relaxed<Scope::kSystem>(heartbeat, passes);
-      quit = load_acquire<Scope::kSystem>(stop);
+    ++passes;
+    if (team.leader()) {
+      if (passes % kControlEvery == 0) {
+        store_relaxed<Scope::kSystem>(heartbeat, passes);
+        quit = load_acquire<Scope::kSystem>(&ctl->stop);
+      }
+      if (passes % kClockEvery == 0 && globaltimer_ns() >= until) quit = 1;
     }
     if (team.from_leader(quit)) break;
   }
   if (team.leader()) {
-    publish<Scope::kSystem>(st.tally, d.counters);  // stats() after stop() are exact
+    // Nothing waits on us across the gap: slots we hold go back, counters out
+    // (stats() after stop() are exact).
+    if (st.rx_released != st.rx_ci) {
+      rx_release<S>(d.rx, st.rx_ci);
+      st.rx_released = st.rx_ci;
+    }
+    publish<Scope::kSystem>(st.tally, d.counters);
     store_relaxed<Scope::kSystem>(heartbeat, passes);
-    *state = st;
+    rec->passes = passes;
+    rec->last_end_ns = globaltimer_ns();
   }
+  team.sync();
+  copy_state(team, state, &st);
 }
 
 template <Scope S>
@@ -83,18 +139,25 @@ void launch_with_smem(void (*kernel)(KArgs...), size_t smem, cudaStream_t stream
 struct EngineKernel::Impl {
   cudaStream_t stream = nullptr;      // the engine's own non-blocking stream
   cudaStream_t far_stream = nullptr;  // the GPU far end's
-  cudaStream_t control = nullptr;     // stop requests, while both others are busy
-  uint32_t* stop = nullptr;           // device memory: polled by the kernels
-  uint64_t* heartbeat = nullptr;      // pinned: read by the host
+  cudaStream_t control = nullptr;     // the far end's stop flag, while both others are busy
+  KernelControl* ctl = nullptr;       // pinned, mapped: the host's view
+  KernelControl* ctl_device = nullptr;
+  EpochRecord* rec = nullptr;     // device memory
+  uint32_t* far_stop = nullptr;   // device memory: polled by the GPU far end
+  uint64_t* heartbeat = nullptr;  // pinned: read by the host
+  std::thread relauncher;  // launches the epochs, waits for each: every CUDA call of the loop
+  std::atomic<bool> stopping{false};  // stop() asked: launch no more
+  std::atomic<bool> finished{false};  // the relauncher returned
+  std::string error;                  // what ended the loop other than stop(); set before finished
   bool launched = false;
   bool stopped = false;
+  std::function<void()> launch;  // one epoch, on `stream`
 };
 
 EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   // CUDA loads kernels lazily (CUDA_MODULE_LOADING=LAZY is the default): the
-  // first launch of a kernel may wait for the device to go idle, which never
-  // happens while a persistent kernel spins. Load every kernel launched beside
-  // the engine now, before the engine starts.
+  // first launch of a kernel waits for the device to go idle. Load every kernel
+  // launched beside the engine now, before the engine starts.
   cudaFuncAttributes attr;
   check_cuda(cudaFuncGetAttributes(&attr, engine_kernel<Scope::kDevice>), "load engine_kernel");
   check_cuda(cudaFuncGetAttributes(&attr, engine_kernel<Scope::kSystem>), "load engine_kernel");
@@ -103,91 +166,165 @@ EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   check_cuda(cudaStreamCreateWithFlags(&impl_->far_stream, cudaStreamNonBlocking),
              "cudaStreamCreate");
   check_cuda(cudaStreamCreateWithFlags(&impl_->control, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&impl_->ctl), sizeof(KernelControl),
+                           cudaHostAllocMapped),
+             "cudaHostAlloc(kernel control)");
+  *impl_->ctl = KernelControl{};
+  check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&impl_->ctl_device), impl_->ctl, 0),
+             "cudaHostGetDevicePointer(kernel control)");
   // Stream-ordered: a plain cudaMalloc/cudaFree could wait for a running kernel.
   check_cuda(
-      cudaMallocAsync(reinterpret_cast<void**>(&impl_->stop), sizeof(uint32_t), impl_->control),
+      cudaMallocAsync(reinterpret_cast<void**>(&impl_->rec), sizeof(EpochRecord), impl_->control),
+      "cudaMallocAsync(epoch record)");
+  check_cuda(cudaMemsetAsync(impl_->rec, 0, sizeof(EpochRecord), impl_->control),
+             "cudaMemsetAsync(epoch record)");
+  check_cuda(
+      cudaMallocAsync(reinterpret_cast<void**>(&impl_->far_stop), sizeof(uint32_t), impl_->control),
       "cudaMallocAsync(stop flag)");
-  check_cuda(cudaMemsetAsync(impl_->stop, 0, sizeof(uint32_t), impl_->control),
+  check_cuda(cudaMemsetAsync(impl_->far_stop, 0, sizeof(uint32_t), impl_->control),
              "cudaMemsetAsync(stop flag)");
-  check_cuda(cudaStreamSynchronize(impl_->control), "stop flag");
+  check_cuda(cudaStreamSynchronize(impl_->control), "kernel control");
 }
 
 EngineKernel::~EngineKernel() {
   try {
     if (impl_->launched && !impl_->stopped) stop(5.0);
   } catch (...) {
-    // A kernel that cannot be stopped is reported by stop(); the destructor
-    // must not throw, and must not free memory the kernel may still use.
+    // A loop that cannot be stopped is reported by stop(); the destructor must
+    // not throw, nor free memory the kernel may still use, nor wait forever on a
+    // relauncher stuck in the driver: leave it all behind.
+    if (impl_->relauncher.joinable()) impl_->relauncher.detach();
+    static_cast<void>(impl_.release());
     return;
   }
-  cudaFreeAsync(impl_->stop, impl_->control);
+  if (impl_->relauncher.joinable()) impl_->relauncher.join();
+  cudaFreeAsync(impl_->rec, impl_->control);
+  cudaFreeAsync(impl_->far_stop, impl_->control);
   cudaStreamSynchronize(impl_->control);
+  cudaFreeHost(impl_->ctl);
   cudaStreamDestroy(impl_->stream);
   cudaStreamDestroy(impl_->far_stream);
   cudaStreamDestroy(impl_->control);
 }
 
+namespace {
+
+// The relauncher: keeps `in_flight` epochs queued on the engine's stream until
+// stop() or an error. Waiting spins on cudaStreamQuery/cudaEventQuery (a
+// blocking wait would add the scheduler's wake-up to every relaunch gap).
+void relaunch_loop(EngineKernel::Impl& k, uint32_t in_flight) {
+  std::vector<cudaEvent_t> done(in_flight);
+  try {
+    for (cudaEvent_t& e : done)
+      check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    uint64_t launched = 1;  // start() launched the first epoch
+    check_cuda(cudaEventRecord(done[0], k.stream), "cudaEventRecord");
+    uint64_t retired = 0;
+    for (;;) {
+      while (launched - retired < in_flight && !k.stopping.load(std::memory_order_acquire)) {
+        k.launch();
+        check_cuda(cudaGetLastError(), "engine_kernel launch");
+        check_cuda(cudaEventRecord(done[launched % in_flight], k.stream), "cudaEventRecord");
+        ++launched;
+      }
+      if (launched == retired) break;
+      cudaError_t err;
+      uint32_t spins = 0;
+      while ((err = cudaEventQuery(done[retired % in_flight])) == cudaErrorNotReady) {
+        if (++spins % 1024 == 0) std::this_thread::yield();
+        spin_pause();
+      }
+      check_cuda(err, "the persistent engine kernel failed");
+      ++retired;
+    }
+  } catch (const std::exception& e) {
+    k.error = e.what();
+  }
+  for (cudaEvent_t e : done)
+    if (e) cudaEventDestroy(e);
+  // A GPU far end running beside the loop ends with it.
+  cudaMemsetAsync(k.far_stop, 1, sizeof(uint32_t), k.control);
+  cudaStreamSynchronize(k.control);
+  k.finished.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
 void EngineKernel::start(const EngineDesc& desc, EngineState* state_device, bool wire_on_device,
-                         uint64_t* heartbeat_pinned) {
+                         uint64_t* heartbeat_pinned, const EpochOptions& epochs) {
   if (impl_->launched) throw std::logic_error("EngineKernel::start called twice");
-  impl_->heartbeat = heartbeat_pinned;
-  check_cuda(cudaMemsetAsync(impl_->stop, 0, sizeof(uint32_t), impl_->control),
-             "cudaMemsetAsync(stop flag)");
-  check_cuda(cudaStreamSynchronize(impl_->control), "stop flag");
+  if (epochs.in_flight < 1 || epochs.in_flight > 4)
+    throw std::invalid_argument("epochs in flight: 1 to 4, not " +
+                                std::to_string(epochs.in_flight));
+  Impl& k = *impl_;
+  k.heartbeat = heartbeat_pinned;
   const size_t staging = size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
+  const uint64_t epoch_ns = uint64_t(epochs.epoch_us) * 1000;
+  KernelControl* ctl = k.ctl_device;
+  EpochRecord* rec = k.rec;
   if (wire_on_device)
-    launch_with_smem(engine_kernel<Scope::kDevice>, staging, impl_->stream, desc, state_device,
-                     impl_->stop, heartbeat_pinned);
+    k.launch = [=, &k] {
+      launch_with_smem(engine_kernel<Scope::kDevice>, staging, k.stream, desc, state_device, ctl,
+                       rec, heartbeat_pinned, epoch_ns);
+    };
   else
-    launch_with_smem(engine_kernel<Scope::kSystem>, staging, impl_->stream, desc, state_device,
-                     impl_->stop, heartbeat_pinned);
+    k.launch = [=, &k] {
+      launch_with_smem(engine_kernel<Scope::kSystem>, staging, k.stream, desc, state_device, ctl,
+                       rec, heartbeat_pinned, epoch_ns);
+    };
+  k.launch();  // on the caller's thread: a launch that fails says so here
   check_cuda(cudaGetLastError(), "engine_kernel launch");
-  impl_->launched = true;
-  impl_->stopped = false;
+  k.launched = true;
+  k.stopped = false;
+  // One launch for the run: the relauncher only waits for it.
+  if (epochs.epoch_us == 0) k.stopping.store(true, std::memory_order_release);
+  const uint32_t in_flight = epochs.epoch_us ? epochs.in_flight : 1;
+  k.relauncher = std::thread([&k, in_flight] { relaunch_loop(k, in_flight); });
 }
 
 bool EngineKernel::running() const {
-  return impl_->launched && !impl_->stopped && cudaStreamQuery(impl_->stream) == cudaErrorNotReady;
+  return impl_->launched && !impl_->stopped && !impl_->finished.load(std::memory_order_acquire);
 }
 
 void EngineKernel::check() const {
   if (!impl_->launched || impl_->stopped) return;
-  const cudaError_t err = cudaStreamQuery(impl_->stream);
-  if (err == cudaErrorNotReady) return;
-  if (err == cudaSuccess)
-    throw std::runtime_error("the persistent engine kernel exited without being asked to stop");
-  check_cuda(err, "the persistent engine kernel failed");
+  if (!impl_->finished.load(std::memory_order_acquire)) return;
+  if (!impl_->error.empty()) throw std::runtime_error(impl_->error);
+  throw std::runtime_error("the persistent engine kernel exited without being asked to stop");
 }
 
 void EngineKernel::stop(double timeout_s) {
-  if (!impl_->launched || impl_->stopped) return;
-  const uint32_t one = 1;
-  check_cuda(cudaMemcpyAsync(impl_->stop, &one, sizeof one, cudaMemcpyHostToDevice, impl_->control),
-             "stop request");
-  check_cuda(cudaStreamSynchronize(impl_->control), "stop request");
+  Impl& k = *impl_;
+  if (!k.launched || k.stopped) return;
+  // No CUDA call: the flag is pinned host memory the kernel polls; the
+  // relauncher sees `stopping` and launches no more.
+  k.stopping.store(true, std::memory_order_release);
+  reinterpret_cast<volatile uint32_t*>(&k.ctl->stop)[0] = 1;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (;;) {
-    const cudaError_t err = cudaStreamQuery(impl_->stream);
-    if (err == cudaSuccess) break;
-    if (err != cudaErrorNotReady) {
-      impl_->stopped = true;
-      check_cuda(err, "the persistent engine kernel failed");
-    }
+  while (!k.finished.load(std::memory_order_acquire)) {
     if (std::chrono::steady_clock::now() > deadline) {
-      const uint64_t beats =
-          impl_->heartbeat ? *reinterpret_cast<volatile uint64_t*>(impl_->heartbeat) : 0;
-      throw std::runtime_error("the persistent engine kernel did not stop within " +
-                               std::to_string(timeout_s) + " s (heartbeat at " +
-                               std::to_string(beats) + " passes)");
+      const uint64_t beats = k.heartbeat ? *reinterpret_cast<volatile uint64_t*>(k.heartbeat) : 0;
+      throw std::runtime_error(
+          "the persistent engine kernel did not stop within " + std::to_string(timeout_s) +
+          " s (heartbeat at " + std::to_string(beats) +
+          " passes; its stop flag is set, and a CUDA call blocked elsewhere in the process may "
+          "be holding the device)");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  impl_->stopped = true;
+  k.relauncher.join();
+  k.stopped = true;
+  if (!k.error.empty()) throw std::runtime_error(k.error);
+}
+
+EpochStats EngineKernel::epoch_stats() const {
+  const volatile KernelControl& c = *impl_->ctl;
+  return EpochStats{c.epochs, c.gap_total_ns, c.gap_max_ns};
 }
 
 void EngineKernel::run_far_end(const FarEndDesc& desc, double timeout_s) {
   launch_with_smem(far_end_kernel<Scope::kDevice>, size_t(desc.tx.slot_bytes), impl_->far_stream,
-                   desc, static_cast<const uint32_t*>(impl_->stop));
+                   desc, static_cast<const uint32_t*>(impl_->far_stop));
   check_cuda(cudaGetLastError(), "far_end_kernel launch");
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s + 5.0);

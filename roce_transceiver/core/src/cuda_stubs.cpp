@@ -39,7 +39,10 @@ void hsb_psn_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>&
 struct EngineKernel::Impl {};
 EngineKernel::EngineKernel() { no_cuda(); }
 EngineKernel::~EngineKernel() = default;
-void EngineKernel::start(const EngineDesc&, EngineState*, bool, uint64_t*) { no_cuda(); }
+void EngineKernel::start(const EngineDesc&, EngineState*, bool, uint64_t*, const EpochOptions&) {
+  no_cuda();
+}
+EpochStats EngineKernel::epoch_stats() const { return {}; }
 void EngineKernel::stop(double) {}
 void EngineKernel::check() const {}
 bool EngineKernel::running() const { return false; }

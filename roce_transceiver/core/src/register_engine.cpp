@@ -57,6 +57,8 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
                                               "regions",
                                               "cpu_core",
                                               "stop_timeout_s",
+                                              "cuda_epoch_us",
+                                              "cuda_epochs_in_flight",
                                               "express",
                                               "nic",
                                               "socket_mode",
@@ -149,6 +151,8 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
   }
   if (auto v = get("cpu_core")) c.cpu_core = v.cast<int>();
   if (auto v = get("stop_timeout_s")) c.stop_timeout_s = v.cast<double>();
+  if (auto v = get("cuda_epoch_us")) c.cuda_epoch_us = v.cast<uint32_t>();
+  if (auto v = get("cuda_epochs_in_flight")) c.cuda_epochs_in_flight = v.cast<uint32_t>();
   return c;
 }
 
@@ -233,6 +237,15 @@ void register_engine(pb::module_& m) {
              d["nic_rx_ring_full"] = s.rx_ring_full;
              d["nic_tx_errors"] = s.tx_errors;
              d["nic_kernel_drops"] = s.kernel_drops;
+             return d;
+           })
+      .def("epoch_stats",
+           [](const Transceiver& t) {
+             const cuda::EpochStats s = t.epoch_stats();
+             pb::dict d;
+             d["epochs"] = s.epochs;
+             d["gap_total_ns"] = s.gap_total_ns;
+             d["gap_max_ns"] = s.gap_max_ns;
              return d;
            })
       .def("counters",

@@ -239,7 +239,8 @@ void Transceiver::start() {
   if (on_gpu_) {
     kernel_ = std::make_unique<cuda::EngineKernel>();
     kernel_->start(desc_, reinterpret_cast<EngineState*>(state_.device()), wire_device_,
-                   reinterpret_cast<uint64_t*>(heartbeat_.host()));
+                   reinterpret_cast<uint64_t*>(heartbeat_.host()),
+                   cuda::EpochOptions{cfg_.cuda_epoch_us, cfg_.cuda_epochs_in_flight});
   } else {
     stop_.store(false);
     thread_ = std::thread([this] { cpu_loop(); });
@@ -322,6 +323,7 @@ void Transceiver::stop() {
   wait_for_calls(cfg_.stop_timeout_s);
   stopped_ = true;
   final_counters_ = read_counters();
+  if (kernel_) final_epoch_stats_ = kernel_->epoch_stats();
   // Free now rather than when Python collects the object: freeing pinned or
   // device memory later could wait on another transceiver's running kernel.
   kernel_.reset();
@@ -360,6 +362,11 @@ uintptr_t Transceiver::page_device(uint32_t page) const {
     return 0;
   return reinterpret_cast<uintptr_t>(regions_[cfg_.frames_region].data()) +
          size_t(page) * cfg_.frames_page_bytes;
+}
+
+cuda::EpochStats Transceiver::epoch_stats() const {
+  if (stopped_ || !kernel_) return final_epoch_stats_;
+  return kernel_->epoch_stats();
 }
 
 SocketNicStats Transceiver::nic_stats() const {

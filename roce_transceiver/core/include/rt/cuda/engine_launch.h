@@ -1,6 +1,13 @@
-// The CUDA executor as host code sees it: launch the persistent engine kernel,
+// The CUDA executor as host code sees it: run the persistent engine kernel,
 // ask it to stop, watch it; run a GPU far end beside it. Compiled without nvcc
 // on the caller's side: no CUDA types here.
+//
+// The kernel runs in epochs (docs/gpu_sharing.md): it returns after epoch_us,
+// its state kept in device memory and the rings untouched, and a host thread
+// launches it again at once. Between two epochs the device has nothing of ours
+// running, so a kernel load elsewhere in the process (a lazily loaded cuBLAS,
+// a cupy kernel compiled at first use), which waits for the device to go idle,
+// goes through instead of waiting forever. epoch_us 0: one launch for the run.
 #pragma once
 
 #include <memory>
@@ -11,6 +18,18 @@
 
 namespace rt::cuda {
 
+struct EpochOptions {
+  uint32_t epoch_us = 0;   // 0: one launch until stop()
+  uint32_t in_flight = 1;  // launches queued at once: 2 hides the relaunch, if the driver lets it
+};
+
+// What the epochs cost, measured on the GPU: from one epoch's end to the next one's start.
+struct EpochStats {
+  uint64_t epochs = 0;  // epochs started
+  uint64_t gap_total_ns = 0;
+  uint64_t gap_max_ns = 0;
+};
+
 class EngineKernel {
  public:
   EngineKernel();
@@ -18,16 +37,21 @@ class EngineKernel {
   EngineKernel(const EngineKernel&) = delete;
   EngineKernel& operator=(const EngineKernel&) = delete;
 
-  // Launch one block whose thread 0 runs engine_step() until stopped. The
-  // state is copied in and written back on exit. `wire_on_device`: the rx/tx
-  // rings are in device memory (a GPU far end) rather than pinned host memory.
+  // Launch one block of one warp that runs engine_step() until stopped, in
+  // epochs of `epochs.epoch_us`. The state is copied in at each epoch's start
+  // and written back at its end. `wire_on_device`: the rx/tx rings are in device
+  // memory (a GPU far end) rather than pinned host memory.
   void start(const EngineDesc& desc, EngineState* state_device, bool wire_on_device,
-             uint64_t* heartbeat_pinned);
+             uint64_t* heartbeat_pinned, const EpochOptions& epochs = {});
 
-  // Ask the kernel to stop and wait up to timeout_s. Throws std::runtime_error
-  // when it does not stop in time (naming the heartbeat it was stuck at) or
-  // when it faulted (with the CUDA error).
+  // Ask the kernel to stop and wait up to timeout_s. The request is a store to
+  // pinned host memory, no CUDA call: a driver call blocked in another thread
+  // cannot hold it up. Throws std::runtime_error when the loop does not stop in
+  // time (naming the heartbeat it was stuck at) or when it faulted (with the
+  // CUDA error).
   void stop(double timeout_s);
+
+  EpochStats epoch_stats() const;
 
   // Throws if the kernel faulted or exited on its own; no-op while running.
   void check() const;
@@ -37,8 +61,9 @@ class EngineKernel {
   // own timeout; the host waits at most timeout_s + 5 s more.
   void run_far_end(const FarEndDesc& desc, double timeout_s);
 
+  struct Impl;  // CUDA-side; opaque here
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

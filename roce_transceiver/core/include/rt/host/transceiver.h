@@ -9,14 +9,11 @@
 #include <thread>
 #include <vector>
 
+#include "rt/cuda/engine_launch.h"
 #include "rt/engine/engine.h"
 #include "rt/engine/far_end.h"
 #include "rt/host/memory.h"
 #include "rt/host/socket_nic.h"
-
-namespace rt::cuda {
-class EngineKernel;
-}
 
 namespace rt::host {
 
@@ -55,6 +52,9 @@ struct TransceiverConfig {
   bool frames_check_crc = true;
   int cpu_core = -1;  // pin the cpu executor's thread; -1: no pinning
   double stop_timeout_s = 5.0;
+  // cuda executor: the persistent kernel's epochs (cuda/engine_launch.h); 0: one launch.
+  uint32_t cuda_epoch_us = 1000;
+  uint32_t cuda_epochs_in_flight = 1;
 };
 
 // A completed message as the host reads it from the completion ring.
@@ -136,6 +136,8 @@ class Transceiver {
   uintptr_t page_device(uint32_t page) const;
   // The socket NIC's counters (zeros with the loopback); after stop(), final.
   SocketNicStats nic_stats() const;
+  // cuda executor: what its epochs cost so far (after stop(): the final figures).
+  cuda::EpochStats epoch_stats() const;
 
  private:
   void cpu_loop();
@@ -182,6 +184,7 @@ class Transceiver {
   std::unique_ptr<cuda::EngineKernel> kernel_;
   std::unique_ptr<SocketNic> nic_;
   SocketNicStats final_nic_stats_{};
+  cuda::EpochStats final_epoch_stats_{};
   Buffer heartbeat_;
   // The GPU far end's buffers, allocated before the kernel starts: allocating
   // or freeing device memory while a persistent kernel runs can wait for it.
