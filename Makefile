@@ -8,7 +8,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-CXX_SOURCES := $(shell find roce_transceiver/core -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh')
+CXX_SOURCES := $(shell find roce_transceiver/core tests/cpp -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh')
 
 .PHONY: demo test install format clean
 

@@ -2,17 +2,68 @@
 
 The markers (gpu, netns, tshark) are registered in pyproject.toml; this file
 only decides when they skip, and says what is missing when they do.
+
+A skip for a tool that CI installs (.ci/run) goes through ``skip_missing``: under
+``CI=true`` it fails the test instead, so a CI machine that lost a package fails
+rather than silently running fewer tests. GPU skips stay skips (CI has no GPU).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from functools import cache
+from typing import NoReturn
 
 import pytest
 from net_helpers import veth_namespace  # noqa: F401  (a fixture for every test module)
 
 TSHARK_MISSING = "tshark not found on PATH (apt-get install tshark)"
+
+# What .ci/run provides for each kind of tool skip, as the failure under CI says it.
+CI_PROVIDES = {
+    "tshark": "tshark (apt-get install tshark)",
+    "netns": "root and iproute2 (.ci/run runs as root; apt-get install iproute2)",
+    "clang": "clang++ with libFuzzer (apt-get install clang)",
+    "libibverbs": "libibverbs (apt-get install libibverbs1 ibverbs-providers)",
+    "gpunetio": "GPUNetIO's headers (.ci/run fetches them and sets RT_GPUNETIO_INCLUDE "
+    "where nvcc is found)",
+}
+
+
+def ci_requires(kind: str) -> bool:
+    """Whether this run must have ``kind`` (a key of CI_PROVIDES): under ``CI=true``, every
+    kind but GPUNetIO's headers, which CI fetches only where nvcc is (then it exports
+    RT_GPUNETIO_INCLUDE: that variable set is the promise that they are there)."""
+    if kind not in CI_PROVIDES:
+        raise ValueError(f"ci_requires({kind!r}): not one of {sorted(CI_PROVIDES)}")
+    if os.environ.get("CI", "").strip().lower() != "true":
+        return False
+    return kind != "gpunetio" or bool(os.environ.get("RT_GPUNETIO_INCLUDE"))
+
+
+def _fail_in_ci(kind: str, reason: str) -> None:
+    __tracebackhide__ = True  # reports name the test's line, not this one
+    if ci_requires(kind):
+        pytest.fail(
+            f"{reason}: under CI=true this is a failure, not a skip "
+            f"(.ci/run provides {CI_PROVIDES[kind]})",
+            pytrace=False,
+        )
+
+
+def skip_missing(kind: str, reason: str) -> NoReturn:
+    """Skip because a tool of ``kind`` is missing (``reason`` says which and how to get it);
+    under CI, which installs it, fail instead."""
+    __tracebackhide__ = True
+    _fail_in_ci(kind, reason)
+    pytest.skip(reason)
+
+
+def without(kind: str, reason: str) -> None:
+    """A test goes on without a check that needs a missing tool of ``kind``; under CI, fail."""
+    __tracebackhide__ = True
+    _fail_in_ci(kind, reason)
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +79,7 @@ def tshark_path() -> str:
     """Absolute path of tshark; skips the test when there is none."""
     path = shutil.which("tshark")
     if path is None:
-        pytest.skip(TSHARK_MISSING)
+        skip_missing("tshark", TSHARK_MISSING)
     return path
 
 

@@ -26,9 +26,11 @@ def run_cmd(*cmd: str) -> str:
 @pytest.fixture
 def veth_namespace() -> Iterator[tuple[str, str, str]]:
     """(namespace, our interface, the peer's interface inside the namespace)."""
+    from conftest import skip_missing  # here: conftest imports this module
+
     reason = netns.why_not()
     if reason:
-        pytest.skip(reason)
+        skip_missing("netns", reason)
     with netns.veth_namespace() as v:
         yield v.namespace, v.ours, v.theirs
 

@@ -187,12 +187,9 @@ def random_spec(
     ip_version: int | None = None,
     vlan: bool | None = None,
     max_payload: int = 300,
-    va_bits: int = 64,
 ) -> Spec:
-    """A frame with every field random (within its width) for `opcode`.
-
-    `va_bits` bounds the 64-bit header fields (VA, swap/add, compare, orig).
-    """
+    """A frame with every field random (within its width) for `opcode`: the 64-bit
+    fields (VA, swap/add, compare, orig) over all 64 bits, half of them at or above 2**63."""
     if ip_version is None:
         ip_version = rng.choice((4, 6))
     if vlan is None:
@@ -212,15 +209,15 @@ def random_spec(
         n = rng.choice((rng.randrange(0, 9), rng.randrange(0, max_payload + 1)))
         payload = rng.randbytes(n)
     ext = {
-        "va": rng.getrandbits(va_bits),
+        "va": rng.getrandbits(64),
         "rkey": rng.getrandbits(32),
         "dma_len": rng.getrandbits(32),
         "imm": rng.getrandbits(32),
         "syndrome": rng.choice((0x1F, 0x60, 0x61, 0x20 | rng.getrandbits(5), rng.getrandbits(8))),
         "msn": rng.getrandbits(24),
-        "swap_add": rng.getrandbits(va_bits),
-        "compare": rng.getrandbits(va_bits),
-        "atomic_ack_orig": rng.getrandbits(va_bits),
+        "swap_add": rng.getrandbits(64),
+        "compare": rng.getrandbits(64),
+        "atomic_ack_orig": rng.getrandbits(64),
         "qkey": rng.getrandbits(32),
         "src_qp": rng.getrandbits(24),
         "ieth_rkey": rng.getrandbits(32),
@@ -251,6 +248,44 @@ def random_spec(
         psn=rng.getrandbits(24),
         ext={k: ext[k] for hdr in IBA_OPCODES[opcode][1] for k in HEADER_FIELDS[hdr]},
     )
+
+
+# The 64-bit extension fields, and the values at the top of their range: bit 63 set is
+# where a signed 64-bit conversion breaks (kernel VAs have it set).
+WIDE_FIELDS = ("va", "swap_add", "compare", "atomic_ack_orig")
+WIDE_EDGES = (2**63, 2**64 - 1)
+
+
+def edge_specs(opcode: int) -> list[Spec]:
+    """Frames of `opcode` with its 64-bit fields at 2**63 and 2**64 - 1: all of them at one
+    edge, then each alone at an edge with the others at 2**63 - 1 (so that two fields swapped
+    show), over IPv4 and IPv6. Empty when the opcode carries none of them."""
+    wide = [k for hdr in IBA_OPCODES[opcode][1] for k in HEADER_FIELDS[hdr] if k in WIDE_FIELDS]
+    if not wide:
+        return []
+    payload = b"" if opcode & 0x1F in IBA_NO_PAYLOAD else bytes(range(1, 6))
+    fixed = {"rkey": 0xFFFFFFFF, "dma_len": 0x80000000, "syndrome": 0x1F, "msn": 0xFFFFFF}
+    ext_keys = [k for hdr in IBA_OPCODES[opcode][1] for k in HEADER_FIELDS[hdr]]
+    choices: list[dict[str, int]] = [dict.fromkeys(wide, e) for e in WIDE_EDGES]
+    for key in wide if len(wide) > 1 else ():
+        for e in WIDE_EDGES:
+            choices.append({**dict.fromkeys(wide, 2**63 - 1), key: e})
+    specs = []
+    for i, values in enumerate(choices):
+        ext = {k: values.get(k, fixed.get(k, 0x5A5A5A)) for k in ext_keys}
+        v6 = i % 2 == 1
+        specs.append(
+            Spec(
+                opcode=opcode,
+                payload=payload,
+                ip_src="fd00::1" if v6 else "10.0.0.1",
+                ip_dst="fd00::2" if v6 else "10.0.0.2",
+                dest_qp=0x123456,
+                psn=0xFFFFFF,
+                ext=ext,
+            )
+        )
+    return specs
 
 
 def build_kwargs(spec: Spec) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import json
 
 import pytest
 from app_helpers import checks, run_app
+from conftest import skip_missing
 
 SCHEDULERS = ("greedy", "multi_thread", "event_based")
 
@@ -168,7 +169,7 @@ def test_sensor_stream_app_across_a_namespace(tmp_path, faults):
     from roce_transceiver.netns import why_not
 
     if why_not():
-        pytest.skip(why_not())
+        skip_missing("netns", why_not())
     proc, summary = run_app(
         "sensor_stream",
         tmp_path,
@@ -193,7 +194,7 @@ def test_qpu_peer_across_a_namespace(tmp_path):
     from roce_transceiver.netns import why_not
 
     if why_not():
-        pytest.skip(why_not())
+        skip_missing("netns", why_not())
     proc, summary = run_app(
         "qec_loop",
         tmp_path,

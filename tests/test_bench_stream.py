@@ -11,8 +11,8 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
 from cli_helpers import CLI as MODULE
+from conftest import skip_missing
 
 from roce_transceiver import netns
 
@@ -24,7 +24,7 @@ def test_bench_stream_runs_and_accounts_for_every_frame(tmp_path: Path) -> None:
     if reason:
         done = subprocess.run(CLI, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 2 and reason in done.stderr
-        pytest.skip(reason)
+        skip_missing("netns", reason)
     out = tmp_path / "stream.json"
     args = ["--frames", "8", "--echo-count", "50", "--json", str(out)]
     done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, check=False)

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import skip_missing
 
 from roce_transceiver import protocol
 
@@ -43,7 +44,9 @@ def _seed_frames() -> list[bytes]:
 def fuzzer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     clang = shutil.which("clang++")
     if clang is None:
-        pytest.skip("clang++ not found on PATH (apt-get install clang): libFuzzer needs it")
+        skip_missing(
+            "clang", "clang++ not found on PATH (apt-get install clang): libFuzzer needs it"
+        )
     out = tmp_path_factory.mktemp("fuzz") / "fuzz_decode"
     cmd = [
         clang,

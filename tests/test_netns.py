@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from conftest import skip_missing
 
 from roce_transceiver import netns
 
@@ -47,7 +48,7 @@ def _gone(v: netns.VethNamespace) -> None:
 @pytest.mark.netns
 def test_veth_namespace_with_iproute2():
     if netns.why_not():
-        pytest.skip(netns.why_not())
+        skip_missing("netns", netns.why_not())
     with netns.veth_namespace(tag=f"ip{os.getpid() % 100000}") as v:
         _exercise(v)
     _gone(v)
@@ -55,9 +56,12 @@ def test_veth_namespace_with_iproute2():
 
 @pytest.mark.netns
 def test_veth_namespace_with_pyroute2_where_ip_is_missing(monkeypatch):
-    pytest.importorskip("pyroute2")
+    try:
+        import pyroute2  # noqa: F401
+    except ImportError as e:
+        skip_missing("netns", f"pyroute2 does not import ({e}): pip install '.[test]'")
     if os.geteuid() != 0:
-        pytest.skip("needs root")
+        skip_missing("netns", "needs root: creates a network namespace and a veth pair")
     which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda n, *a, **k: None if n == "ip" else which(n))
     assert netns.why_not() == "needs iproute2 (ip) to create a namespace"  # exec needs ip

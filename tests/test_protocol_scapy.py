@@ -6,8 +6,9 @@ frame scapy makes is parsed to the fields it was given with ``icrc_ok``; the
 ICRC covers exactly what DESIGN.md section 3 says (IPv4 ID, total length and
 flags covered; TOS, TTL, IP checksum, UDP checksum, BTH byte 4, IPv6 traffic
 class, flow label and hop limit masked). Seeded random cases cover every
-opcode in OPCODES, IPv4 and IPv6, with and without 802.1Q, and payloads of
-0..300 bytes (every pad count).
+opcode in OPCODES, IPv4 and IPv6, with and without 802.1Q, payloads of 0..300
+bytes (every pad count) and the 64-bit fields over all 64 bits, plus explicit
+vectors at 2**63 and 2**64 - 1 for VA, swap/add, compare and orig.
 
 Oracle: ``scapy.contrib.roce`` (its BTH layer and its own ICRC computation),
 extension headers packed with ``struct`` from IBA layouts, the IBA opcode
@@ -52,12 +53,6 @@ def l3_offset(frame: bytes) -> int:
     return 18 if frame[12:14] == b"\x81\x00" else 14
 
 
-# build() takes the 64-bit fields (VA, swap/add, compare, orig) only below 2**63;
-# test_build_accepts_64_bit_fields_above_2_63 pins that bug. Frames we build use
-# 63-bit values, frames scapy builds the full 64 bits.
-BUILD_BITS = 63
-
-
 # --- the opcode table ----------------------------------------------------------
 
 
@@ -81,7 +76,7 @@ def test_opcode_names_match_scapy_bth_table():
 
 @pytest.mark.parametrize("name", OPCODE_NAMES)
 def test_built_frame_dissects_in_scapy_to_given_fields(name):
-    for spec in specs_for(name, "dissect", va_bits=BUILD_BITS):
+    for spec in specs_for(name, "dissect"):
         frame = build(**build_kwargs(spec))
         pkt = Ether(frame)
         assert pkt.dst == spec.eth_dst and pkt.src == spec.eth_src
@@ -133,7 +128,7 @@ def test_built_frame_dissects_in_scapy_to_given_fields(name):
 
 @pytest.mark.parametrize("name", OPCODE_NAMES)
 def test_icrc_matches_scapy_recomputation(name):
-    for spec in specs_for(name, "icrc", va_bits=BUILD_BITS):
+    for spec in specs_for(name, "icrc"):
         frame = build(**build_kwargs(spec))
         wire = scapy_icrc_bytes(frame)
         assert frame[-4:] == wire, spec
@@ -143,8 +138,25 @@ def test_icrc_matches_scapy_recomputation(name):
 
 @pytest.mark.parametrize("name", OPCODE_NAMES)
 def test_build_is_byte_identical_to_scapy(name):
-    for spec in specs_for(name, "bytes", va_bits=BUILD_BITS):
+    for spec in specs_for(name, "bytes"):
         assert build(**build_kwargs(spec)).hex() == scapy_frame(spec).hex(), spec
+
+
+EDGE_OPCODES = [name for name in OPCODE_NAMES if oracles.edge_specs(OPCODES[name])]
+
+
+@pytest.mark.parametrize("name", EDGE_OPCODES)
+def test_64_bit_fields_at_2_63_and_2_64_minus_1_match_scapy(name):
+    """VA, swap/add, compare and orig at the top of their range (bit 63 set, all ones): the
+    frame is scapy's byte for byte, its extension headers are the struct-packed IBA layout,
+    and parse() gives every field back."""
+    for spec in oracles.edge_specs(OPCODES[name]):
+        frame = build(**build_kwargs(spec))
+        assert frame.hex() == scapy_frame(spec).hex(), spec
+        after_bth = raw(Ether(frame)[BTH].payload)
+        assert after_bth == oracles.pack_ext_headers(spec) + spec.payload + bytes(spec.pad_count)
+        assert frame[-4:] == scapy_icrc_bytes(frame)
+        assert oracles.packet_fields(parse(frame)) == oracles.expected_fields(spec), spec
 
 
 def test_rc_write_first_icrc_matches_scapy_ipv6_vlan():

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import skip_missing
 from engine_helpers import EXECUTORS, wait_counters
 from net_helpers import run_cmd
 
@@ -155,7 +156,9 @@ def test_socket_config_errors_name_the_key(extra: dict, key: str) -> None:
 
 def test_packet_mode_unknown_interface_is_a_clear_error() -> None:
     if os.geteuid() != 0:
-        pytest.skip("packet mode needs root (AF_PACKET); the error without it is tested below")
+        skip_missing(
+            "netns", "packet mode needs root (AF_PACKET); the error without it is tested below"
+        )
     t = Transceiver({"executor": "cpu", "nic": "socket", "socket": {"interface": "nope0rt"}})
     with pytest.raises(TransceiverError, match="interface 'nope0rt' not found"):
         t.start()

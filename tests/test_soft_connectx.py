@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from conftest import skip_missing
 from verbs_helpers import (
     header_put_signal_wqes,
     run_with_headers,
@@ -247,7 +248,7 @@ def test_descriptor_reads_back_through_the_headers_struct(tmp_path):
     """The descriptor is filled through GPUNetIO's own structure (its layout changes between
     releases); read back through the same header, the fields are what the device needs."""
     if not _descriptor_built():
-        pytest.skip("this build has no GPUNetIO headers: no descriptor")
+        skip_missing("gpunetio", "this build has no GPUNetIO headers: no descriptor")
     n = nic(sq_wqe_num=64, cqe_num=128)
     blob = tmp_path / "qp.bin"
     blob.write_bytes(n.descriptor())

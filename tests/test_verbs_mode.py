@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import skip_missing
 
 from roce_transceiver import _core
 from roce_transceiver.cli import main as cli_main
@@ -24,7 +25,9 @@ def gpu_verbs_or_skip() -> None:
     if not _core.cuda_runtime_info()["gpus"]:
         pytest.skip("no GPU visible")
     if not _core.gpunetio_info()["built"]:
-        pytest.skip(f"no GPUNetIO device API in this build: {_core.gpunetio_info()['source']}")
+        skip_missing(
+            "gpunetio", f"no GPUNetIO device API in this build: {_core.gpunetio_info()['source']}"
+        )
 
 
 def assert_counts_agree(v: VerbsLoopback, requests: int) -> None:
@@ -188,7 +191,7 @@ def run_across_veth(executor: str, handler: str, n: int, capture: str) -> dict:
 
     reason = why_not(exec_needed=False)
     if reason:
-        pytest.skip(reason)
+        skip_missing("netns", reason)
     if handler == "qec":
         payloads, expected = random_syndromes(3, 32, seed=7)
     else:
@@ -213,7 +216,9 @@ def assert_capture_is_the_exchange(capture: str, n: int) -> None:
 
     tshark = shutil.which("tshark")
     if tshark is None:
-        pytest.skip(f"tshark not found: the capture {capture} was written but not dissected")
+        skip_missing(
+            "tshark", f"tshark not found: the capture {capture} was written but not dissected"
+        )
     opcodes = bth_opcodes(tshark, capture)
     counts = {o: opcodes.count(o) for o in set(opcodes)}
     # RC: RDMA WRITE Only 10, FETCH_ADD 20, ACKNOWLEDGE 17, ATOMIC ACKNOWLEDGE 18.

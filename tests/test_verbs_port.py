@@ -13,6 +13,7 @@ import struct
 import time
 
 import pytest
+from conftest import skip_missing
 from net_helpers import bth_opcodes
 from verbs_helpers import wqe_fetch_add, wqe_write
 
@@ -92,7 +93,9 @@ def test_device_api_put_signal_through_the_software_connectx():
     """GPUNetIO's own doca_gpu_dev_verbs_put_signal, in a kernel, drives the software ConnectX;
     the engine is the peer. Each put_signal is waited for by the device API's CQ poll."""
     if not _core.gpunetio_info()["built"]:
-        pytest.skip(f"no GPUNetIO device API in this build: {_core.gpunetio_info()['source']}")
+        skip_missing(
+            "gpunetio", f"no GPUNetIO device API in this build: {_core.gpunetio_info()['source']}"
+        )
     count = 200
     with Transceiver(PEER) as t:
         # A ring that does not wrap within the run: the device API waits for a slot's last
@@ -143,7 +146,7 @@ def test_port_across_a_veth_pair_dissects_as_rc_traffic(tmp_path):
     from roce_transceiver.netns import inside, veth_namespace, why_not
 
     if why_not(exec_needed=False):
-        pytest.skip(why_not(exec_needed=False))
+        skip_missing("netns", why_not(exec_needed=False))
     with veth_namespace() as v:
         ours_mac, theirs_mac = v.mac("ours"), v.mac("theirs")
         peer_cfg = {
@@ -199,7 +202,7 @@ def test_port_across_a_veth_pair_dissects_as_rc_traffic(tmp_path):
             port = None  # closes the socket and flushes the capture
     tshark = shutil.which("tshark")
     if tshark is None:
-        pytest.skip("tshark not found: the capture was written but not dissected")
+        skip_missing("tshark", "tshark not found: the capture was written but not dissected")
     opcodes = bth_opcodes(tshark, str(capture))
     # RC: RDMA WRITE Only 10, FETCH_ADD 20, ACKNOWLEDGE 17, ATOMIC ACKNOWLEDGE 18.
     counts = {o: opcodes.count(o) for o in set(opcodes)}

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import skip_missing
 
 WRITE, WRITE_IMM, SEND, NOP, READ, FA = 0x08, 0x09, 0x0A, 0x00, 0x10, 0x12
 CE_ALWAYS = 0x08
@@ -110,7 +111,7 @@ def gpunetio_include() -> str:
     """GPUNetIO's headers (RT_GPUNETIO_INCLUDE), or skip."""
     include = os.environ.get("RT_GPUNETIO_INCLUDE")
     if not include or not Path(include, "doca_gpunetio_device.h").is_file():
-        pytest.skip("RT_GPUNETIO_INCLUDE does not name GPUNetIO's headers (CI sets it)")
+        skip_missing("gpunetio", "RT_GPUNETIO_INCLUDE does not name GPUNetIO's headers")
     return include
 
 

@@ -36,6 +36,10 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
     if (!express<S>(t, d, st, stg, a)) {
       if (a.speculative) stage_ordered<S>(t, d, st.rx_ci, stg, a.len);
       const IcrcVerdict icrc = icrc_verdict(t, d, a.frame, a.len);
+      // Every lane has read the state express() decided on (the prediction, the PSN)
+      // before the leader changes it: a lane still reading would take the express
+      // path alone (found by the host warp's divergence check, tests/cpp).
+      t.sync();
       if (t.leader()) receive_packet<S>(d, st, stg, ByteSpan(a.frame, a.len), a.ts, icrc);
       t.sync();
       if (st.frames.pending) finish_frame<S>(t, d, st);
