@@ -17,7 +17,7 @@ Oracles, none of them the engine:
   Each packet moves ``rx_packets`` by exactly one and ``rx_bytes`` by its length. Its
   outcome is read from the verdict counters V = malformed, icrc_errors, wrong_qp,
   bad_pkey, acks_received, naks_received, unsupported, duplicates, psn_gaps,
-  opcode_sequence, out_of_range, atomics. Where the packet alone decides (the Python
+  resync_drops, opcode_sequence, out_of_range, atomics. Where the packet alone decides (the Python
   decoder: undecodable, wrong ICRC, another QP, P_Key, transport, a response, a READ),
   the one counter it moves is the one named by that decision. Otherwise (SENDs, WRITEs,
   atomics at the PSN check and after), it moves one of duplicates, psn_gaps,
@@ -30,14 +30,13 @@ Oracles, none of them the engine:
   that holds today, summed over an example:
 
       rx_packets == injected              (ring_drops == 0: injection waits for room)
-      rx_packets == sum(V) - both + accepted + resync_drops
+      rx_packets == sum(V) - both + accepted
 
   ``accepted``: packets that moved no V counter and carried the expected PSN. ``both``: UC
   packets that moved two, UC counting a PSN or message-sequence break as it resynchronises
   on a packet that starts a message, then what became of that packet (out_of_range,
-  malformed) like any other. ``resync_drops``: UC Middles and Lasts dropped while waiting
-  for a First after a gap, which move no counter (the gap was counted once, rxe's rule):
-  the one place a packet is dropped uncounted.
+  malformed) like any other. UC Middles and Lasts dropped while waiting for a First after
+  a gap count as ``resync_drops`` (one of V): no packet is dropped uncounted.
 - Memory: every region starts as canary bytes (frames' pages: written by valid frames,
   then released; the other regions get WRITEs in echo mode and none in frames mode);
   afterwards, every byte outside the union of the windows [va, va + dma_len) of the RETHs
@@ -98,10 +97,13 @@ METADATA_BYTES = 128
 
 VERDICTS = (
     "malformed", "icrc_errors", "wrong_qp", "bad_pkey", "acks_received", "naks_received",
-    "unsupported", "duplicates", "psn_gaps", "opcode_sequence", "out_of_range", "atomics",
+    "unsupported", "duplicates", "psn_gaps", "resync_drops", "opcode_sequence", "out_of_range",
+    "atomics",
 )  # fmt: skip
 # What a SEND, WRITE or atomic may be counted for once it passed the packet-local checks.
-STATEFUL = {"duplicates", "psn_gaps", "opcode_sequence", "out_of_range", "malformed"}
+STATEFUL = {
+    "duplicates", "psn_gaps", "resync_drops", "opcode_sequence", "out_of_range", "malformed",
+}  # fmt: skip
 # Operations (opcode bits 4:0) and how the engine treats them (IBA table 35).
 RESPONSES = {0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12}
 ATOMICS = {0x13, 0x14}
@@ -523,8 +525,8 @@ class PsnModel:
             return moved[0] if moved else "accepted"
         if self.resync:
             if not starts:
-                assert moved == [], f"{where}: dropped while resynchronising, yet counted"
-                return "resync_drop"
+                assert moved == ["resync_drops"], f"{where}: dropped while resynchronising"
+                return "resync_drops"
             assert "psn_gaps" not in moved, where
             self.resync, self.expected, diff = False, psn, 0
         rest = list(moved)

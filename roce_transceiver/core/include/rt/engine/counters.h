@@ -20,6 +20,7 @@ enum class Counter : uint32_t {
   kWrongQp,          // dropped: dest QP is not ours
   kBadPkey,          // dropped: P_Key mismatch
   kPsnGaps,          // PSN jumps ahead (UC: counted and resynced; RC: NAKed once)
+  kResyncDrops,      // UC, after a gap: Middles and Lasts dropped until a First or Only
   kDuplicates,       // RC: PSN behind the expected one (re-ACKed); UC: dropped
   kOpcodeSequence,   // a Middle/Last without its First, or a First inside a message
   kOutOfRange,       // RETH rkey unknown or [va, va+len) outside its region: nothing written
@@ -47,14 +48,15 @@ enum class Counter : uint32_t {
 constexpr uint32_t kNumCounters = uint32_t(Counter::kCount);
 
 constexpr const char* kCounterNames[] = {
-    "rx_packets",       "rx_bytes",         "tx_packets",        "tx_bytes",
-    "messages",         "replies",          "icrc_errors",       "malformed",
-    "wrong_qp",         "bad_pkey",         "psn_gaps",          "duplicates",
-    "opcode_sequence",  "out_of_range",     "unsupported",       "handler_errors",
-    "tx_ring_full",     "completion_drops", "acks_sent",         "naks_sent",
-    "acks_received",    "naks_received",    "host_sends",        "express",
-    "frames",           "frames_dropped",   "frames_incomplete", "frames_missing",
-    "frame_crc_errors", "frame_page_busy",  "atomics",           "ring_drops",
+    "rx_packets",     "rx_bytes",         "tx_packets",       "tx_bytes",
+    "messages",       "replies",          "icrc_errors",      "malformed",
+    "wrong_qp",       "bad_pkey",         "psn_gaps",         "resync_drops",
+    "duplicates",     "opcode_sequence",  "out_of_range",     "unsupported",
+    "handler_errors", "tx_ring_full",     "completion_drops", "acks_sent",
+    "naks_sent",      "acks_received",    "naks_received",    "host_sends",
+    "express",        "frames",           "frames_dropped",   "frames_incomplete",
+    "frames_missing", "frame_crc_errors", "frame_page_busy",  "atomics",
+    "ring_drops",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
               "one name per counter");

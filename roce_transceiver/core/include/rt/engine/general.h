@@ -97,7 +97,10 @@ RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const Stagi
   // once, anything else waits for one.
   const bool starts = f.op.is(kFirst);
   if (st.resync) {
-    if (!starts) return Verdict::kDrop;
+    if (!starts) {
+      count(st.tally, Counter::kResyncDrops);
+      return Verdict::kDrop;
+    }
     st.resync = false;
     st.expected_psn = psn;
     return Verdict::kAccept;
