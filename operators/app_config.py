@@ -172,6 +172,7 @@ APP_SCHEMA = Section(
                     65536,
                     "sensor: bytes per frame (at most page_bytes - 128 with metadata)",
                     minimum=1,
+                    maximum=1 << 30,
                 ),
                 "payload": Field(
                     int,

@@ -116,14 +116,15 @@ def _parser(name: str, doc: str) -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    import yaml
+    from roce_transceiver.schema import parse_yaml_value, quote
 
     out: dict[str, Any] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE", key=key or "(--set)")
-        out[key] = yaml.safe_load(value)
+            raise ConfigError(f"--set {quote(item)}: expected KEY=VALUE", key=key or "(--set)")
+        # The file's loader, limits and all: a flag is as hostile as a file can be.
+        out[key] = parse_yaml_value(value, key=f"--set {key}")
     for key, value in (
         ("app.count", args.count),
         ("transceiver.executor", args.executor),

@@ -10,11 +10,15 @@ file and line for YAML.
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from roce_transceiver.schema import (
+    MAX_DEPTH,
+    MAX_EXPANDED,
+    MAX_FILE_BYTES,
     ConfigError,
     Field,
     Section,
@@ -73,10 +77,38 @@ def _regions(v: list[Any]) -> str | None:
                 return f"entry {i}: {k} must be an integer from 0 to {hi:#x}"
         if r["length"] == 0:
             return f"entry {i}: length must be > 0"
+        if r["va"] + r["length"] > 2**64:
+            return f"entry {i}: va + length runs past the end of the 64-bit address space"
         if r["rkey"] in rkeys:
             return f"entry {i}: rkey {r['rkey']:#x} is used twice"
         rkeys.add(r["rkey"])
     return None
+
+
+def allowed_cores() -> set[int]:
+    """The cores this process may run on (its affinity mask: taskset, a container's cpuset)."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
+
+
+def _ranges(cores: set[int]) -> str:
+    """{0, 1, 2, 5} -> '0-2,5'."""
+    out: list[str] = []
+    for c in sorted(cores):
+        if out and out[-1].split("-")[-1] == str(c - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{c}"
+        else:
+            out.append(str(c))
+    return ",".join(out)
+
+
+def _usable_core(v: int) -> str | None:
+    """a core this process may run on (its affinity mask)."""
+    allowed = allowed_cores()
+    if v in allowed:
+        return None
+    return f"not a core this process may run on (cores {_ranges(allowed)})"
 
 
 _DEPTH = {"minimum": 2, "maximum": 65536, "check": _power_of_two}
@@ -111,7 +143,9 @@ SCHEMA = Section(
                     "or BlueFlame",
                     choices=("auto", "cpu_proxy", "gpu_db", "blueflame"),
                 ),
-                "gid_index": Field(int, 3, "GID table index (RoCEv2 over IPv4)", minimum=0),
+                "gid_index": Field(
+                    int, 3, "GID table index (RoCEv2 over IPv4)", minimum=0, maximum=255
+                ),
                 "mtu": Field(int, 4096, "path MTU", choices=(1024, 2048, 4096)),
             },
         ),
@@ -187,7 +221,13 @@ SCHEMA = Section(
                     "with metadata: a frame is ok only if the record's CRC matches the page "
                     "(false for senders that leave it 0, as HSB's emulator does)",
                 ),
-                "va": Field(int, 0x1_0000_0000, "address the sensor writes page 0 at", minimum=0),
+                "va": Field(
+                    int,
+                    0x1_0000_0000,
+                    "address the sensor writes page 0 at",
+                    minimum=0,
+                    maximum=2**64 - 1,
+                ),
                 "rkey": Field(int, 0x46524D53, "the pages' rkey", minimum=0, maximum=2**32 - 1),
             },
         ),
@@ -288,9 +328,11 @@ SCHEMA = Section(
         "cpu_core": Field(
             int,
             None,
-            "pin the cpu executor's thread to this core; null: no pinning",
+            "pin the cpu executor's thread to this core; start() fails naming the core if the "
+            "pinning does; null: no pinning",
             nullable=True,
             minimum=0,
+            check=_usable_core,
         ),
         "stop_timeout_s": Field(
             float,
@@ -365,6 +407,8 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("the frames' rkey is used by a region too", "frames.rkey")
         if cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] >= 1 << 32:
             raise fail("pages x page_bytes must stay under 4 GiB (one region)", "frames.page_bytes")
+        if cfg["frames"]["va"] + cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] > 2**64:
+            raise fail("the pages run past the end of the 64-bit address space", "frames.va")
     sock = cfg["socket"]
     if cfg["nic"] == "doca" and cfg["far_end"] != "cpu":
         raise fail("nic 'doca': the far end is the network; far_end must be 'cpu'", "far_end")
@@ -474,7 +518,19 @@ def reference_markdown() -> str:
         "A configuration is a mapping (a dict, or a YAML file whose top level or "
         "`transceiver:` section holds it). Every key is optional. An unknown key, a "
         "wrong type or a value out of range is a `ConfigError` naming the dotted key, "
-        "and for YAML the file and line.\n\n" + render_markdown(SCHEMA)
+        "and for YAML the file and line.\n\n"
+        "A YAML file is read as UTF-8 (else the error gives the offset of the first bad byte) "
+        f"and refused, naming file, line and key, when it is larger than {MAX_FILE_BYTES >> 20} "
+        f"MiB, nests mappings and lists deeper than {MAX_DEPTH} levels, grows past "
+        f"{MAX_EXPANDED >> 20} Mi nodes and characters once its aliases are expanded (a "
+        '"billion laughs" of a few lines), or has a key '
+        "that is not a string (merge keys `<<` included). Every float must be finite "
+        "(`.nan` and `.inf` are refused) and no string may hold a NUL byte. Values quoted in "
+        "errors are cut short.\n\n"
+        "`cpu_core` must be a core the process may run on (its affinity mask, as `taskset` or "
+        "a container's cpuset leaves it); when the pinning itself fails, `start()` raises "
+        "`TransceiverError` naming the core and the reason, and nothing runs.\n\n"
+        + render_markdown(SCHEMA)
     )
 
 

@@ -29,20 +29,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from roce_transceiver.schema import ConfigError, load_yaml_with_lines
+    from roce_transceiver.schema import ConfigError, load_yaml_with_lines, quote
 
     try:
         data = load_yaml_with_lines(args.config)
     except ConfigError as e:
         raise CommandError(f"run: {e}") from None
-    app = data.get("app") if isinstance(data.get("app"), dict) else {}
-    name = app.get("name")
     apps = {ep.name: ep for ep in entry_points(group=GROUP)}
-    if name not in apps:
+    known = ", ".join(sorted(apps)) or "none installed"
+    app = data.get("app")
+    if not isinstance(app, dict):
+        line = getattr(data, "lines", {}).get("app")
+        what = "missing" if app is None else f"{quote(app)}, not a mapping"
+        raise CommandError(
+            f"run: {_where(args.config, line)}: app: {what}; it names the app (app.name: "
+            f"one of {known})"
+        )
+    name = app.get("name")
+    if not isinstance(name, str) or name not in apps:
         line = getattr(app, "lines", {}).get("name") or getattr(data, "lines", {}).get("app")
-        where = f"{args.config}:{line}" if line else args.config
-        known = ", ".join(sorted(apps)) or "none installed"
-        raise CommandError(f"run: {where}: app.name: {name!r} is not an app (known: {known})")
+        raise CommandError(
+            f"run: {_where(args.config, line)}: app.name: {quote(name)} is not an app "
+            f"(known: {known})"
+        )
     try:
         main = apps[name].load()
     except ImportError as e:
@@ -50,3 +59,7 @@ def run(args: argparse.Namespace) -> int:
             f"run: the {name} app needs Holoscan: {e} (pip install 'roce-transceiver[apps]')"
         ) from None
     return int(main(["--config", args.config, *args.app_args]))
+
+
+def _where(path: str, line: int | None) -> str:
+    return f"{path}:{line}" if line else path

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <stdexcept>
 #include <thread>
 
@@ -53,11 +54,13 @@ TxRing tx_ring(uint8_t* base, const RingLayout& l, uint32_t log2_depth, uint32_t
                 slot_bytes};
 }
 
-void pin_to_core(int core) {
+// 0, or the errno of the failure: a loop that is not where the configuration put it shows
+// only as slow latency, so the caller reports it rather than running on.
+int pin_to_core(int core) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(core, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  CPU_SET(core, &set);  // core < CPU_SETSIZE: the constructor checked
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
 }  // namespace
@@ -91,6 +94,9 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
                                 ": must be a multiple of 64, at least 128");
   if (c.batch < 1 || c.batch > 1024)
     throw std::invalid_argument("batch=" + std::to_string(c.batch) + ": must be 1 to 1024");
+  if (c.cpu_core >= CPU_SETSIZE)  // CPU_SET past the set's end would write out of bounds
+    throw std::invalid_argument("cpu_core=" + std::to_string(c.cpu_core) + ": must be below " +
+                                std::to_string(CPU_SETSIZE) + " (CPU_SETSIZE)");
   if (c.regions.size() > kMaxRegions)
     throw std::invalid_argument("regions: at most " + std::to_string(kMaxRegions));
   if (c.handler == HandlerKind::kQec && c.qec_blob.empty())
@@ -243,13 +249,28 @@ void Transceiver::start() {
                    cuda::EpochOptions{cfg_.cuda_epoch_us, cfg_.cuda_epochs_in_flight});
   } else {
     stop_.store(false);
-    thread_ = std::thread([this] { cpu_loop(); });
+    std::promise<int> pinned;
+    std::future<int> pin_result = pinned.get_future();
+    thread_ = std::thread([this, p = std::move(pinned)]() mutable {
+      const int err = cfg_.cpu_core >= 0 ? pin_to_core(cfg_.cpu_core) : 0;
+      p.set_value(err);
+      if (err == 0) cpu_loop();
+    });
+    if (const int err = pin_result.get(); err != 0) {
+      thread_.join();    // it ran no step; stop() frees the rest (the NIC was never started)
+      started_ = false;  // running() says no
+      throw std::runtime_error("cpu_core=" + std::to_string(cfg_.cpu_core) +
+                               ": cannot pin the cpu executor's thread there "
+                               "(pthread_setaffinity_np: " +
+                               std::strerror(err) +
+                               "); the process may run on the cores of its affinity mask "
+                               "(taskset -p)");
+    }
   }
   if (nic_) nic_->start();
 }
 
 void Transceiver::cpu_loop() {
-  if (cfg_.cpu_core >= 0) pin_to_core(cfg_.cpu_core);
   EngineState& st = *reinterpret_cast<EngineState*>(state_.host());
   // Idle: spin, and now and then let other threads run. With more spinning threads than cores
   // (two engines, a NIC thread and a peer on a 2-core machine) a pure spin holds the core for
