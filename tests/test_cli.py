@@ -248,7 +248,36 @@ def test_decode_truncated_pcap_prints_good_rows_then_exits_2(tmp_path, capsys):
     status, out, err = run_cli(capsys, "decode", "--json", str(path))
     assert status == 2
     assert [row["index"] for row in json_rows(out)] == [0]
-    assert_one_line_error(err, "truncated record data at byte")
+    assert_one_line_error(err, "truncated data of record 1 at byte")
+
+
+@pytest.mark.parametrize("file", ["/dev/stdin", "-"])
+def test_decode_reads_a_capture_from_a_pipe(tmp_path, file):
+    frames = [protocol.build("UC_SEND_ONLY", bytes(3000), psn=i) for i in range(30)]
+    path = tmp_path / "piped.pcap"
+    write_pcap(path, [(1.0, f) for f in frames])
+    proc = subprocess.run(
+        [sys.executable, "-m", "roce_transceiver", "decode", "--json", file],
+        input=path.read_bytes(),  # subprocess feeds stdin through a pipe: not seekable
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr) == (0, b"")
+    assert [row["psn"] for row in json_rows(proc.stdout.decode())] == list(range(30))
+
+
+def test_decode_a_damaged_record_length_is_one_line_naming_record_and_offset(tmp_path, capsys):
+    path = tmp_path / "damaged.pcap"
+    frame = protocol.build("UC_SEND_ONLY", b"a")
+    write_pcap(path, [(1.0, frame)])
+    path.write_bytes(path.read_bytes() + struct.pack("<IIII", 2, 0, 0xFFFFFFFF, 0xFFFFFFFF))
+    status, out, err = run_cli(capsys, "decode", "--json", str(path))
+    assert status == 2
+    assert [row["index"] for row in json_rows(out)] == [0]
+    offset = 24 + 16 + len(frame)  # the file header, then record 0's header and data
+    where = f"damaged.pcap: record 1 at byte {offset}: captured length 4294967295"
+    assert_one_line_error(err, where, "snap length 65535")
 
 
 def test_decode_file_and_sample_together_is_refused(tmp_path, capsys):
