@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roce_transceiver import _core
+from roce_transceiver._checks import check_bool, check_buffer, check_int
 
 __all__ = [
     "OPCODES",
@@ -95,6 +96,12 @@ def _opcode_value(opcode: int | str) -> int:
             return OPCODES[opcode.upper()]
         except KeyError:
             raise ValueError(f"opcode {opcode!r}: unknown name (e.g. RC_SEND_ONLY)") from None
+    if isinstance(opcode, bool) or not hasattr(opcode, "__index__"):
+        raise TypeError(
+            f"opcode={opcode!r}: expected an int or a name (e.g. RC_SEND_ONLY), "
+            f"got {type(opcode).__name__}"
+        )
+    opcode = int(opcode)
     if opcode not in _TABLE:
         raise ValueError(f"opcode 0x{opcode:02X}: not an RC, UC, UD or CNP opcode")
     return opcode
@@ -184,8 +191,13 @@ def _mac_str(b: bytes) -> str:
 
 
 def _mac_bytes(value: str | bytes, key: str) -> bytes:
-    if isinstance(value, bytes):
-        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)  # the core checks the length
+    if not isinstance(value, str):
+        raise TypeError(
+            f"build(): {key}={value!r}: expected a MAC address (aa:bb:cc:dd:ee:ff or 6 bytes), "
+            f"got {type(value).__name__}"
+        )
     parts = value.replace("-", ":").split(":")
     try:
         raw = bytes(int(p, 16) for p in parts)
@@ -201,8 +213,9 @@ def _raise(err: dict[str, Any]) -> None:
 
 
 def parse(frame: bytes | bytearray | memoryview) -> Packet:
-    """Decode an Ethernet frame; raises ProtocolError naming the field and offset."""
-    d = _core.decode(frame)
+    """Decode an Ethernet frame; raises ProtocolError naming the field and offset
+    (TypeError: ``frame`` is not bytes-like)."""
+    d = _core.decode(check_buffer("parse()", "frame", frame))
     if "error" in d:
         _raise(d["error"])
     version = d["ip_version"]
@@ -259,6 +272,18 @@ _SCALAR_FIELDS = {
     "dest_qp", "ack_req", "psn", "va", "rkey", "dma_len", "imm", "syndrome", "msn", "swap_add",
     "compare", "qkey", "src_qp", "pad_count", "icrc", "atomic_ack_orig", "ieth_rkey",
 }  # fmt: skip
+_BOOL_FIELDS = {"ip_dont_fragment", "se", "mig_req", "fecn", "becn", "ack_req"}
+_ADDRESS_TYPES = (str, bytes, ipaddress.IPv4Address, ipaddress.IPv6Address)
+
+
+def _field_value(key: str, value: Any) -> Any:
+    """A build() keyword's value in the type the core takes (TypeError naming the field
+    otherwise); integer ranges are the core's, which knows each field's width."""
+    if key in _BOOL_FIELDS:
+        return check_bool("build()", key, value)
+    if key == "vlan" and value is None:  # None: untagged
+        return None
+    return check_int("build()", key, value)
 
 
 def build(
@@ -278,8 +303,19 @@ def build(
     msn, swap_add, compare, qkey, src_qp`` and the overrides ``ip_checksum``,
     ``pad_count`` and ``icrc``. The IP version follows the addresses. For
     opcodes with a RETH, ``dma_len`` defaults to the payload length.
+
+    A value of the wrong type is a TypeError naming the field and the type it needs (an
+    integer field takes an int, a flag a bool, an address a str); one out of the field's
+    range, or an unknown field, a ValueError.
     """
     core: dict[str, Any] = {"opcode": _opcode_value(opcode)}
+    payload = check_buffer("build()", "payload", payload)
+    for key, address in (("ip_src", ip_src), ("ip_dst", ip_dst)):
+        if not isinstance(address, _ADDRESS_TYPES):
+            raise TypeError(
+                f"build(): {key}={address!r}: expected an IPv4 or IPv6 address as a str, "
+                f"got {type(address).__name__}"
+            )
     core["eth_dst"] = _mac_bytes(eth_dst, "eth_dst")
     core["eth_src"] = _mac_bytes(eth_src, "eth_src")
     try:
@@ -293,27 +329,36 @@ def build(
     core["ip_dst"] = dst.packed
     for key, value in fields.items():
         if key in _SCALAR_FIELDS:
-            core[key] = value
+            core[key] = _field_value(key, value)
         else:
             raise ValueError(f"build(): unknown field {key!r}")
     if "RETH" in _TABLE[core["opcode"]].headers:
-        core.setdefault("dma_len", len(payload))
+        core.setdefault("dma_len", payload.nbytes)
     return _core.encode(core, bytes(payload))
 
 
 def icrc(frame: bytes | bytearray | memoryview) -> int:
     """The ICRC the frame should carry (whatever it does carry)."""
-    d = _core.decode(frame)
+    d = _core.decode(check_buffer("icrc()", "frame", frame))
     if "error" in d:
         _raise(d["error"])
     return int(d["icrc_computed"])
 
 
+_PSN_MAX = 0xFFFFFF
+
+
 def psn_add(psn: int, n: int) -> int:
-    """``psn + n`` on the 24-bit circle."""
-    return int(_core.psn_add(psn, n))
+    """``psn + n`` on the 24-bit circle; ``psn`` is a PSN (0 to 2**24-1), ``n`` any int
+    (negative steps back). ValueError: a psn out of range; TypeError: not an int."""
+    psn = check_int("psn_add()", "psn", psn, 0, _PSN_MAX)
+    n = check_int("psn_add()", "n", n)
+    return int(_core.psn_add(psn, n % (_PSN_MAX + 1)))  # same sum mod 2**24, as a u32
 
 
 def psn_diff(b: int, a: int) -> int:
-    """Signed distance ``b - a`` on the 24-bit circle, in [-2**23, 2**23)."""
+    """Signed distance ``b - a`` on the 24-bit circle, in [-2**23, 2**23); both PSNs
+    (0 to 2**24-1). ValueError: a PSN out of range; TypeError: not an int."""
+    b = check_int("psn_diff()", "b", b, 0, _PSN_MAX)
+    a = check_int("psn_diff()", "a", a, 0, _PSN_MAX)
     return int(_core.psn_diff(b, a))

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from roce_transceiver import _core
+from roce_transceiver._checks import check_buffers, check_int, check_real
 from roce_transceiver.config import core_config, load_config
 from roce_transceiver.frames import Frame
 from roce_transceiver.stats import Percentiles
@@ -29,6 +30,10 @@ from roce_transceiver.stats import Percentiles
 __all__ = ["Completion", "RoundTrip", "Transceiver", "TransceiverError", "pick_executor"]
 
 log = logging.getLogger(__name__)
+
+_U32_MAX = 2**32 - 1  # the far end counts requests and its window in uint32
+_MAX_TIMEOUT_S = 1e10  # the far end's deadline is uint64 nanoseconds: 1.8e10 s at most
+_MIN_RATE = 1e-9  # requests/s: the far end's interval is uint64 nanoseconds (1e18 here)
 
 
 class TransceiverError(RuntimeError):
@@ -216,6 +221,7 @@ class Transceiver:
     def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:
         """Queue ``data`` to be sent to the peer as a SEND; waits up to ``timeout``
         seconds for room in the host ring, then raises TransceiverError."""
+        timeout = check_real("send()", "timeout", timeout, 0)
         self._require_running("send()")
         payload = bytes(data)
         deadline = time.monotonic() + timeout
@@ -267,6 +273,8 @@ class Transceiver:
         return Frame(**f, _data=data, _device=on_gpu, _release=release)
 
     def _take(self, queue: deque[Any], what: str, timeout: float | None, most: int) -> list[Any]:
+        if timeout is not None:  # NaN would wait forever: no deadline is ever reached
+            timeout = check_real(what, "timeout", timeout, 0)
         self._require_running(what)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -312,8 +320,13 @@ class Transceiver:
             raise TransceiverError(f"inject(): {e}") from None
 
     def collect(self, max_frames: int = 1024, timeout: float = 0.0, want: int = 1) -> list[bytes]:
-        """Frames the engine transmitted (far_end cpu); waits up to ``timeout`` s
-        until at least ``want`` have come."""
+        """Frames the engine transmitted (far_end cpu), at most ``max_frames`` (1 to 2**32-1);
+        waits up to ``timeout`` s (finite, at least 0) until at least ``want`` (0 to
+        ``max_frames``) have come. An argument out of range is a ValueError naming it."""
+        where = "collect()"
+        max_frames = check_int(where, "max_frames", max_frames, 1, _U32_MAX)
+        timeout = check_real(where, "timeout", timeout, 0)
+        want = check_int(where, "want", want, 0, max_frames)
         self._require_open("collect()")
         deadline = time.monotonic() + timeout
         frames: list[bytes] = []
@@ -341,7 +354,23 @@ class Transceiver:
         """Run the far end: ``count`` requests (``size`` bytes, or ``payloads`` in
         turn), at most ``window`` in flight, at ``rate`` requests/s (None: as fast
         as the window allows); each reply is checked against ``expected`` (in the
-        same turn) or, without it, must echo its request."""
+        same turn) or, without it, must echo its request; ``timeout`` s for the whole run.
+
+        ``count`` and ``window`` are 1 to 2**32-1, ``size`` 1 to ``queues.slot_bytes``,
+        ``rate`` at least 1e-9 and ``timeout`` 0 to 1e10, all finite: a value outside is a
+        ValueError naming the argument and its range (TypeError: not a number, or payloads
+        that are not bytes). A request that fits no slot, or payloads of unequal lengths,
+        is a TransceiverError."""
+        where = "roundtrip()"
+        count = check_int(where, "count", count, 1, _U32_MAX)
+        window = check_int(where, "window", window, 1, _U32_MAX)
+        timeout = check_real(where, "timeout", timeout, 0, _MAX_TIMEOUT_S)
+        if rate is not None:
+            rate = check_real(where, "rate", rate, _MIN_RATE)
+        if payloads is None:
+            size = check_int(where, "size", size, 1, self.config["queues"]["slot_bytes"])
+        payloads = check_buffers(where, "payloads", payloads)
+        expected = check_buffers(where, "expected", expected)
         self._require_running("roundtrip()")
         payloads = request_payloads(size, payloads, expected)
         interval_ns = 0 if not rate else int(1e9 / rate)
@@ -363,9 +392,22 @@ class Transceiver:
         return RoundTrip(rtt_ns=rtt, **r)
 
     def read_region(self, index: int, offset: int = 0, length: int | None = None) -> bytes:
-        """Bytes of a registered memory region (where RDMA WRITEs landed)."""
-        region = self.config["regions"][index] if index < len(self.config["regions"]) else None
-        if region is None:
-            raise TransceiverError(f"read_region({index}): no such region")
-        n = region["length"] - offset if length is None else length
+        """Bytes of a registered memory region (where RDMA WRITEs landed): ``length`` bytes
+        from ``offset`` (None: to the region's end). An index that names no configured
+        region, or an offset or length that reaches outside it, is a ValueError naming the
+        argument and its range (TypeError: not an int); after stop(), TransceiverError."""
+        where = "read_region()"
+        regions = self.config["regions"]
+        index = check_int(where, "index", index, 0)
+        if index >= len(regions):
+            raise ValueError(
+                f"{where}: index={index}: no such region (the config has {len(regions)})"
+            )
+        size = regions[index]["length"]
+        offset = check_int(where, "offset", offset, 0, size)
+        if length is not None:
+            length = check_int(where, "length", length, 0, size - offset)
+        if self._stopped:
+            raise TransceiverError(f"{where}: the transceiver is stopped")
+        n = size - offset if length is None else length
         return bytes(self._core.read_region(index, offset, n))

@@ -29,7 +29,7 @@ def test_without_a_gpu_the_command_exits_2_and_says_why(capsys):
 
 def test_repeats_out_of_range_is_a_usage_error(capsys):
     assert cli.main(["bench", "ops", "--repeats", "65"]) == 2
-    assert "argument --repeats: 65: at most 64" in capsys.readouterr().err
+    assert "argument --repeats: 65: out of range 1..64" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

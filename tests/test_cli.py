@@ -21,6 +21,7 @@ import os
 import struct
 import subprocess
 import sys
+import tracemalloc
 import zlib
 from importlib import resources
 
@@ -248,7 +249,36 @@ def test_decode_truncated_pcap_prints_good_rows_then_exits_2(tmp_path, capsys):
     status, out, err = run_cli(capsys, "decode", "--json", str(path))
     assert status == 2
     assert [row["index"] for row in json_rows(out)] == [0]
-    assert_one_line_error(err, "truncated record data at byte")
+    assert_one_line_error(err, "truncated data of record 1 at byte")
+
+
+@pytest.mark.parametrize("file", ["/dev/stdin", "-"])
+def test_decode_reads_a_capture_from_a_pipe(tmp_path, file):
+    frames = [protocol.build("UC_SEND_ONLY", bytes(3000), psn=i) for i in range(30)]
+    path = tmp_path / "piped.pcap"
+    write_pcap(path, [(1.0, f) for f in frames])
+    proc = subprocess.run(
+        [sys.executable, "-m", "roce_transceiver", "decode", "--json", file],
+        input=path.read_bytes(),  # subprocess feeds stdin through a pipe: not seekable
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr) == (0, b"")
+    assert [row["psn"] for row in json_rows(proc.stdout.decode())] == list(range(30))
+
+
+def test_decode_a_damaged_record_length_is_one_line_naming_record_and_offset(tmp_path, capsys):
+    path = tmp_path / "damaged.pcap"
+    frame = protocol.build("UC_SEND_ONLY", b"a")
+    write_pcap(path, [(1.0, frame)])
+    path.write_bytes(path.read_bytes() + struct.pack("<IIII", 2, 0, 0xFFFFFFFF, 0xFFFFFFFF))
+    status, out, err = run_cli(capsys, "decode", "--json", str(path))
+    assert status == 2
+    assert [row["index"] for row in json_rows(out)] == [0]
+    offset = 24 + 16 + len(frame)  # the file header, then record 0's header and data
+    where = f"damaged.pcap: record 1 at byte {offset}: captured length 4294967295"
+    assert_one_line_error(err, where, "snap length 65535")
 
 
 def test_decode_file_and_sample_together_is_refused(tmp_path, capsys):
@@ -327,13 +357,13 @@ def test_craft_field_the_opcode_lacks_is_refused(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        (["--opcode", "4", "--psn", "0x1000000"], "psn=16777216: out of range"),
+        (["--opcode", "4", "--psn", "0x1000000"], "--psn: 0x1000000: out of range 0..0xffffff"),
         (["--opcode", "4", "--ip-src", "10.0.0.1", "--ip-dst", "::1"], "not the same IP version"),
         (["--opcode", "NO_SUCH_OP"], "unknown name"),
         (["--opcode", "0x99"], "not an RC, UC, UD or CNP opcode"),
         (["--opcode", "4", "--payload", "xyz"], "not hex bytes"),
         (["--opcode", "4", "--payload", "00", "--payload-size", "1"], "not allowed with"),
-        (["--opcode", "4", "--count", "0"], "at least 1"),
+        (["--opcode", "4", "--count", "0"], "--count: 0: out of range 1..16777216"),
         (["--opcode", "10", "--va", str(2**64)], "out of range"),
         (["--opcode", "4", "--eth-src", "nope"], "not a MAC address"),
     ],
@@ -373,6 +403,208 @@ def test_bench_rejects_bad_sizes(capsys):
     status, _, err = run_cli(capsys, "bench", "icrc", "--sizes", "64,zero")
     assert status == 2
     assert_one_line_error(err, "--sizes")
+
+
+# --- numeric arguments: every one has a range ------------------------------------------------
+
+SENSOR = ["peer", "sensor", "--config", "t.yaml"]
+QPU = ["peer", "qpu", "--config", "t.yaml"]
+CRAFT = ["craft", "--out", "never.pcap", "--opcode", "4"]
+U32 = str(2**32)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        # the issue's cases
+        (["echo", "--config", "t.yaml", "--seconds", "nan"], "--seconds: nan: not a finite"),
+        ([*QPU, "--timeout", "-1"], "--timeout: -1: must be more than 0"),
+        ([*SENSOR, "--loss", "2"], "--loss: 2: must be 0 to 1"),
+        ([*SENSOR, "--loss", "nan"], "--loss: nan: not a finite number"),
+        ([*SENSOR, "--payload", "100000"], "--payload: 100000: out of range 4..8192"),
+        # peer sensor
+        ([*SENSOR, "--reorder", "-0.1"], "--reorder: -0.1: must be 0 to 1"),
+        ([*SENSOR, "--duplicate", "inf"], "--duplicate: inf: not a finite number"),
+        ([*SENSOR, "--corrupt", "x"], "--corrupt: 'x' is not a number"),
+        ([*SENSOR, "--payload", "1022"], "--payload: 1022: must be a multiple of 4"),
+        ([*SENSOR, "--payload", "0"], "--payload: 0: out of range 4..8192"),
+        ([*SENSOR, "--frames", "0"], "--frames: 0: must be at least 1"),
+        ([*SENSOR, "--frame-bytes", "0"], "--frame-bytes: 0: must be at least 1"),
+        ([*SENSOR, "--rate", "0"], "--rate: 0: must be more than 0"),
+        ([*SENSOR, "--rate", "nan"], "--rate: nan: not a finite number"),
+        ([*SENSOR, "--linger", "-1"], "--linger: -1: must be at least 0"),
+        ([*SENSOR, "--linger", "nan"], "--linger: nan: not a finite number"),
+        # peer qpu
+        ([*QPU, "--timeout", "nan"], "--timeout: nan: not a finite number"),
+        ([*QPU, "--count", "0"], "--count: 0: must be at least 1"),
+        ([*QPU, "--rate", "-5"], "--rate: -5: must be more than 0"),
+        ([*QPU, "--size", "3"], "--size: 3: out of range 4..4096"),
+        ([*QPU, "--size", "5000"], "--size: 5000: out of range 4..4096"),
+        # echo and listen
+        (["echo", "--config", "t.yaml", "--seconds", "0"], "--seconds: 0: must be more than 0"),
+        (["listen", "--config", "t.yaml", "--frames", "0"], "--frames: 0: must be at least 1"),
+        (["listen", "--config", "t.yaml", "--frames", "1.5"], "--frames: '1.5' is not an int"),
+        (["listen", "--config", "t.yaml", "--seconds", "inf"], "--seconds: inf: not a finite"),
+        # bench
+        (["bench", "icrc", "--sizes", "1"], "--sizes: 1: out of range 58..65549"),
+        (["bench", "icrc", "--sizes", "64,100000"], "--sizes: 100000: out of range 58..65549"),
+        (["bench", "icrc", "--seconds", "inf"], "--seconds: inf: not a finite number"),
+        (["bench", "icrc", "--seconds", "1e9"], "--seconds: 1e9: must be more than 0 and at"),
+        (["bench", "roundtrip", "--count", "0"], "--count: 0: out of range 1..4294967295"),
+        (["bench", "roundtrip", "--count", U32], f"--count: {U32}: out of range 1..4294967295"),
+        (["bench", "roundtrip", "--size", "0"], "--size: 0: must be at least 1"),
+        (["bench", "roundtrip", "--floor-iterations", "0"], "--floor-iterations: 0: out of"),
+        (["bench", "qec", "--rate", "nan"], "--rate: nan: not a finite number"),
+        (["bench", "qec", "--window", "0"], "--window: 0: out of range 1..4294967295"),
+        (["bench", "qec", "--window", U32], f"--window: {U32}: out of range"),
+        (["bench", "ops", "--repeats", "0"], "--repeats: 0: out of range 1..64"),
+        (["bench", "stream", "--payload", "8116"], "--payload: 8116: out of range 4..8112"),
+        (["bench", "stream", "--frames", "0"], "--frames: 0: must be at least 1"),
+        (["bench", "stream", "--echo-count", "0"], "--echo-count: 0: must be at least 1"),
+        # craft: each field within its wire width
+        ([*CRAFT, "--count", "16777217"], "--count: 16777217: out of range 1..16777216"),
+        ([*CRAFT, "--payload-size", "65536"], "--payload-size: 65536: out of range 0..65535"),
+        ([*CRAFT, "--timestamp", "nan"], "--timestamp: nan: not a finite number"),
+        ([*CRAFT, "--timestamp", "-1"], "--timestamp: -1: must be 0 to 4.29497e+09"),
+        ([*CRAFT, "--dest-qp", "0x1000000"], "--dest-qp: 0x1000000: out of range 0..0xffffff"),
+        ([*CRAFT, "--pkey", "0x10000"], "--pkey: 0x10000: out of range 0..0xffff"),
+        ([*CRAFT, "--rkey", U32], f"--rkey: {U32}: out of range 0..0xffffffff"),
+        ([*CRAFT, "--dma-len", U32], f"--dma-len: {U32}: out of range 0..0xffffffff"),
+        ([*CRAFT, "--imm", U32], f"--imm: {U32}: out of range 0..0xffffffff"),
+        ([*CRAFT, "--syndrome", "256"], "--syndrome: 256: out of range 0..0xff"),
+        ([*CRAFT, "--msn", str(2**24)], "--msn: 16777216: out of range 0..0xffffff"),
+        ([*CRAFT, "--udp-sport", "65536"], "--udp-sport: 65536: out of range 0..0xffff"),
+    ],
+    ids=lambda v: " ".join(v[1:4]) if isinstance(v, list) else None,
+)
+def test_numeric_argument_out_of_range_is_one_line_naming_it(tmp_path, capsys, argv, fragment):
+    os.chdir(tmp_path)  # nothing may be read or written: the value fails before
+    status, out, err = run_cli(capsys, *argv)
+    assert (status, out) == (2, "")
+    assert_one_line_error(err, "argument " + fragment)
+    assert not (tmp_path / "never.pcap").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value"),
+    [
+        ([*SENSOR, "--loss", "0"], "loss", 0.0),
+        ([*SENSOR, "--loss", "1"], "loss", 1.0),
+        ([*SENSOR, "--payload", "4"], "payload", 4),
+        ([*SENSOR, "--payload", "8192"], "payload", 8192),
+        ([*SENSOR, "--linger", "0"], "linger", 0.0),
+        ([*QPU, "--timeout", "0.001"], "timeout", 0.001),
+        ([*QPU, "--size", "4096"], "size", 4096),
+        ([*CRAFT, "--count", "0x1000000"], "count", 1 << 24),
+        ([*CRAFT, "--va", "0xffffffffffffffff"], "va", 2**64 - 1),
+        ([*CRAFT, "--timestamp", "0"], "timestamp", 0.0),
+        (["bench", "icrc", "--sizes", "58,65549"], "sizes", (58, 65549)),
+        (["bench", "qec", "--window", str(2**32 - 1)], "window", 2**32 - 1),
+    ],
+)
+def test_numeric_arguments_at_the_edges_of_their_range_are_accepted(argv, dest, value):
+    assert getattr(cli.build_parser().parse_args(argv), dest) == value
+
+
+def sensor_yaml(tmp_path, **extra: object) -> str:
+    import yaml
+
+    cfg = {
+        "nic": "socket",
+        "socket": {"mode": "udp"},
+        "local": {"ip": "127.0.0.1"},
+        "peer": {"ip": "127.0.0.2"},
+        "qp": {"transport": "UC"},
+        "handler": "frames",
+        "frames": {"page_bytes": 65536, "pages": 4},
+        **extra,
+    }
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def test_sensor_payload_that_no_slot_holds_is_refused_naming_the_largest(tmp_path, capsys):
+    # 4096 data bytes + 78 header bytes (Ethernet, IPv4, UDP, BTH, RETH, ImmDt, ICRC) do not
+    # fit the default 2048-byte slot: the socket NIC would filter every packet, silently.
+    path = sensor_yaml(tmp_path)
+    status, _, err = run_cli(capsys, "peer", "sensor", "--config", path, "--payload", "4096")
+    assert status == 2
+    assert_one_line_error(
+        err,
+        "peer sensor: --payload 4096: its packets are 4174 bytes, more than "
+        f"queues.slot_bytes 2048 of {path}",
+        "at most 1968 fit",  # (2048 - 78) rounded down to a multiple of 4
+    )
+
+
+def test_qpu_echo_size_that_no_slot_holds_is_refused(tmp_path, capsys):
+    path = sensor_yaml(tmp_path, handler="echo")
+    argv = ["peer", "qpu", "--config", path, "--size", "4096", "--count", "1", "--timeout", "1"]
+    status, _, err = run_cli(capsys, *argv)
+    assert status == 2
+    assert_one_line_error(err, "peer qpu: --size 4096: its packets are 4154 bytes", "1990 fit")
+
+
+def test_payload_check_passes_what_a_larger_slot_holds(tmp_path):
+    from roce_transceiver.commands import peer
+    from roce_transceiver.config import load_config
+
+    cfg = load_config(sensor_yaml(tmp_path, queues={"slot_bytes": 4224}))
+    peer._check_fits(cfg, "t.yaml", "peer sensor", "--payload", 4096, peer._SENSOR_OP, 4)
+    with pytest.raises(peer.CommandError, match="at most 4144 fit"):
+        peer._check_fits(cfg, "t.yaml", "peer sensor", "--payload", 4148, peer._SENSOR_OP, 4)
+
+
+def test_sensor_frame_bytes_over_a_page_is_refused(tmp_path, capsys):
+    path = sensor_yaml(tmp_path)
+    status, _, err = run_cli(capsys, "peer", "sensor", "--config", path, "--frame-bytes", "65409")
+    assert status == 2
+    assert_one_line_error(
+        err, "--frame-bytes 65409: a page holds at most 65408", "less the 128-byte metadata"
+    )
+
+
+def test_craft_writes_many_packets_without_holding_them(tmp_path, capsys):
+    # 20000 packets of about 1 KB: 20 MB if they were all built before the first is written.
+    out = tmp_path / "many.pcap"
+    argv = ["craft", "--out", str(out), "--opcode", "4", "--count", "20000", "--psn", "0xfffff0"]
+    tracemalloc.start()
+    try:
+        status, _, _ = run_cli(capsys, *argv, "--payload-size", "1000")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert status == 0
+    assert peak < 4 << 20, f"craft held {peak} bytes"
+    records = read_pcap(out)
+    assert len(records) == 20000
+    assert [protocol.parse(r.data).psn for r in records[14:18]] == [0xFFFFFE, 0xFFFFFF, 0, 1]
+
+
+def test_craft_write_error_names_the_file_and_never_unlinks_a_device(capsys):
+    status, _, err = run_cli(capsys, "craft", "--out", "/dev/full", "--opcode", "4")
+    assert status == 2
+    assert_one_line_error(err, "craft: /dev/full: No space left on device")
+    assert os.path.exists("/dev/full")
+
+
+def test_craft_failing_midway_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
+    from roce_transceiver.pcap import PcapWriter
+
+    written = []
+
+    def write_then_fail(self, frame, timestamp=None):
+        if len(written) == 2:
+            raise OSError(28, "No space left on device")
+        written.append(frame)
+
+    monkeypatch.setattr(PcapWriter, "write", write_then_fail)
+    out = tmp_path / "cut.pcap"
+    status, _, err = run_cli(capsys, "craft", "--out", str(out), "--opcode", "4", "--count", "5")
+    assert status == 2
+    assert_one_line_error(err, f"craft: {out}: No space left on device")
+    assert len(written) == 2 and not out.exists()
 
 
 # --- the bundled sample ---------------------------------------------------------------------

@@ -12,8 +12,12 @@ reader and writer; and tshark, which must dissect what we write as RoCE.
 
 from __future__ import annotations
 
+import io
+import os
 import struct
 import subprocess
+import threading
+import tracemalloc
 
 import pytest
 
@@ -31,8 +35,10 @@ MAGIC_US = 0xA1B2C3D4
 MAGIC_NS = 0xA1B23C4D
 
 
-def file_header(order: str = "<", magic: int = MAGIC_US, linktype: int = 1) -> bytes:
-    return struct.pack(order + "IHHiIII", magic, 2, 4, 0, 0, 65535, linktype)
+def file_header(
+    order: str = "<", magic: int = MAGIC_US, linktype: int = 1, snaplen: int = 65535
+) -> bytes:
+    return struct.pack(order + "IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype)
 
 
 def record(order: str, sec: int, frac: int, data: bytes, orig_len: int | None = None) -> bytes:
@@ -141,7 +147,7 @@ def test_truncated_record_header_names_its_offset(tmp_path):
     good = record("<", 1, 0, FRAMES[0])
     path.write_bytes(file_header() + good + b"\x01\x02\x03")
     offset = 24 + len(good)
-    expected = f"t.pcap: truncated record header at byte {offset}: need 16 bytes, 3 left"
+    expected = f"t.pcap: truncated header of record 1 at byte {offset}: need 16 bytes, 3 left"
     with pytest.raises(PcapError, match=expected):
         read_pcap(path)
 
@@ -150,7 +156,7 @@ def test_truncated_record_data_names_its_offset(tmp_path):
     path = tmp_path / "t.pcap"
     path.write_bytes(file_header() + record("<", 1, 0, FRAMES[0])[:-5])
     need = len(FRAMES[0])
-    expected = f"truncated record data at byte 40: need {need} bytes, {need - 5} left"
+    expected = f"truncated data of record 0 at byte 40: need {need} bytes, {need - 5} left"
     with pytest.raises(PcapError, match=expected):
         read_pcap(path)
 
@@ -160,8 +166,123 @@ def test_iter_pcap_yields_good_records_before_the_damage(tmp_path):
     path.write_bytes(file_header() + record("<", 1, 0, FRAMES[0]) + b"\x00" * 4)
     records = iter_pcap(path)
     assert next(records).data == FRAMES[0]
-    with pytest.raises(PcapError, match="truncated record header"):
+    with pytest.raises(PcapError, match="truncated header of record 1"):
         next(records)
+
+
+def test_a_record_longer_than_the_snap_length_is_refused_without_reading_it(tmp_path):
+    # A damaged length of 2**32-1 once made the reader allocate 4 GiB (MemoryError).
+    path = tmp_path / "huge.pcap"
+    huge = struct.pack("<IIII", 1, 0, 0xFFFFFFFF, 0xFFFFFFFF)
+    path.write_bytes(file_header() + record("<", 1, 0, FRAMES[1]) + huge + b"x" * 100)
+    offset = 24 + 16 + len(FRAMES[1])
+    expected = (
+        rf"huge\.pcap: record 1 at byte {offset}: captured length 4294967295 "
+        r"is more than the file's snap length 65535"
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(PcapError, match=expected):
+            read_pcap(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"reading allocated {peak} bytes"
+
+
+def test_a_record_may_not_exceed_the_files_own_snap_length(tmp_path):
+    path = tmp_path / "snap.pcap"
+    path.write_bytes(file_header(snaplen=64) + record("<", 1, 0, FRAMES[0]))
+    with pytest.raises(PcapError, match=f"captured length {len(FRAMES[0])} is more than .* 64$"):
+        read_pcap(path)
+
+
+@pytest.mark.parametrize("snaplen", [0, 0xFFFFFFFF])
+def test_a_header_without_a_usable_snap_length_bounds_records_by_libpcaps_maximum(
+    tmp_path, snaplen
+):
+    path = tmp_path / "nosnap.pcap"
+    jumbo = bytes(70000)  # above 65535, so only the 262144 maximum admits it
+    too_long = struct.pack("<IIII", 2, 0, 262145, 262145)
+    path.write_bytes(file_header(snaplen=snaplen) + record("<", 1, 0, jumbo) + too_long)
+    records = iter_pcap(path)
+    assert next(records).data == jumbo
+    expected = (
+        "record 1 at byte 70040: captured length 262145 is more than 262144, "
+        f"the largest snap length \\(the file header gives {snaplen}\\)"
+    )
+    with pytest.raises(PcapError, match=expected):
+        next(records)
+
+
+def test_a_record_longer_than_what_the_file_has_left_is_refused_before_reading(tmp_path):
+    path = tmp_path / "short.pcap"
+    header = struct.pack("<IIII", 1, 0, 200000, 200000)
+    path.write_bytes(file_header(snaplen=262144) + header + b"y" * 10)
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            PcapError, match="truncated data of record 0 at byte 40: need 200000 bytes, 10 left"
+        ):
+            read_pcap(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200000, f"reading allocated {peak} bytes for a 10-byte remainder"
+
+
+def _pipe_with(data: bytes) -> tuple[int, threading.Thread]:
+    """The read end of a pipe that a thread fills with ``data`` and then closes."""
+    read_fd, write_fd = os.pipe()
+
+    def feed() -> None:
+        with open(write_fd, "wb") as w:
+            w.write(data)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    return read_fd, writer
+
+
+def test_reads_a_pipe_by_its_path_as_dev_stdin_is(tmp_path):
+    # Larger than a pipe's buffer, so the reader really reads while the writer writes.
+    frames = [protocol.build("UC_SEND_ONLY", bytes(4000), psn=i) for i in range(40)]
+    data = file_header() + b"".join(record("<", i, 0, f) for i, f in enumerate(frames))
+    read_fd, writer = _pipe_with(data)
+    try:
+        records = read_pcap(f"/dev/fd/{read_fd}")
+    finally:
+        os.close(read_fd)  # a reader that gave up: the writer fails at once, no hang
+        writer.join(timeout=10)
+    assert not writer.is_alive()
+    assert [r.data for r in records] == frames
+
+
+def test_reads_a_binary_stream_and_leaves_it_open():
+    stream = io.BytesIO(file_header() + b"".join(record("<", 1, 0, f) for f in FRAMES))
+    assert [r.data for r in read_pcap(stream)] == FRAMES
+    assert not stream.closed
+
+
+def test_a_stream_of_unknown_length_is_still_bounded_by_the_snap_length():
+    huge = struct.pack("<IIII", 1, 0, 0xFFFFFFFF, 0xFFFFFFFF)
+    stream = io.BufferedReader(io.BytesIO(file_header() + huge + b"z" * 10))  # no fileno
+    with pytest.raises(PcapError, match="record 0 at byte 24: captured length 4294967295"):
+        read_pcap(stream)
+
+
+def test_an_iterator_left_unfinished_closes_its_file(tmp_path):
+    path = tmp_path / "t.pcap"
+    write_pcap(path, FRAMES)
+    records = iter_pcap(path)
+    assert next(records).data == FRAMES[0]
+    records.close()  # type: ignore[attr-defined]
+    with pytest.raises(StopIteration):
+        next(records)
+    # Dropped without close(): collected quietly (ResourceWarning is an error in this suite).
+    abandoned = iter_pcap(path)
+    next(abandoned)
+    del abandoned
 
 
 def test_iter_pcap_checks_the_file_header_before_iterating(tmp_path):

@@ -34,6 +34,7 @@ from typing import Any, TextIO
 
 from roce_transceiver import _core
 from roce_transceiver.bench.machine import machine_info
+from roce_transceiver.commands.argtypes import COUNT, SECONDS, integer
 from roce_transceiver.stats import Percentiles, check_unit
 
 DEFAULT_ITERATIONS = 10_000
@@ -232,11 +233,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="per floor")
     p.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds one wait may last"
+        "--iterations",
+        type=integer(1, _core.FLOOR_MAX_ITERATIONS),
+        default=DEFAULT_ITERATIONS,
+        help="per floor",
     )
-    p.add_argument("--size", type=int, default=DEFAULT_SIZE, help="message bytes (launch floors)")
+    p.add_argument(
+        "--timeout", type=SECONDS, default=DEFAULT_TIMEOUT_S, help="seconds one wait may last"
+    )
+    p.add_argument("--size", type=COUNT, default=DEFAULT_SIZE, help="message bytes (launch floors)")
     p.add_argument(
         "--floors", type=_floor_list, default=FLOOR_NAMES, metavar="NAME,...", help="default: all"
     )

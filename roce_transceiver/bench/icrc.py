@@ -34,6 +34,7 @@ from typing import Any, TextIO
 
 from roce_transceiver import _core
 from roce_transceiver.bench.machine import machine_info
+from roce_transceiver.commands.argtypes import real
 from roce_transceiver.protocol import build, parse
 
 __all__ = ["DEFAULT_SIZES", "main", "run"]
@@ -306,7 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES, metavar="N,N,...")
-    p.add_argument("--seconds", type=float, default=1.0, help="per size and implementation")
+    p.add_argument(
+        "--seconds",
+        type=real(0, 3600, lo_open=True),
+        default=1.0,
+        help="per size and implementation",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     args = p.parse_args(argv)
     try:

@@ -5,31 +5,28 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from roce_transceiver import _core
 from roce_transceiver.commands import CommandError
+from roce_transceiver.commands.argtypes import COUNT, RATE, U32_COUNT, integer, real
 
 __all__ = ["register", "run"]
 
 _DEFAULT_SIZES = (64, 1024, 4096)
+# A RoCEv2 frame over IPv4: at least Ethernet 14, IPv4 20, UDP 8, BTH 12 and ICRC 4 bytes; at
+# most Ethernet 14 and the 65535 bytes an IPv4 total length counts.
+_FRAME_SIZE = integer(58, 14 + 65535)
+# Seconds per measurement: more than an hour is a typo, and would look like a hang.
+_MEASURE_SECONDS = real(0, 3600, lo_open=True)
+# bench stream gives payloads over 1900 bytes 8192-byte slots (bench/stream.py): 8192 less
+# a UC WRITE with immediate's 78 header bytes over IPv4, to a multiple of 4 as the sensor
+# sends them.
+_STREAM_PAYLOAD = integer(4, 8112, multiple_of=4)
+_FLOOR_ITERATIONS = integer(1, _core.FLOOR_MAX_ITERATIONS)
 
 
 def _sizes(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: not a comma-separated list of sizes") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: sizes must be positive byte counts")
-    return sizes
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be more than 0 seconds")
-    return value
+    """Comma-separated frame sizes, each checked as one (the error names the bad one)."""
+    return tuple(_FRAME_SIZE(part.strip()) for part in text.split(","))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="frame sizes in bytes (default " + ",".join(map(str, _DEFAULT_SIZES)) + ")",
     )
     icrc.add_argument(
-        "--seconds", type=_seconds, default=1.0, help="time per measurement (default 1)"
+        "--seconds", type=_MEASURE_SECONDS, default=1.0, help="time per measurement (default 1)"
     )
     icrc.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     icrc.set_defaults(run=run)
@@ -66,8 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "ping-pong, launch per message) and the ratios.",
     )
     _loop_options(rt)
-    rt.add_argument("--size", type=_positive, default=32, help="payload bytes (default 32)")
-    rt.add_argument("--count", type=_positive, default=10_000, help="round trips (default 10000)")
+    rt.add_argument("--size", type=COUNT, default=32, help="payload bytes (default 32)")
+    rt.add_argument("--count", type=U32_COUNT, default=10_000, help="round trips (default 10000)")
     rt.set_defaults(run=run_roundtrip)
 
     q = benches.add_parser(
@@ -78,9 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _loop_options(q)
     q.add_argument("--distance", type=int, choices=(3, 5), default=5, help="code distance")
-    q.add_argument("--count", type=_positive, default=100_000, help="messages (default 100000)")
-    q.add_argument("--rate", type=float, default=None, help="offered messages/s (default: max)")
-    q.add_argument("--window", type=_positive, default=64, help="messages in flight at most")
+    q.add_argument("--count", type=U32_COUNT, default=100_000, help="messages (default 100000)")
+    q.add_argument("--rate", type=RATE, default=None, help="offered messages/s (default: max)")
+    q.add_argument("--window", type=U32_COUNT, default=64, help="messages in flight at most")
     q.set_defaults(run=run_qec)
 
     ops = benches.add_parser(
@@ -89,10 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Time each piece of the data path (decode, ICRC, encode, handler, memory "
         "operations, whole engine steps) with one warp on one SM, for a SEND Only request.",
     )
-    ops.add_argument("--size", type=_positive, default=32, help="payload bytes (default 32)")
+    ops.add_argument("--size", type=COUNT, default=32, help="payload bytes (default 32)")
     ops.add_argument("--transport", choices=("RC", "UC"), default="UC")
     ops.add_argument(
-        "--repeats", type=_repeats, default=32, help="samples per piece, 1 to 64 (default 32)"
+        "--repeats", type=integer(1, 64), default=32, help="samples per piece, 1 to 64 (default 32)"
     )
     ops.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     ops.set_defaults(run=run_ops)
@@ -105,9 +102,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "trips next to a raw-socket echo. Needs root and iproute2.",
     )
     st.add_argument("--nic", choices=("socket",), default="socket")
-    st.add_argument("--frames", type=_positive, default=400, help="frames (default 400)")
-    st.add_argument("--payload", type=_positive, default=4096, help="bytes per packet")
-    st.add_argument("--echo-count", type=_positive, default=2000, dest="echo_count")
+    st.add_argument("--frames", type=COUNT, default=400, help="frames (default 400)")
+    st.add_argument(
+        "--payload",
+        type=_STREAM_PAYLOAD,
+        default=4096,
+        help="bytes per packet, a multiple of 4 up to 8112 (default 4096)",
+    )
+    st.add_argument("--echo-count", type=COUNT, default=2000, dest="echo_count")
     st.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     st.set_defaults(run=run_stream)
 
@@ -127,19 +129,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N,N,...",
         help="epoch lengths in microseconds, 0 for one launch (default 0,100,1000,10000)",
     )
-    share.add_argument("--count", type=_positive, default=20_000, help="round trips per row")
+    share.add_argument("--count", type=U32_COUNT, default=20_000, help="round trips per row")
     share.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     share.set_defaults(run=run_share)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
-    return value
 
 
 def _epochs(text: str) -> tuple[int, ...]:
@@ -152,19 +144,14 @@ def _epochs(text: str) -> tuple[int, ...]:
     return values
 
 
-def _repeats(text: str) -> int:
-    value = _positive(text)
-    if value > 64:
-        raise argparse.ArgumentTypeError(f"{text}: at most 64")
-    return value
-
-
 def _loop_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--nic", choices=("loopback",), default="loopback")
     p.add_argument("--far-end", choices=("cpu", "gpu"), default="cpu", dest="far_end")
     p.add_argument("--transport", choices=("RC", "UC"), default="UC")
-    p.add_argument("--floor-iterations", type=_positive, default=10_000, dest="floor_iterations")
+    p.add_argument(
+        "--floor-iterations", type=_FLOOR_ITERATIONS, default=10_000, dest="floor_iterations"
+    )
     p.add_argument(
         "--no-express",
         action="store_false",
@@ -258,5 +245,8 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"bench {args.bench}: {module_name} is not in this build") from None
         # Something the benchmark needs is missing: name it.
         raise CommandError(f"bench {args.bench}: cannot import {module_name}: {e}") from None
-    module.run(sizes=args.sizes, seconds=args.seconds, json_path=args.json)
+    try:
+        module.run(sizes=args.sizes, seconds=args.seconds, json_path=args.json)
+    except ValueError as e:
+        raise CommandError(f"bench {args.bench}: {e}") from None
     return 0

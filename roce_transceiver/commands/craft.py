@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import stat
 import time
 from typing import Any
 
 from roce_transceiver import protocol
 from roce_transceiver.commands import CommandError
+from roce_transceiver.commands.argtypes import integer, real, uint
 from roce_transceiver.pcap import PcapWriter
 
 __all__ = ["register", "run"]
@@ -34,27 +38,13 @@ _PASSED_THROUGH = (
 )
 _IPV6_DEFAULTS = ("fd00::1", "fd00::2")
 _PACKET_INTERVAL_S = 1e-6  # spacing of the timestamps of consecutive crafted packets
-
-
-def _uint(text: str) -> int:
-    """A non-negative integer, decimal or 0x-hex; ranges per field are checked by build()."""
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an integer (decimal or 0x hex)"
-        ) from None
-    # 64 bits is the widest field (RETH VA); wider cannot be meant and would not reach build().
-    if not 0 <= value < 2**64:
-        raise argparse.ArgumentTypeError(f"{text}: out of range 0..2**64-1")
-    return value
-
-
-def _count(text: str) -> int:
-    value = _uint(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
-    return value
+# Packets per run: one PSN circle (2**24); more would repeat every PSN.
+_COUNT = integer(1, 1 << 24, hex_ok=True)
+# The core refuses a payload over 0xFFFF (no IP packet carries more); the exact limit, a
+# little less with the headers, is build()'s to name.
+_PAYLOAD_SIZE = integer(0, 0xFFFF, hex_ok=True)
+# A classic pcap's timestamp: u32 seconds.
+_TIMESTAMP = real(0, 2**32 - 1)
 
 
 def _hex_bytes(text: str) -> bytes:
@@ -94,22 +84,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME_OR_NUMBER",
         help="e.g. UC_RDMA_WRITE_ONLY, RC_ACKNOWLEDGE, 0x2B or 36",
     )
-    p.add_argument("--count", type=_count, default=1, help="number of packets (default 1)")
+    p.add_argument(
+        "--count", type=_COUNT, default=1, help="number of packets, 1 to 2**24 (default 1)"
+    )
     payload = p.add_mutually_exclusive_group()
     payload.add_argument("--payload", type=_hex_bytes, metavar="HEX", help="payload bytes as hex")
     payload.add_argument(
-        "--payload-size", type=_uint, metavar="N", help="payload of N bytes 00 01 02 ... (mod 256)"
+        "--payload-size",
+        type=_PAYLOAD_SIZE,
+        metavar="N",
+        help="payload of N bytes 00 01 02 ... (mod 256)",
     )
-    p.add_argument("--dest-qp", type=_uint, help="BTH destination QP")
-    p.add_argument("--psn", type=_uint, default=0, help="PSN of the first packet (default 0)")
+    p.add_argument("--dest-qp", type=uint(24), help="BTH destination QP")
+    p.add_argument("--psn", type=uint(24), default=0, help="PSN of the first packet (default 0)")
     p.add_argument("--ack-req", action="store_true", help="set the BTH AckReq bit")
-    p.add_argument("--pkey", type=_uint, help="BTH partition key (default 0xffff)")
-    p.add_argument("--va", type=_uint, help="RETH virtual address")
-    p.add_argument("--rkey", type=_uint, help="RETH remote key")
-    p.add_argument("--dma-len", type=_uint, help="RETH DMA length (default: the payload length)")
-    p.add_argument("--imm", type=_uint, help="immediate data (opcodes WITH_IMMEDIATE)")
-    p.add_argument("--syndrome", type=_uint, help="AETH syndrome (0x1f ACK, 0x60 PSN seq NAK)")
-    p.add_argument("--msn", type=_uint, help="AETH message sequence number")
+    p.add_argument("--pkey", type=uint(16), help="BTH partition key (default 0xffff)")
+    p.add_argument("--va", type=uint(64), help="RETH virtual address")
+    p.add_argument("--rkey", type=uint(32), help="RETH remote key")
+    p.add_argument("--dma-len", type=uint(32), help="RETH DMA length (default: the payload length)")
+    p.add_argument("--imm", type=uint(32), help="immediate data (opcodes WITH_IMMEDIATE)")
+    p.add_argument("--syndrome", type=uint(8), help="AETH syndrome (0x1f ACK, 0x60 PSN seq NAK)")
+    p.add_argument("--msn", type=uint(24), help="AETH message sequence number")
     p.add_argument("--ip-src", metavar="ADDR", help="source IPv4/IPv6 address (default 10.0.0.1)")
     p.add_argument("--ip-dst", metavar="ADDR", help="destination address (default 10.0.0.2)")
     p.add_argument(
@@ -119,7 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--eth-src", metavar="MAC", help="source MAC (default 02:00:00:00:00:01)")
     p.add_argument("--eth-dst", metavar="MAC", help="destination MAC (default 02:00:00:00:00:02)")
-    p.add_argument("--udp-sport", type=_uint, help="UDP source port (HSB sensors use 12288)")
+    p.add_argument("--udp-sport", type=uint(16), help="UDP source port (HSB sensors use 12288)")
     p.add_argument(
         "--bad-icrc",
         action="store_true",
@@ -127,7 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--timestamp",
-        type=float,
+        type=_TIMESTAMP,
         metavar="SECONDS",
         help=f"capture time of the first packet, then {_PACKET_INTERVAL_S:g} s apart (default now)",
     )
@@ -150,6 +145,14 @@ def _build_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+def _remove_partial(path: str) -> None:
+    """Remove a capture that failed midway, if it is a regular file: never a device or a
+    FIFO (``--out /dev/full`` must not unlink /dev/full)."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.stat(path).st_mode):
+            os.unlink(path)
+
+
 def run(args: argparse.Namespace) -> int:
     fields = _build_fields(args)
     if args.payload is not None:
@@ -157,22 +160,38 @@ def run(args: argparse.Namespace) -> int:
     else:
         payload = bytes(i & 0xFF for i in range(args.payload_size or 0))
     start = time.time() if args.timestamp is None else args.timestamp
+    last_at = start + (args.count - 1) * _PACKET_INTERVAL_S
+    if last_at >= 2**32:
+        raise CommandError(
+            f"craft: --count {args.count} from --timestamp {start}: the last packet's time "
+            f"{last_at} is past what a pcap holds (2**32 s)"
+        )
+
+    def frame_of(i: int) -> bytes:
+        psn = protocol.psn_add(args.psn, i)
+        frame = protocol.build(args.opcode, payload, psn=psn, **fields)
+        if args.bad_icrc:
+            wrong = protocol.icrc(frame) ^ 0xFFFFFFFF
+            frame = protocol.build(args.opcode, payload, psn=psn, icrc=wrong, **fields)
+        return frame
+
     try:
-        # Build everything before opening the file, so a bad field leaves no half-written pcap.
-        frames = []
-        for i in range(args.count):
-            # Packet 0 takes --psn as given so that build() range-checks it; psn_add would wrap.
-            psn = protocol.psn_add(args.psn, i) if i else args.psn
-            frame = protocol.build(args.opcode, payload, psn=psn, **fields)
-            if args.bad_icrc:
-                wrong = protocol.icrc(frame) ^ 0xFFFFFFFF
-                frame = protocol.build(args.opcode, payload, psn=psn, icrc=wrong, **fields)
-            frames.append(frame)
-        with PcapWriter(args.out, nanosecond=args.nanosecond) as writer:
-            for i, frame in enumerate(frames):
-                writer.write(frame, start + i * _PACKET_INTERVAL_S)
+        # The first packet is built before the file is opened: a bad field leaves no file.
+        # The others differ only in their PSN, so they are built as they are written, in
+        # memory for one packet however many are asked for.
+        first = frame_of(0)
     except ValueError as e:
         raise CommandError(f"craft: {e}") from None
+    try:
+        with PcapWriter(args.out, nanosecond=args.nanosecond) as writer:
+            for i in range(args.count):
+                writer.write(first if i == 0 else frame_of(i), start + i * _PACKET_INTERVAL_S)
+    except OSError as e:  # a full disk, say: no half-written capture left behind
+        _remove_partial(args.out)
+        raise CommandError(f"craft: {args.out}: {e.strerror or e}") from None
+    except BaseException:  # Ctrl-C, likewise
+        _remove_partial(args.out)
+        raise
     last = protocol.psn_add(args.psn, args.count - 1)
     name = protocol.opcode_name(args.opcode)
     print(f"wrote {args.count} x {name} (psn {args.psn}..{last}) to {args.out}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -51,9 +52,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "decode",
         help="decode the RoCEv2 packets of a pcap file",
         description="Decode the RoCEv2 packets of a pcap file (Ethernet link type). "
+        "The file is read once, front to back, so a pipe works (FILE - or /dev/stdin). "
         f"Without FILE, decode the bundled sample capture ({HSB_FRAME}).",
     )
-    p.add_argument("file", nargs="?", metavar="FILE.pcap", help="capture to decode")
+    p.add_argument(
+        "file", nargs="?", metavar="FILE.pcap", help="capture to decode; -: standard input"
+    )
     p.add_argument(
         "--sample",
         action="store_true",
@@ -71,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
     if args.file is not None and args.sample:
         raise CommandError("decode: give FILE.pcap or --sample, not both")
     emit = _print_json if args.json else _print_table
-    if args.file is not None:
+    if args.file == "-":
+        emit(iter_pcap(sys.stdin.buffer))
+    elif args.file is not None:
         emit(iter_pcap(args.file))
     else:
         with sample_path() as path:

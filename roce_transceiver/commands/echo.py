@@ -12,6 +12,7 @@ import json
 import sys
 import time
 
+from roce_transceiver.commands.argtypes import SECONDS
 from roce_transceiver.commands.running import check_positive, moved, running_transceiver
 
 __all__ = ["register", "run"]
@@ -25,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "so peers can reach it) until --seconds pass or Ctrl-C.",
     )
     p.add_argument("--config", required=True, metavar="FILE", help="the transceiver's YAML")
-    p.add_argument("--seconds", type=float, help="stop after this long (default: Ctrl-C)")
+    p.add_argument("--seconds", type=SECONDS, help="stop after this long (default: Ctrl-C)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--json", action="store_true", help="print the final counters as JSON")
     p.set_defaults(run=run)

@@ -13,6 +13,7 @@ import argparse
 import json
 import time
 
+from roce_transceiver.commands.argtypes import COUNT, SECONDS
 from roce_transceiver.commands.running import check_positive, moved, running_transceiver
 
 __all__ = ["register", "run"]
@@ -26,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(handler: frames is implied) and print one line per frame.",
     )
     p.add_argument("--config", required=True, metavar="FILE", help="the transceiver's YAML")
-    p.add_argument("--frames", type=int, help="stop after this many frames")
-    p.add_argument("--seconds", type=float, help="stop after this long")
+    p.add_argument("--frames", type=COUNT, help="stop after this many frames")
+    p.add_argument("--seconds", type=SECONDS, help="stop after this long")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     p.set_defaults(run=run)
 

@@ -11,10 +11,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from roce_transceiver.commands import CommandError
+from roce_transceiver.commands.argtypes import (
+    COUNT,
+    FRACTION,
+    RATE,
+    SECONDS,
+    SECONDS_OR_ZERO,
+    integer,
+)
 
 __all__ = ["register", "run"]
+
+# qpu: echo payload bytes, as the qpu peer takes them (RoCE's largest path MTU, 4096).
+_ECHO_SIZE = integer(4, 4096)
+# sensor: bytes per RDMA WRITE, a multiple of 4 as an HSB sends them, at most what a
+# 9000-byte jumbo frame carries in round numbers (the apps' peer.payload range). Whether the
+# transceiver's slots hold such a packet depends on its config: checked once it is read.
+_SENSOR_PAYLOAD = integer(4, 8192, multiple_of=4)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,10 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--mode", choices=("udp", "packet"), help="default: the config's socket.mode")
     q.add_argument("--interface", help="packet mode: the peer's own interface")
     q.add_argument("--handler", choices=("echo", "qec"), help="default: the config's handler")
-    q.add_argument("--count", type=int, default=1000, help="requests (default 1000)")
-    q.add_argument("--rate", type=float, help="requests per second (default: one at a time)")
-    q.add_argument("--size", type=int, default=32, help="echo payload bytes (default 32)")
-    q.add_argument("--timeout", type=float, default=1.0, help="seconds to wait per answer")
+    q.add_argument("--count", type=COUNT, default=1000, help="requests (default 1000)")
+    q.add_argument("--rate", type=RATE, help="requests per second (default: one at a time)")
+    q.add_argument(
+        "--size", type=_ECHO_SIZE, default=32, help="echo payload bytes, 4 to 4096 (default 32)"
+    )
+    q.add_argument(
+        "--timeout", type=SECONDS, default=1.0, help="seconds to wait per answer (default 1)"
+    )
     q.add_argument(
         "--syndromes",
         choices=("random", "stim"),
@@ -63,23 +83,59 @@ def register(sub: argparse._SubParsersAction) -> None:
     sn.add_argument("--config", required=True, metavar="FILE", help="the transceiver's YAML")
     sn.add_argument("--mode", choices=("udp", "packet"), help="default: the config's socket.mode")
     sn.add_argument("--interface", help="packet mode: the peer's own interface")
-    sn.add_argument("--frames", type=int, default=10, help="frames to send (default 10)")
+    sn.add_argument("--frames", type=COUNT, default=10, help="frames to send (default 10)")
     sn.add_argument(
-        "--frame-bytes", type=int, dest="frame_bytes", help="default: as much as a page holds"
+        "--frame-bytes", type=COUNT, dest="frame_bytes", help="default: as much as a page holds"
     )
-    sn.add_argument("--payload", type=int, default=1024, help="data bytes per packet")
-    sn.add_argument("--rate", type=float, help="frames per second (default: as fast as it can)")
+    sn.add_argument(
+        "--payload",
+        type=_SENSOR_PAYLOAD,
+        default=1024,
+        help="data bytes per packet, a multiple of 4 up to 8192 that the transceiver's "
+        "queues.slot_bytes holds with the headers (default 1024)",
+    )
+    sn.add_argument("--rate", type=RATE, help="frames per second (default: as fast as it can)")
     for fault in ("loss", "reorder", "duplicate", "corrupt"):
-        sn.add_argument(f"--{fault}", type=float, default=0.0, help=f"{fault} rate per packet")
+        sn.add_argument(
+            f"--{fault}", type=FRACTION, default=0.0, help=f"{fault} rate per packet, 0 to 1"
+        )
     sn.add_argument("--content", metavar="FILE", help="frame bytes from FILE (default: a pattern)")
     sn.add_argument(
         "--linger",
-        type=float,
+        type=SECONDS_OR_ZERO,
         default=0.0,
         help="seconds to keep receiving SENDs from the transceiver after the last frame",
     )
     sn.add_argument("--json", action="store_true", help="one JSON object per frame sent")
     sn.set_defaults(run=run_sensor)
+
+
+_SENSOR_OP = "RDMA_WRITE_ONLY_WITH_IMMEDIATE"
+
+
+def _check_fits(
+    cfg: dict[str, Any], path: str, command: str, option: str, size: int, op: str, step: int
+) -> None:
+    """A CommandError naming ``option`` when a packet of ``op`` with ``size`` payload bytes
+    from this peer is longer than the transceiver's ``queues.slot_bytes``: the socket NIC
+    would count each one filtered and deliver none. The packet is built as the peer builds
+    it, so the headers (IPv4 or IPv6, RETH, immediate) are the real ones."""
+    from roce_transceiver.peers.link import Addresses
+    from roce_transceiver.protocol import opcode_row
+
+    slot = cfg["queues"]["slot_bytes"]
+    headers = opcode_row(f"{cfg['qp']['transport']}_{op}").headers
+    fields = {"va": 0, "rkey": 0} if "RETH" in headers else {}
+    if "ImmDt" in headers:
+        fields["imm"] = 0
+    packet = len(Addresses.mirror(cfg).frame(op, bytes(size), psn=0, **fields))
+    if packet > slot:
+        most = (slot - (packet - size)) // step * step
+        raise CommandError(
+            f"{command}: {option} {size}: its packets are {packet} bytes, more than "
+            f"queues.slot_bytes {slot} of {path} (the transceiver would drop every one); "
+            f"at most {most} fit"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,16 +149,15 @@ def run(args: argparse.Namespace) -> int:
     handler = args.handler or cfg["handler"]
     if handler not in ("echo", "qec"):
         raise CommandError(f"peer qpu: the transceiver runs handler {handler!r}; use --handler")
-    if args.count < 1:
-        raise CommandError(f"peer qpu: --count {args.count}: must be at least 1")
-    if args.rate is not None and args.rate <= 0:
-        raise CommandError(f"peer qpu: --rate {args.rate}: must be positive")
     mode = args.mode or cfg["socket"]["mode"]
     write_to = None
     if args.opcode == "write-imm":
         if not cfg["regions"]:
             raise CommandError("peer qpu: --opcode write-imm needs a region in the config")
         write_to = (cfg["regions"][0]["va"], cfg["regions"][0]["rkey"])
+    if handler == "echo":
+        op = "RDMA_WRITE_ONLY_WITH_IMMEDIATE" if write_to else "SEND_ONLY"
+        _check_fits(cfg, args.config, "peer qpu", "--size", args.size, op, 1)
     try:
         with open_link(cfg, mode, args.interface) as link:
             peer = QpuPeer(
@@ -128,6 +183,7 @@ def run_sensor(args: argparse.Namespace) -> int:
     import time
 
     from roce_transceiver.config import ConfigError, load_config
+    from roce_transceiver.hsb import METADATA_BYTES
     from roce_transceiver.peers import LinkError, open_link
     from roce_transceiver.peers.sensor import Faults, Sensor
 
@@ -135,9 +191,16 @@ def run_sensor(args: argparse.Namespace) -> int:
         cfg = load_config(args.config)
     except (ConfigError, OSError) as e:
         raise CommandError(f"peer sensor: {e}") from None
-    if args.frames < 1:
-        raise CommandError(f"peer sensor: --frames {args.frames}: must be at least 1")
     fr = cfg["frames"]
+    # The largest data packet: the last one of a frame without metadata carries the immediate.
+    _check_fits(cfg, args.config, "peer sensor", "--payload", args.payload, _SENSOR_OP, 4)
+    most = fr["page_bytes"] - (METADATA_BYTES if fr["metadata"] else 0)
+    if args.frame_bytes is not None and args.frame_bytes > most:
+        meta = f", less the {METADATA_BYTES}-byte metadata record" if fr["metadata"] else ""
+        raise CommandError(
+            f"peer sensor: --frame-bytes {args.frame_bytes}: a page holds at most {most} "
+            f"(frames.page_bytes {fr['page_bytes']} of {args.config}{meta})"
+        )
     faults = Faults(args.loss, args.reorder, args.duplicate, args.corrupt)
     mode = args.mode or cfg["socket"]["mode"]
     try:
