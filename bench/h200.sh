@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One run on the GPU machine (../shared/GPU.md): build with CUDA, measure the loops
 # against their floors, then run the GPU tests (and, unless H200_CPU_TESTS=0, the rest).
-# Usage, from the repo root: bash bench/h200.sh OUT_DIR (after bench/fetch_wheels.sh here)
+# Usage, from the repo root: bash bench/h200.sh OUT_DIR (after bench/fetch_wheels.sh here);
+# H200_QUICK=1 leaves out the general-path, qec and 1 KiB op-cost benches.
 # Logs and JSON land in OUT_DIR; the exit status is that of the GPU tests. Every step
 # has a timeout; a step that times out dumps the Python stacks of all its threads
 # (faulthandler on SIGABRT), so a hang says where it was.
@@ -41,20 +42,26 @@ bench() {  # name, args...
 }
 timeout -s ABRT 60 $py -m roce_transceiver bench ops --size 32 --json "$out/ops.json" 2>&1 |
   tee "$out/ops.txt"
-timeout -s ABRT 60 $py -m roce_transceiver bench ops --size 1024 --json "$out/ops_1024.json" 2>&1 |
-  grep -E "icrc|engine_step|express path" >"$out/ops_1024.txt"
+[ "${H200_QUICK:-0}" = 1 ] ||
+  timeout -s ABRT 60 $py -m roce_transceiver bench ops --size 1024 --json "$out/ops_1024.json" \
+    2>&1 | grep -E "icrc|engine_step|express path" >"$out/ops_1024.txt"
 bench roundtrip_cpu_cpu roundtrip --executor cpu --far-end cpu --count 20000
 bench roundtrip_cuda_cpu roundtrip --executor cuda --far-end cpu --count 20000
 bench roundtrip_cuda_gpu roundtrip --executor cuda --far-end gpu --count 20000
-bench roundtrip_cuda_cpu_general roundtrip --executor cuda --far-end cpu --count 20000 --no-express
-bench roundtrip_cuda_gpu_general roundtrip --executor cuda --far-end gpu --count 20000 --no-express
-bench qec_cuda_gpu qec --executor cuda --far-end gpu --count 200000
-bench qec_cuda_cpu qec --executor cuda --far-end cpu --count 100000
+if [ "${H200_QUICK:-0}" != 1 ]; then  # H200_QUICK=1: the latency loops only
+  bench roundtrip_cuda_cpu_general roundtrip --executor cuda --far-end cpu --count 20000 --no-express
+  bench roundtrip_cuda_gpu_general roundtrip --executor cuda --far-end gpu --count 20000 --no-express
+  bench qec_cuda_gpu qec --executor cuda --far-end gpu --count 200000
+  bench qec_cuda_cpu qec --executor cuda --far-end cpu --count 100000
+fi
+# What the cuda executor's epochs cost, and the kernel loads they let through.
+timeout -s ABRT 150 $py -m roce_transceiver bench share --json "$out/share.json" 2>&1 |
+  tee "$out/share.txt" | tail -12
 kill "$sampler" 2>/dev/null
 
 # The thread method ends the whole run at the first test that hangs in C++ (where a
 # signal cannot interrupt it), printing every thread's stack.
-timeout -s ABRT 300 $py -m pytest -p no:cacheprovider -q -rs --timeout=60 \
+timeout -s ABRT 330 $py -m pytest -p no:cacheprovider -q -rs --timeout=90 \
   --timeout-method=thread -m gpu "$repo/tests" 2>&1 | tee "$out/pytest_gpu.log" | tail -30
 gpu_status=${PIPESTATUS[0]}
 if [ "${H200_CPU_TESTS:-1}" = 1 ]; then
