@@ -207,6 +207,18 @@ class Transceiver:
             out.update({k: int(v) for k, v in self._core.nic_stats().items()})
         return out
 
+    def nic_info(self) -> dict[str, Any]:
+        """The socket NIC's receive buffer (``rx_buffer_bytes`` as the kernel granted it: Linux
+        reports twice what was asked, the rest its bookkeeping; ``rx_buffer_asked``) and
+        ``capture_error``: the capture's first write error, naming the file (None while the
+        capture is whole; the frames it lacks are ``nic_capture_errors`` in stats()). Empty with
+        the loopback NIC; after stop(), final."""
+        if self.config["nic"] != "socket":
+            return {}
+        info = dict(self._core.nic_info())
+        info["capture_error"] = info["capture_error"] or None
+        return info
+
     def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:
         """Queue ``data`` to be sent to the peer as a SEND; waits up to ``timeout``
         seconds for room in the host ring, then raises TransceiverError."""

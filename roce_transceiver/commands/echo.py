@@ -2,7 +2,8 @@
 
 Runs the transceiver configured by ``--config`` (its handler: echo, qec...) until
 ``--seconds`` pass or Ctrl-C, printing the counters that moved once a second on stderr,
-then a summary on stdout (``--json``: one JSON object).
+then a summary on stdout (``--json``: one JSON object). Exit status 0; 1 when the capture
+(``socket.capture``) lost frames to a write error, which stderr names.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ import json
 import sys
 import time
 
-from roce_transceiver.commands.running import check_positive, moved, running_transceiver
+from roce_transceiver.commands.running import (
+    capture_failed,
+    check_positive,
+    moved,
+    running_transceiver,
+)
 
 __all__ = ["register", "run"]
 
@@ -48,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(stats))
     else:
         print(f"after {time.monotonic() - start:.1f} s: {fmt(moved(stats)) or 'nothing received'}")
-    return 0
+    return 1 if capture_failed("echo", t) else 0
 
 
 def fmt(counters: dict[str, int]) -> str:

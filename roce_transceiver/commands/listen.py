@@ -4,7 +4,8 @@ Runs the transceiver configured by ``--config`` with the frames handler and prin
 completed frame (``--json``: one JSON object per line with the keys ``frame_number, page,
 bytes, crc32, metadata_crc32, psn_first, psn_last, packets_lost, ok``), releasing its page at
 once, until ``--frames`` frames or ``--seconds`` seconds; then a summary with the counters.
-Exit status 0 when every frame was ok, 1 otherwise.
+Exit status 0 when every frame was ok, 1 otherwise, and 1 when the capture (``socket.capture``)
+lost frames to a write error, which stderr names.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ import argparse
 import json
 import time
 
-from roce_transceiver.commands.running import check_positive, moved, running_transceiver
+from roce_transceiver.commands.running import (
+    capture_failed,
+    check_positive,
+    moved,
+    running_transceiver,
+)
 
 __all__ = ["register", "run"]
 
@@ -48,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps(d) if args.json else _line(d), flush=True)
     summary = {"frames": seen, "bad": bad, "counters": moved(t.stats())}
     print(json.dumps(summary) if args.json else f"{seen} frames, {bad} bad; {summary['counters']}")
-    return 0 if bad == 0 else 1
+    return 1 if capture_failed("listen", t) or bad else 0
 
 
 def _line(d: dict) -> str:

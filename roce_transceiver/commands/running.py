@@ -14,7 +14,12 @@ from roce_transceiver.commands import CommandError
 if TYPE_CHECKING:
     from roce_transceiver.transceiver import Transceiver
 
-__all__ = ["check_positive", "moved", "running_transceiver"]
+__all__ = [
+    "capture_failed",
+    "check_positive",
+    "moved",
+    "running_transceiver",
+]
 
 
 def check_positive(command: str, **values: float | None) -> None:
@@ -38,7 +43,7 @@ def running_transceiver(
         t.start()
     except (ConfigError, TransceiverError, OSError) as e:
         raise CommandError(f"{command}: {e}") from None
-    print(f"{t.executor_reason}; nic {t.config['nic']}; {banner}", file=sys.stderr, flush=True)
+    print(f"{t.executor_reason}; nic {_nic(t)}; {banner}", file=sys.stderr, flush=True)
     try:
         yield t
     except KeyboardInterrupt:
@@ -48,6 +53,28 @@ def running_transceiver(
             t.stop()
         except TransceiverError as e:
             raise CommandError(f"{command}: {e}") from None
+
+
+def _nic(t: Transceiver) -> str:
+    """The NIC, and for the socket NIC its mode and the receive buffer the kernel granted."""
+    if t.config["nic"] != "socket":
+        return t.config["nic"]
+    info = t.nic_info()
+    granted, asked = info["rx_buffer_bytes"], info["rx_buffer_asked"]
+    # Linux grants twice what it was asked (the rest is its bookkeeping); less means a cap.
+    capped = "" if granted >= 2 * asked else " (capped by net.core.rmem_max: root lifts it)"
+    size = f"{granted >> 20} MiB" if granted % (1 << 20) == 0 else f"{granted >> 10} KiB"
+    return f"socket ({t.config['socket']['mode']}, receive buffer {size}{capped})"
+
+
+def capture_failed(command: str, t: Transceiver) -> bool:
+    """Says on stderr if the socket NIC's capture lost frames to a write error; True if so."""
+    error = t.nic_info().get("capture_error")
+    if not error:
+        return False
+    lost = t.stats().get("nic_capture_errors", 0)
+    print(f"{command}: {error}; {lost} frames not captured", file=sys.stderr, flush=True)
+    return True
 
 
 def moved(stats: Mapping[str, int]) -> dict[str, int]:

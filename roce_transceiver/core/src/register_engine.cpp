@@ -204,8 +204,7 @@ void register_engine(pb::module_& m) {
   // buffer protocol, and cupy's UnownedMemory (owner=), keep it, and so the memory, alive.
   pb::class_<host::PageMemory>(m, "PageMemory", pb::buffer_protocol())
       .def_property_readonly("bytes", [](const host::PageMemory& p) { return p.bytes; })
-      .def_property_readonly("on_device",
-                             [](const host::PageMemory& p) { return p.device() != 0; })
+      .def_property_readonly("on_device", [](const host::PageMemory& p) { return p.device() != 0; })
       .def_property_readonly("device_ptr", &host::PageMemory::device)
       .def("read",
            [](const host::PageMemory& p) {
@@ -242,6 +241,16 @@ void register_engine(pb::module_& m) {
              d["nic_rx_ring_full"] = s.rx_ring_full;
              d["nic_tx_errors"] = s.tx_errors;
              d["nic_kernel_drops"] = s.kernel_drops;
+             d["nic_capture_errors"] = s.capture_errors;
+             return d;
+           })
+      .def("nic_info",
+           [](const Transceiver& t) {
+             const host::SocketNicInfo i = t.nic_info();
+             pb::dict d;
+             d["rx_buffer_bytes"] = i.rx_buffer_bytes;
+             d["rx_buffer_asked"] = i.rx_buffer_asked;
+             d["capture_error"] = i.capture_error;
              return d;
            })
       .def("counters",

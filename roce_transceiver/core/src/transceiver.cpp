@@ -304,6 +304,7 @@ void Transceiver::stop() {
       nic_error = e.what();
     }
     final_nic_stats_ = nic_->stats();
+    final_nic_info_ = nic_->info();
   }
   if (started_) {
     if (kernel_) {
@@ -370,6 +371,11 @@ std::vector<uint8_t> PageMemory::read() const {
 SocketNicStats Transceiver::nic_stats() const {
   if (stopped_ || !nic_) return final_nic_stats_;
   return nic_->stats();
+}
+
+SocketNicInfo Transceiver::nic_info() const {
+  if (stopped_ || !nic_) return final_nic_info_;
+  return nic_->info();
 }
 
 void Transceiver::require_loopback(const char* what) const {

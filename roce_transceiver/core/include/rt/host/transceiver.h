@@ -152,6 +152,9 @@ class Transceiver {
   PageMemory page_memory(uint32_t page, size_t bytes) const;
   // The socket NIC's counters (zeros with the loopback); after stop(), final.
   SocketNicStats nic_stats() const;
+  // The socket NIC's receive buffer and capture error (empty with the loopback); after stop(),
+  // final (a capture error at close included).
+  SocketNicInfo nic_info() const;
 
  private:
   void cpu_loop();
@@ -200,6 +203,7 @@ class Transceiver {
   std::unique_ptr<cuda::EngineKernel> kernel_;
   std::unique_ptr<SocketNic> nic_;
   SocketNicStats final_nic_stats_{};
+  SocketNicInfo final_nic_info_{};
   Buffer heartbeat_;
   // The GPU far end's buffers, allocated before the kernel starts: allocating
   // or freeing device memory while a persistent kernel runs can wait for it.
