@@ -1,9 +1,9 @@
 """``roce-transceiver echo``: run a transceiver's loop and watch its counters.
 
 Runs the transceiver configured by ``--config`` (its handler: echo, qec...) until
-``--seconds`` pass or Ctrl-C, printing the counters that moved once a second on stderr,
-then a summary on stdout (``--json``: one JSON object). Exit status 0; 1 when the capture
-(``socket.capture``) lost frames to a write error, which stderr names.
+``--seconds`` pass or Ctrl-C (or SIGTERM, SIGHUP), printing the counters that moved once a
+second on stderr, then a summary on stdout (``--json``: one JSON object). Exit status 0; 1 when
+the capture (``socket.capture``) lost frames to a write error, which stderr names.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Runs the transceiver configured by ``--config`` with the frames handler and prints each
 completed frame (``--json``: one JSON object per line with the keys ``frame_number, page,
 bytes, crc32, metadata_crc32, psn_first, psn_last, packets_lost, ok``), releasing its page at
-once, until ``--frames`` frames or ``--seconds`` seconds; then a summary with the counters.
-Exit status 0 when every frame was ok, 1 otherwise, and 1 when the capture (``socket.capture``)
-lost frames to a write error, which stderr names.
+once, until ``--frames`` frames or ``--seconds`` seconds (or Ctrl-C, SIGTERM, SIGHUP); then a
+summary with the counters. Exit status 0 when every frame was ok, 1 otherwise, and 1 when the
+capture (``socket.capture``) lost frames to a write error, which stderr names.
 """
 
 from __future__ import annotations

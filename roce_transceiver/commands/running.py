@@ -1,10 +1,12 @@
 """What the long-running commands (``echo``, ``listen``) share: a transceiver started from a
-configuration, announced on stderr, stopped however the command ends (Ctrl-C included), every
-failure one ``CommandError`` line naming the command."""
+configuration, announced on stderr, stopped however the command ends (Ctrl-C, SIGTERM and SIGHUP
+included), every failure one ``CommandError`` line naming the command."""
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -15,11 +17,46 @@ if TYPE_CHECKING:
     from roce_transceiver.transceiver import Transceiver
 
 __all__ = [
+    "Stopped",
     "capture_failed",
     "check_positive",
     "moved",
     "running_transceiver",
+    "stop_signals",
 ]
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, taken as Ctrl-C is: a KeyboardInterrupt, named by its signal."""
+
+
+@contextmanager
+def stop_signals() -> Iterator[None]:
+    """SIGTERM (how systemd, docker and Kubernetes stop a service) and SIGHUP (a closed
+    terminal) handled as SIGINT is: the first raises :class:`Stopped` in the main thread, so a
+    command stops the way Ctrl-C stops it (transceiver stopped, capture closed, summary
+    printed, the same exit status); later ones are ignored, the command being on its way out.
+    The handlers before are back afterwards. Only the main thread takes signals: elsewhere this
+    does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    raised: list[str] = []
+
+    def stop(signum: int, frame: object) -> None:
+        if not raised:
+            raised.append(signal.Signals(signum).name)
+            raise Stopped(raised[0])
+
+    try:
+        for sig in signals:
+            signal.signal(sig, stop)
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def check_positive(command: str, **values: float | None) -> None:
@@ -34,7 +71,8 @@ def running_transceiver(
     command: str, config: str, overrides: Mapping[str, Any] | None = None, banner: str = ""
 ) -> Iterator[Transceiver]:
     """The transceiver of ``config`` running; its banner (what runs it, the NIC, ``banner``)
-    on stderr once it is up, which is also what a caller can wait for. Ctrl-C ends the block."""
+    on stderr once it is up, which is also what a caller can wait for. Ctrl-C (and SIGTERM or
+    SIGHUP under :func:`stop_signals`) ends the block."""
     from roce_transceiver.config import ConfigError, load_config
     from roce_transceiver.transceiver import Transceiver, TransceiverError
 
@@ -46,6 +84,8 @@ def running_transceiver(
     print(f"{t.executor_reason}; nic {_nic(t)}; {banner}", file=sys.stderr, flush=True)
     try:
         yield t
+    except Stopped as e:
+        print(f"{command}: {e}: stopping", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         pass
     finally:
