@@ -266,7 +266,7 @@ class Transceiver:
             return cupy.ndarray((n,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(unowned, 0))
 
         def release() -> None:
-            if self._stopped:  # stop() took every page back
+            if self._stopped:  # no engine reads the release words any more: nothing to give
                 return
             try:
                 self._core.release_page(page)
