@@ -1,12 +1,24 @@
 """What the apps share: their command line, the scheduler, the run under a time limit, and the
 summary table and JSON at the end (exit status 0 when every check held, 1 when one failed, 2
-for a configuration or start-up error)."""
+for a configuration or start-up error).
+
+SIGINT, SIGTERM and SIGHUP (Ctrl-C; how systemd, docker and Kubernetes stop a service; a closed
+terminal) all stop a run the same way: the graph is interrupted, its operators stopped (the
+transceiver with them: counters final, capture closed), and the summary printed as for a run
+that ended; the checks then say what was not done (a count not reached fails, exit 1). Holoscan
+would take SIGINT and SIGTERM itself and force the process out 3 s later, summary or not (and
+ignore SIGHUP); so under main_for() the graph runs in a thread of its own, and the main thread
+keeps the signals' handlers ours (it puts them back when Holoscan has put in its own) and
+interrupts the graph when one comes.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -32,6 +44,9 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+#: What stops a run cleanly (module docstring).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -159,26 +174,63 @@ def main_for(
     run the app, print its summary table and write it as JSON to the output directory."""
     args = _parser(name, doc).parse_args(argv)
     _quiet_holoscan()
-    try:
-        cfg = load_app_config(args.config or dict(defaults), _overrides(args), app=name)
-        if cfg["transceiver"]["nic"] == "doca":  # say what is missing before any graph
-            from roce_transceiver.doca import missing
+    with _stop_signals_noted():
+        try:
+            cfg = load_app_config(args.config or dict(defaults), _overrides(args), app=name)
+            if cfg["transceiver"]["nic"] == "doca":  # say what is missing before any graph
+                from roce_transceiver.doca import missing
 
-            raise TransceiverError(missing(cfg["transceiver"]["doca"]["device"]))
-        out_dir = Path(cfg["app"]["output_dir"])
-        out_dir.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        report = run(cfg)
-    except (ConfigError, TransceiverError, LinkError, OSError, ValueError) as e:
-        print(f"{name}: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    report.data["elapsed_s"] = round(time.monotonic() - started, 3)
-    report.data["config"] = cfg
-    print(report.table())
-    path = out_dir / f"{name}_summary.json"
-    path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
-    print(f"summary written to {path}")
-    return EXIT_OK if report.ok else EXIT_FAILED
+                raise TransceiverError(missing(cfg["transceiver"]["doca"]["device"]))
+            out_dir = Path(cfg["app"]["output_dir"])
+            out_dir.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            report = run(cfg)
+        except (ConfigError, TransceiverError, LinkError, OSError, ValueError) as e:
+            print(f"{name}: error: {e}", file=sys.stderr)
+            return EXIT_ERROR
+        report.data["elapsed_s"] = round(time.monotonic() - started, 3)
+        report.data["config"] = cfg
+        if _stopped_by:
+            report.rows["stopped by"] = _stopped_by[0]
+            report.data["stopped_by"] = _stopped_by[0]
+        print(report.table())
+        path = out_dir / f"{name}_summary.json"
+        path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
+        print(f"summary written to {path}")
+        return EXIT_OK if report.ok else EXIT_FAILED
+
+
+#: The signal that stopped the run main_for() is running, by name; empty while none came.
+_stopped_by: list[str] = []
+
+
+def _note_stop(signum: int, frame: object) -> None:
+    """A stop signal (module docstring): noted; run_graph() interrupts the graph for it."""
+    if not _stopped_by:
+        _stopped_by.append(signal.Signals(signum).name)
+        print(f"{_stopped_by[0]}: stopping", file=sys.stderr, flush=True)
+
+
+def _take_stop_signals() -> None:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _note_stop)
+
+
+@contextmanager
+def _stop_signals_noted() -> Iterator[None]:
+    """STOP_SIGNALS noted, not acted on, for the whole run (the summary too); the handlers
+    before are back after it. Only the main thread can take signals: elsewhere, nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    _stopped_by.clear()
+    try:
+        _take_stop_signals()
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def transceiver_op(fragment: Any, cfg: Mapping[str, Any]) -> Any:
@@ -265,9 +317,38 @@ def round_trip_graph(app: Any, cfg: Mapping[str, Any], *, title: str, qec: Any =
 
 
 def run_graph(app: Any, cfg: Mapping[str, Any]) -> None:
-    """Run ``app`` under the configured scheduler; the scheduler ends it at app.timeout_s."""
+    """Run ``app`` under the configured scheduler; the scheduler ends it at app.timeout_s, and
+    SIGINT, SIGTERM or SIGHUP ends it early (module docstring). In the main thread the graph
+    runs in a thread of its own, while this one keeps the signals ours and acts on them."""
     app.scheduler(make_scheduler(app, cfg))
-    app.run()
+    if signal.getsignal(signal.SIGTERM) is not _note_stop:  # not under main_for (or not main)
+        app.run()
+        return
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            app.run()
+        except BaseException as e:  # handed to the caller below, in its thread
+            failed.append(e)
+
+    graph = threading.Thread(target=run, name=f"{app.name}-graph")
+    graph.start()
+    seen_running = interrupted = interrupted_running = False
+    while graph.is_alive():
+        graph.join(0.05)  # the graph's end, or a moment to look at the signals
+        # Holoscan installs its own handlers as the graph starts (they interrupt, then end
+        # the process 3 s later, summary or not; SIGHUP they ignore): ours again.
+        _take_stop_signals()
+        # The transceiver operator publishes its transceiver once the graph runs.
+        seen_running = seen_running or getattr(getattr(app, "roce", None), "transceiver", None)
+        # An interrupt while the graph is still starting does not take (GXF: "not running"):
+        # then once more when it runs. Later ones would only log that it is stopping.
+        if _stopped_by and (not interrupted or (seen_running and not interrupted_running)):
+            interrupted, interrupted_running = True, bool(seen_running)
+            app.executor.interrupt()
+    if failed:
+        raise failed[0]
 
 
 def counter_rows(stats: Mapping[str, int], names: Sequence[str]) -> str:

@@ -25,6 +25,7 @@ from roce_transceiver.commands import (
     peer,
     run,
 )
+from roce_transceiver.commands.running import stop_signals
 from roce_transceiver.pcap import PcapError
 
 __all__ = ["PROG", "build_parser", "main"]
@@ -67,10 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, --version and usage errors end here
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
     try:
-        status: int = args.run(args)
+        with stop_signals():  # SIGTERM and SIGHUP end a command as Ctrl-C does
+            status: int = args.run(args)
     except (CommandError, PcapError) as e:
         return _error(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # SIGTERM and SIGHUP too (stop_signals)
         return 130  # the shell's status for SIGINT; a traceback would say nothing useful
     except BrokenPipeError:
         # The reader went away (`decode | head`): stop quietly, and keep Python from

@@ -7,6 +7,10 @@ numpy array over the page itself; pages in GPU memory: a copy) and ``array()`` i
 where it lies (a cupy array over GPU memory, no copy, on the cuda executor). The page stays the
 host's until :meth:`Frame.release` gives it back; until then the engine drops (and counts)
 any frame the sensor writes into it, and never waits.
+
+A frame holds a share of the memory its page lies in, and so does every array taken from it:
+after ``Transceiver.stop()`` both still read the frame's bytes (nothing writes the page any
+more), and the memory goes with the last of them. ``release()`` after stop() does nothing.
 """
 
 from __future__ import annotations
@@ -58,21 +62,22 @@ class Frame:
 
     @property
     def data(self) -> np.ndarray:
-        """The frame's bytes (uint8). Valid until :meth:`release`."""
+        """The frame's bytes (uint8). Valid until :meth:`release`, and after the transceiver
+        stopped (the page's memory lives as long as the frame or the array does)."""
         if self.released:
             raise ValueError(f"frame {self.frame_number}: page {self.page} was released")
         return self._data()
 
     def array(self) -> Any:
         """The frame where it lies, without a copy: a cupy array over the page in GPU memory
-        (cuda executor; needs cupy), else the numpy view of ``data``. Valid until release."""
+        (cuda executor; needs cupy), else the numpy view of ``data``. Valid as ``data`` is."""
         if self.released:
             raise ValueError(f"frame {self.frame_number}: page {self.page} was released")
         on_gpu = self._device()
         return self._data() if on_gpu is None else on_gpu
 
     def release(self) -> None:
-        """Give the page back to the engine. Idempotent."""
+        """Give the page back to the engine. Idempotent; after stop() it does nothing."""
         if not self.released:
             self.released = True
             self._release()

@@ -218,6 +218,18 @@ class Transceiver:
         After stop(), the final figures."""
         return {k: int(v) for k, v in self._core.epoch_stats().items()}
 
+    def nic_info(self) -> dict[str, Any]:
+        """The socket NIC's receive buffer (``rx_buffer_bytes`` as the kernel granted it: Linux
+        reports twice what was asked, the rest its bookkeeping; ``rx_buffer_asked``) and
+        ``capture_error``: the capture's first write error, naming the file (None while the
+        capture is whole; the frames it lacks are ``nic_capture_errors`` in stats()). Empty with
+        the loopback NIC; after stop(), final."""
+        if self.config["nic"] != "socket":
+            return {}
+        info = dict(self._core.nic_info())
+        info["capture_error"] = info["capture_error"] or None
+        return info
+
     def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:
         """Queue ``data`` to be sent to the peer as a SEND; waits up to ``timeout``
         seconds for room in the host ring, then raises TransceiverError."""
@@ -248,27 +260,31 @@ class Transceiver:
 
     def _frame(self, f: dict[str, Any]) -> Frame:
         page, n = f["page"], f["bytes"]
+        # The frame's share of its page's memory: the page stays readable while the frame or an
+        # array over it lives, after stop() too (the region goes with the last of them).
+        memory = self._core.page_memory(page, n)
 
         def data() -> np.ndarray:
-            view = self._core.page_view(page, n)
-            if view is not None:  # host memory: the page itself
-                return np.frombuffer(view, dtype=np.uint8)
-            region = len(self.config["regions"])
-            offset = page * self.config["frames"]["page_bytes"]
-            return np.frombuffer(bytes(self._core.read_region(region, offset, n)), dtype=np.uint8)
+            if memory.on_device:  # GPU memory: a copy
+                return np.frombuffer(memory.read(), dtype=np.uint8)
+            return np.frombuffer(memory, dtype=np.uint8)  # the page itself, read-only
 
         def on_gpu() -> Any:
-            ptr = self._core.page_device(page)
-            if not ptr:
+            if not memory.on_device:
                 return None
             import cupy  # only where the pages are in GPU memory
 
-            memory = cupy.cuda.UnownedMemory(ptr, max(n, 1), owner=self)
-            return cupy.ndarray((n,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(memory, 0))
+            unowned = cupy.cuda.UnownedMemory(memory.device_ptr, max(n, 1), owner=memory)
+            return cupy.ndarray((n,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(unowned, 0))
 
         def release() -> None:
-            if not self._stopped:
+            if self._stopped:  # no engine reads the release words any more: nothing to give
+                return
+            try:
                 self._core.release_page(page)
+            except RuntimeError:  # a stop() in another thread came first
+                if not self._stopped:
+                    raise
 
         return Frame(**f, _data=data, _device=on_gpu, _release=release)
 

@@ -1,8 +1,9 @@
 """``roce-transceiver echo``: run a transceiver's loop and watch its counters.
 
 Runs the transceiver configured by ``--config`` (its handler: echo, qec...) until
-``--seconds`` pass or Ctrl-C, printing the counters that moved once a second on stderr,
-then a summary on stdout (``--json``: one JSON object).
+``--seconds`` pass or Ctrl-C (or SIGTERM, SIGHUP), printing the counters that moved once a
+second on stderr, then a summary on stdout (``--json``: one JSON object). Exit status 0; 1 when
+the capture (``socket.capture``) lost frames to a write error, which stderr names.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ import sys
 import time
 
 from roce_transceiver.commands.argtypes import SECONDS
-from roce_transceiver.commands.running import check_positive, moved, running_transceiver
+from roce_transceiver.commands.running import (
+    capture_failed,
+    check_positive,
+    moved,
+    running_transceiver,
+)
 
 __all__ = ["register", "run"]
 
@@ -49,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(stats))
     else:
         print(f"after {time.monotonic() - start:.1f} s: {fmt(moved(stats)) or 'nothing received'}")
-    return 0
+    return 1 if capture_failed("echo", t) else 0
 
 
 def fmt(counters: dict[str, int]) -> str:

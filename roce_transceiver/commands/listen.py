@@ -3,8 +3,9 @@
 Runs the transceiver configured by ``--config`` with the frames handler and prints each
 completed frame (``--json``: one JSON object per line with the keys ``frame_number, page,
 bytes, crc32, metadata_crc, psn_first, psn_last, packets_lost, ok``), releasing its page at
-once, until ``--frames`` frames or ``--seconds`` seconds; then a summary with the counters.
-Exit status 0 when every frame was ok, 1 otherwise.
+once, until ``--frames`` frames or ``--seconds`` seconds (or Ctrl-C, SIGTERM, SIGHUP); then a
+summary with the counters. Exit status 0 when every frame was ok, 1 otherwise, and 1 when the
+capture (``socket.capture``) lost frames to a write error, which stderr names.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ import json
 import time
 
 from roce_transceiver.commands.argtypes import COUNT, SECONDS
-from roce_transceiver.commands.running import check_positive, moved, running_transceiver
+from roce_transceiver.commands.running import (
+    capture_failed,
+    check_positive,
+    moved,
+    running_transceiver,
+)
 
 __all__ = ["register", "run"]
 
@@ -49,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps(d) if args.json else _line(d), flush=True)
     summary = {"frames": seen, "bad": bad, "counters": moved(t.stats())}
     print(json.dumps(summary) if args.json else f"{seen} frames, {bad} bad; {summary['counters']}")
-    return 0 if bad == 0 else 1
+    return 1 if capture_failed("listen", t) or bad else 0
 
 
 def _line(d: dict) -> str:

@@ -207,6 +207,23 @@ void register_engine(pb::module_& m) {
     return names;
   });
 
+  // A frame's bytes where they lie, owning a share of their region: numpy's view through the
+  // buffer protocol, and cupy's UnownedMemory (owner=), keep it, and so the memory, alive.
+  pb::class_<host::PageMemory>(m, "PageMemory", pb::buffer_protocol())
+      .def_property_readonly("bytes", [](const host::PageMemory& p) { return p.bytes; })
+      .def_property_readonly("on_device", [](const host::PageMemory& p) { return p.device() != 0; })
+      .def_property_readonly("device_ptr", &host::PageMemory::device)
+      .def("read",
+           [](const host::PageMemory& p) {
+             const std::vector<uint8_t> b = p.read();
+             return pb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+           })
+      .def_buffer([](const host::PageMemory& p) {
+        if (!p.host())  // a BufferError for Python: device memory has no host address
+          throw std::logic_error("the page is in GPU memory: read() copies it, device_ptr is it");
+        return pb::buffer_info(p.host(), pb::ssize_t(p.bytes));  // read-only
+      });
+
   using host::Transceiver;
   pb::class_<Transceiver>(m, "Transceiver")
       .def(pb::init([](const pb::dict& cfg) {
@@ -218,13 +235,7 @@ void register_engine(pb::module_& m) {
       .def("running", &Transceiver::running)
       .def("check", &Transceiver::check)
       .def("release_page", &Transceiver::release_page)
-      .def("page_device", &Transceiver::page_device)
-      .def("page_view",
-           [](const Transceiver& t, uint32_t page, size_t len) -> pb::object {
-             const uint8_t* p = t.page_host(page);
-             if (!p || len > t.config().frames_page_bytes) return pb::none();
-             return pb::memoryview::from_memory(static_cast<const void*>(p), pb::ssize_t(len));
-           })
+      .def("page_memory", &Transceiver::page_memory, pb::arg("page"), pb::arg("bytes"))
       .def("nic_stats",
            [](const Transceiver& t) {
              const host::SocketNicStats s = t.nic_stats();
@@ -237,6 +248,16 @@ void register_engine(pb::module_& m) {
              d["nic_rx_ring_full"] = s.rx_ring_full;
              d["nic_tx_errors"] = s.tx_errors;
              d["nic_kernel_drops"] = s.kernel_drops;
+             d["nic_capture_errors"] = s.capture_errors;
+             return d;
+           })
+      .def("nic_info",
+           [](const Transceiver& t) {
+             const host::SocketNicInfo i = t.nic_info();
+             pb::dict d;
+             d["rx_buffer_bytes"] = i.rx_buffer_bytes;
+             d["rx_buffer_asked"] = i.rx_buffer_asked;
+             d["capture_error"] = i.capture_error;
              return d;
            })
       .def("epoch_stats",

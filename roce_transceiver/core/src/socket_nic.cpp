@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
+#include <linux/sock_diag.h>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -26,6 +27,9 @@ namespace {
 constexpr uint32_t kHeaderRoom = 14 + 4 + 40 + 8;  // Ethernet, 802.1Q, IPv6, UDP
 constexpr uint32_t kIdleSpins = 2048;              // empty passes before the thread sleeps
 constexpr int kIdleWaitMs = 1;                     // at most, when idle (tx is polled then)
+// A deep receive buffer rides out bursts while the engine catches up; root may exceed
+// net.core.rmem_max (SO_RCVBUFFORCE), others get at most that. What still overflows is counted.
+constexpr int kRxBufferBytes = 64 << 20;
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -79,11 +83,40 @@ struct SocketNic::Impl {
   // Counters: written by the thread only, read by stats().
   std::atomic<uint64_t> rx_frames{0}, rx_bytes{0}, tx_frames{0}, tx_bytes{0}, filtered{0},
       rx_ring_full{0}, tx_errors{0}, kernel_drops{0};
+  uint64_t rx_buffer_bytes = 0;  // granted (getsockopt after the ask)
+  // udp mode: the socket's running drop count (sk_drops, 32 bits) as last read.
+  uint32_t drops_seen = 0;
   // Batch buffers.
   std::vector<uint8_t> buf;
   std::vector<mmsghdr> msgs;
   std::vector<iovec> iovs;
   std::vector<sockaddr_storage> addrs;
+  std::vector<uint8_t> ctrl;  // udp mode: a cmsg per datagram for SO_RXQ_OVFL
+
+  // udp mode: a reading of the socket's running drop count. Readings come out of order (a
+  // queued datagram carries the count from when it was queued, SO_MEMINFO the count now), so
+  // one behind the last adds nothing; the difference is taken mod 2^32, as the count wraps.
+  void saw_drops(uint32_t running) {
+    const uint32_t d = running - drops_seen;
+    if (d == 0 || d >= 0x80000000u) return;
+    drops_seen = running;
+    kernel_drops.fetch_add(d, std::memory_order_relaxed);
+  }
+  // The kernel's drops since the last reading (a syscall: not on every pass).
+  void read_kernel_drops() {
+    if (udp) {
+      uint32_t mem[SK_MEMINFO_VARS] = {};
+      socklen_t n = sizeof mem;
+      if (getsockopt(rx_fd.fd, SOL_SOCKET, SO_MEMINFO, mem, &n) == 0 &&
+          n > SK_MEMINFO_DROPS * sizeof(uint32_t))
+        saw_drops(mem[SK_MEMINFO_DROPS]);
+      return;
+    }
+    tpacket_stats ps{};  // reading it resets it: each reading is new drops
+    socklen_t ps_len = sizeof ps;
+    if (getsockopt(rx_fd.fd, SOL_PACKET, PACKET_STATISTICS, &ps, &ps_len) == 0 && ps.tp_drops)
+      kernel_drops.fetch_add(ps.tp_drops, std::memory_order_relaxed);
+  }
 
   explicit Impl(const std::string& capture) : pcap(capture) {}
 };
@@ -115,12 +148,18 @@ Fd open_packet(const SocketNicConfig& c, int* ifindex) {
   const int one = 1;  // our own frames are not looped back to us (Linux 4.20+)
   setsockopt(fd.fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
 #endif
-  // A deep receive buffer rides out bursts while the engine catches up (root
-  // may exceed net.core.rmem_max); what still overflows is counted.
-  const int bytes = 64 << 20;
-  if (setsockopt(fd.fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0)
-    setsockopt(fd.fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
   return fd;
+}
+
+// Asks for kRxBufferBytes of receive buffer; returns what the kernel granted.
+uint64_t ask_rx_buffer(int fd) {
+  const int bytes = kRxBufferBytes;
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  int granted = 0;
+  socklen_t n = sizeof granted;
+  return getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &granted, &n) == 0 && granted > 0 ? uint64_t(granted)
+                                                                                 : 0;
 }
 
 socklen_t sockaddr_for(int family, const uint8_t* ip, uint16_t port, sockaddr_storage* out) {
@@ -242,14 +281,21 @@ SocketNic::SocketNic(const SocketNicConfig& config, RxRing rx, uint32_t rx_prod,
   m.family = cfg_.addresses.ip_version == 6 ? AF_INET6 : AF_INET;
   if (m.udp) {
     m.rx_fd = open_udp(m.family, cfg_.addresses.src_ip, kRoceV2Port);
+    // Each datagram then carries the socket's running drop count (a cmsg): the kernel's
+    // drops are counted as traffic goes on, without a syscall.
+    const int one = 1;
+    if (setsockopt(m.rx_fd.fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one) != 0)
+      throw std::runtime_error(errno_text("socket NIC, udp mode: setsockopt(SO_RXQ_OVFL)"));
     if (cfg_.addresses.src_port !=
         kRoceV2Port)  // replies leave from the source port the ICRC covers
       m.tx_fd = open_udp(m.family, cfg_.addresses.src_ip, cfg_.addresses.src_port);
   } else {
     m.rx_fd = open_packet(cfg_, &m.ifindex);
   }
+  m.rx_buffer_bytes = ask_rx_buffer(m.rx_fd.fd);
   const uint32_t b = cfg_.batch;
   m.buf.resize(size_t(b) * (rx.slot_bytes + kHeaderRoom));
+  if (m.udp) m.ctrl.resize(size_t(b) * CMSG_SPACE(sizeof(uint32_t)));
   m.msgs.resize(b);
   m.iovs.resize(b);
   m.addrs.resize(b);
@@ -290,6 +336,10 @@ void SocketNic::start() {
           m.msgs[i].msg_hdr.msg_iovlen = 1;
           m.msgs[i].msg_hdr.msg_name = &m.addrs[i];
           m.msgs[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+          if (m.udp) {
+            m.msgs[i].msg_hdr.msg_control = m.ctrl.data() + i * CMSG_SPACE(sizeof(uint32_t));
+            m.msgs[i].msg_hdr.msg_controllen = CMSG_SPACE(sizeof(uint32_t));
+          }
         }
         const int n = recvmmsg(m.rx_fd.fd, m.msgs.data(), b, MSG_DONTWAIT | MSG_TRUNC, nullptr);
         // ENETDOWN: the interface went down or came up after the bind; frames
@@ -298,6 +348,16 @@ void SocketNic::start() {
           throw std::runtime_error(errno_text("socket NIC: recvmmsg"));
         for (int i = 0; i < n; ++i) {
           busy = true;
+          if (m.udp) {
+            msghdr& h = m.msgs[i].msg_hdr;
+            for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+              if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+                uint32_t running = 0;
+                std::memcpy(&running, CMSG_DATA(c), sizeof running);
+                m.saw_drops(running);
+              }
+            }
+          }
           uint32_t len = m.msgs[i].msg_len;
           uint8_t* frame = static_cast<uint8_t*>(m.iovs[i].iov_base);
           if (len > room) {  // cut by the buffer: longer than a slot, not ours to take
@@ -379,14 +439,10 @@ void SocketNic::start() {
           tx_consume<Scope::kSystem>(m.tx, m.ci);
         }
         // The kernel's drops since the last reading: a syscall, so once the thread
-        // goes quiet and every 1024 busy passes, not on every pass.
-        if (!m.udp && ((busy && ++busy_passes % 1024 == 0) || (!busy && idle == 0))) {
-          tpacket_stats ps{};
-          socklen_t ps_len = sizeof ps;
-          if (getsockopt(m.rx_fd.fd, SOL_PACKET, PACKET_STATISTICS, &ps, &ps_len) == 0 &&
-              ps.tp_drops)
-            m.kernel_drops.fetch_add(ps.tp_drops, std::memory_order_relaxed);
-        }
+        // goes quiet and every 1024 busy passes, not on every pass. Going quiet also
+        // writes out what the capture holds.
+        if ((busy && ++busy_passes % 1024 == 0) || (!busy && idle == 0)) m.read_kernel_drops();
+        if (!busy && idle == 0) m.pcap.flush();
         if (busy) {
           idle = 0;
         } else if (++idle >= kIdleSpins) {
@@ -397,6 +453,7 @@ void SocketNic::start() {
           spin_pause();
         }
       }
+      m.read_kernel_drops();  // what the kernel dropped since: stats() after stop() are whole
     } catch (const std::exception& e) {
       const std::lock_guard<std::mutex> lock(m.error_mu);
       m.error = e.what();
@@ -408,6 +465,7 @@ void SocketNic::stop() {
   Impl& m = *impl_;
   m.stop.store(true, std::memory_order_release);
   if (m.thread.joinable()) m.thread.join();
+  m.pcap.close();  // its errors are the capture's (info()), not the thread's
   const std::lock_guard<std::mutex> lock(m.error_mu);
   if (!m.error.empty()) {
     std::string e;
@@ -432,7 +490,16 @@ SocketNicStats SocketNic::stats() const {
   s.rx_ring_full = m.rx_ring_full.load(std::memory_order_relaxed);
   s.tx_errors = m.tx_errors.load(std::memory_order_relaxed);
   s.kernel_drops = m.kernel_drops.load(std::memory_order_relaxed);
+  s.capture_errors = m.pcap.lost();
   return s;
+}
+
+SocketNicInfo SocketNic::info() const {
+  SocketNicInfo i;
+  i.rx_buffer_bytes = impl_->rx_buffer_bytes;
+  i.rx_buffer_asked = kRxBufferBytes;
+  i.capture_error = impl_->pcap.error();
+  return i;
 }
 
 }  // namespace rt::host

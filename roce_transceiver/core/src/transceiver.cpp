@@ -143,8 +143,8 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
         throw std::invalid_argument("regions[" + std::to_string(i) +
                                     "].rkey=" + std::to_string(r.rkey) +
                                     ": already used by regions[" + std::to_string(j) + "]");
-    regions_.emplace_back(engine_private, r.length);
-    d.regions[i] = MemRegion{r.va, r.rkey, r.length, regions_.back().data()};
+    regions_.push_back(std::make_shared<Buffer>(engine_private, r.length));
+    d.regions[i] = MemRegion{r.va, r.rkey, r.length, regions_.back()->data()};
   }
   d.handler.kind = c.handler;
   if (c.handler == HandlerKind::kQec) {
@@ -330,6 +330,7 @@ void Transceiver::stop() {
       nic_error = e.what();
     }
     final_nic_stats_ = nic_->stats();
+    final_nic_info_ = nic_->info();
   }
   if (started_) {
     if (kernel_) {
@@ -347,6 +348,9 @@ void Transceiver::stop() {
   if (kernel_) final_epoch_stats_ = kernel_->epoch_stats();
   // Free now rather than when Python collects the object: freeing pinned or
   // device memory later could wait on another transceiver's running kernel.
+  // Regions are the exception: a frame the host still holds keeps its region
+  // (host memory, or device memory freed with cudaFreeAsync on the memory
+  // stream, which waits for no kernel) until the frame goes.
   kernel_.reset();
   regions_.clear();
   wire_ = Buffer();
@@ -373,16 +377,22 @@ void Transceiver::release_page(uint32_t page) {
   store_release<Scope::kSystem>(reinterpret_cast<uint32_t*>(page_free_.host()) + page, 1u);
 }
 
-const uint8_t* Transceiver::page_host(uint32_t page) const {
-  if (cfg_.handler != HandlerKind::kFrames || page >= cfg_.frames_pages || on_gpu_) return nullptr;
-  return regions_[cfg_.frames_region].data() + size_t(page) * cfg_.frames_page_bytes;
+PageMemory Transceiver::page_memory(uint32_t page, size_t bytes) const {
+  const CallGuard guard(*this, "page_memory()");
+  if (cfg_.handler != HandlerKind::kFrames || page >= cfg_.frames_pages)
+    throw std::invalid_argument("page_memory(" + std::to_string(page) +
+                                "): not a page of the frames handler");
+  if (bytes > cfg_.frames_page_bytes)
+    throw std::invalid_argument("page_memory(" + std::to_string(page) + ", " +
+                                std::to_string(bytes) + "): more than a page (" +
+                                std::to_string(cfg_.frames_page_bytes) + " bytes)");
+  return PageMemory{regions_[cfg_.frames_region], size_t(page) * cfg_.frames_page_bytes, bytes};
 }
 
-uintptr_t Transceiver::page_device(uint32_t page) const {
-  if (cfg_.handler != HandlerKind::kFrames || page >= cfg_.frames_pages || !on_gpu_ || stopped_)
-    return 0;
-  return reinterpret_cast<uintptr_t>(regions_[cfg_.frames_region].data()) +
-         size_t(page) * cfg_.frames_page_bytes;
+std::vector<uint8_t> PageMemory::read() const {
+  std::vector<uint8_t> out(bytes);
+  region->read(offset, out.data(), bytes);
+  return out;
 }
 
 cuda::EpochStats Transceiver::epoch_stats() const {
@@ -393,6 +403,11 @@ cuda::EpochStats Transceiver::epoch_stats() const {
 SocketNicStats Transceiver::nic_stats() const {
   if (stopped_ || !nic_) return final_nic_stats_;
   return nic_->stats();
+}
+
+SocketNicInfo Transceiver::nic_info() const {
+  if (stopped_ || !nic_) return final_nic_info_;
+  return nic_->info();
 }
 
 void Transceiver::require_loopback(const char* what) const {
@@ -601,11 +616,11 @@ uint8_t* Transceiver::region_data(size_t index) const {
   if (index >= regions_.size())
     throw std::out_of_range("region " + std::to_string(index) + ": only " +
                             std::to_string(regions_.size()) + " configured");
-  return regions_[index].data();
+  return regions_[index]->data();
 }
 
 size_t Transceiver::region_bytes(size_t index) const {
-  return index < regions_.size() ? regions_[index].size() : 0;
+  return index < regions_.size() ? regions_[index]->size() : 0;
 }
 
 std::vector<uint8_t> Transceiver::read_region(size_t index, size_t offset, size_t len) const {
@@ -614,7 +629,7 @@ std::vector<uint8_t> Transceiver::read_region(size_t index, size_t offset, size_
     throw std::out_of_range("region " + std::to_string(index) + ": only " +
                             std::to_string(regions_.size()) + " configured");
   std::vector<uint8_t> out(len);
-  regions_[index].read(offset, out.data(), len);
+  regions_[index]->read(offset, out.data(), len);
   return out;
 }
 

@@ -18,7 +18,9 @@
 //   engine computed matches what goes out.
 // Frames move in batches (recvmmsg / sendmmsg), never a syscall per packet.
 // What is not ours (another ethertype, protocol, port or QP; our own frames
-// seen again) is counted and dropped before the engine sees it.
+// seen again) is counted and dropped before the engine sees it, and so is
+// what the kernel dropped because the socket's receive buffer was full
+// (packet mode: PACKET_STATISTICS; udp mode: SO_RXQ_OVFL and SO_MEMINFO).
 #pragma once
 
 #include <atomic>
@@ -50,10 +52,18 @@ struct SocketNicStats {
   uint64_t rx_bytes = 0;
   uint64_t tx_frames = 0;  // sent
   uint64_t tx_bytes = 0;
-  uint64_t filtered = 0;      // not ours: dropped before the engine
-  uint64_t rx_ring_full = 0;  // ours, dropped: the engine's rx ring was full
-  uint64_t tx_errors = 0;     // frames the kernel refused to send
-  uint64_t kernel_drops = 0;  // frames the kernel dropped before we read them (buffer full)
+  uint64_t filtered = 0;        // not ours: dropped before the engine
+  uint64_t rx_ring_full = 0;    // ours, dropped: the engine's rx ring was full
+  uint64_t tx_errors = 0;       // frames the kernel refused to send
+  uint64_t kernel_drops = 0;    // frames the kernel dropped before we read them (buffer full)
+  uint64_t capture_errors = 0;  // frames the capture lost to a write error (pcap_file.h)
+};
+
+// What the NIC was given, and how its capture fares.
+struct SocketNicInfo {
+  uint64_t rx_buffer_bytes = 0;  // the socket's receive buffer as the kernel granted it
+  uint64_t rx_buffer_asked = 0;  // what we asked for (the kernel doubles what it grants)
+  std::string capture_error;     // the capture's first write error; empty while it is whole
 };
 
 class SocketNic {
@@ -70,9 +80,10 @@ class SocketNic {
 
   void start();
   // Joins the thread and closes the capture. Idempotent; throws what the
-  // thread failed with, if it did.
+  // thread failed with, if it did (a capture error is not a failure: info() has it).
   void stop();
   SocketNicStats stats() const;
+  SocketNicInfo info() const;
   // What the thread failed with while running; empty while it is fine.
   std::string error() const;
   const SocketNicConfig& config() const { return cfg_; }

@@ -85,6 +85,23 @@ struct FarEndRun {
   std::vector<uint64_t> rtt_ns;  // one per reply received, in order
 };
 
+// One frames page, and a share in the memory it lies in: the region lives while any
+// PageMemory does, past stop() too, so a frame (or an array over it) the host still holds
+// never views freed memory.
+struct PageMemory {
+  std::shared_ptr<const Buffer> region;
+  size_t offset = 0;  // where the page starts in the region
+  size_t bytes = 0;   // the frame's bytes in it
+  const uint8_t* host() const { return region->host() ? region->host() + offset : nullptr; }
+  uintptr_t device() const {
+    return region->placement() == Placement::kDevice
+               ? reinterpret_cast<uintptr_t>(region->device()) + offset
+               : 0;
+  }
+  // A copy of the bytes, wherever they lie (cudaMemcpy from device memory).
+  std::vector<uint8_t> read() const;
+};
+
 // Where one ring sits in its Buffer: descriptors, slots, its two index words.
 struct RingOffsets {
   size_t descs, slots, index_a, index_b, end;
@@ -130,14 +147,17 @@ class Transceiver {
   // Frames handler: give page `page` back to the engine (the host is done
   // with the frame in it). A page not held is left as it is.
   void release_page(uint32_t page);
-  // Frames handler, host-placed pages only: where page `page` starts, else null.
-  const uint8_t* page_host(uint32_t page) const;
-  // Frames handler, pages in GPU memory (cuda executor): where page `page` starts there.
-  uintptr_t page_device(uint32_t page) const;
+  // Frames handler: the first `bytes` bytes of page `page`, holding the region's memory
+  // alive for as long as the result lives. Throws for a page or length out of range, and
+  // after stop() (frames taken before stop() keep theirs).
+  PageMemory page_memory(uint32_t page, size_t bytes) const;
   // The socket NIC's counters (zeros with the loopback); after stop(), final.
   SocketNicStats nic_stats() const;
   // cuda executor: what its epochs cost so far (after stop(): the final figures).
   cuda::EpochStats epoch_stats() const;
+  // The socket NIC's receive buffer and capture error (empty with the loopback); after stop(),
+  // final (a capture error at close included).
+  SocketNicInfo nic_info() const;
 
  private:
   void cpu_loop();
@@ -158,7 +178,9 @@ class Transceiver {
   Buffer scratch_;            // msg_buf + reply_scratch
   Buffer qec_;                // the QEC table blob
   Buffer page_free_;          // frames handler: per page, 1 free / 0 held by the host
-  std::vector<Buffer> regions_;
+  // Shared with the PageMemory of every frame the host holds: stop() lets go of its
+  // share, and a region goes when the last frame over it does.
+  std::vector<std::shared_ptr<Buffer>> regions_;
   EngineDesc desc_{};
   struct Views {
     RingOffsets rx, tx, ht, cp;
@@ -185,6 +207,7 @@ class Transceiver {
   std::unique_ptr<SocketNic> nic_;
   SocketNicStats final_nic_stats_{};
   cuda::EpochStats final_epoch_stats_{};
+  SocketNicInfo final_nic_info_{};
   Buffer heartbeat_;
   // The GPU far end's buffers, allocated before the kernel starts: allocating
   // or freeing device memory while a persistent kernel runs can wait for it.
