@@ -16,7 +16,7 @@ more), and the memory goes with the last of them. ``release()`` after stop() doe
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -83,16 +83,7 @@ class Frame:
             self._release()
 
     def as_dict(self) -> dict[str, Any]:
-        keys = [
-            "frame_number",
-            "page",
-            "bytes",
-            "crc32",
-            "metadata_crc",
-            "psn_first",
-            "psn_last",
-            "packets",
-            "packets_lost",
-            "ok",
-        ]
-        return {k: getattr(self, k) for k in keys}
+        """The frame's record (every field but the page's handles) and ``ok``."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+        del out["released"]
+        return {**out, "ok": self.ok}

@@ -76,6 +76,29 @@ def test_listen_prints_every_frame_the_sensor_sent_ok(tmp_path: Path) -> None:
     assert summary["frames"] == 12 and summary["bad"] == 0
 
 
+def test_frames_whose_end_was_lost_are_dropped_and_listen_says_so(tmp_path: Path) -> None:
+    """Lost end-of-frame packets: each such frame is closed as incomplete by the next one's
+    first packet (never merged into it), counted in ``dropped``, and listen exits 1."""
+    path = config(tmp_path)
+    sensor = [*CLI, "peer", "sensor", "--config", str(path), "--frames", "12"]
+    sensor += ["--frame-bytes", "20000", "--rate", "200", "--end-loss", "0.3", "--json"]
+    # Listen until its time is up: how many frames come whole is the sensor's draw.
+    until = ["--frames", "1000", "--seconds", "6"]
+    with started([*CLI, "listen", "--config", str(path), *until, "--json"], "listening") as listen:
+        done = subprocess.run(sensor, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        out, _ = listen.communicate(timeout=90)
+    *frames, summary = [json.loads(line) for line in out.splitlines()]
+    sent = [json.loads(x) for x in done.stdout.splitlines()]
+    ended = [s["frame_number"] for s in sent if not s["end_lost"]]
+    lost_ends = [s["frame_number"] for s in sent[:-1] if s["end_lost"]]  # the last stays open
+    assert lost_ends, "the seed lost no end: pick a rate that does"
+    assert [f["frame_number"] for f in frames] == ended
+    assert all(f["ok"] and f["bytes"] == 20000 for f in frames)
+    assert summary["dropped"] == len(lost_ends) == summary["counters"]["frames_incomplete"]
+    assert listen.returncode == 1
+
+
 def test_lost_packets_mark_exactly_the_damaged_frames(tmp_path: Path) -> None:
     status, lines, sent = run_pair(config(tmp_path), 12, "--loss", "0.05")
     *frames, summary = lines

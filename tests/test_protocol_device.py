@@ -94,12 +94,12 @@ def test_device_hsb_metadata_imm_and_psn_match_host() -> None:
         hsb.FrameMetadata(
             flags=rng.randrange(1 << 32),
             psn=rng.randrange(1 << 32),
-            crc32=rng.randrange(1 << 32),
-            ptp_s=rng.randrange(1 << 48),
+            crc=rng.randrange(1 << 32),
+            ptp_s=rng.randrange(1 << 64),
             ptp_ns=rng.randrange(10**9),
             bytes_written=rng.randrange(1 << 64),
-            frame_number=rng.randrange(1 << 32),
-            meta_ptp_s=rng.randrange(1 << 48),
+            frame_number=rng.randrange(1 << 16),
+            meta_ptp_s=rng.randrange(1 << 64),
             meta_ptp_ns=rng.randrange(10**9),
         ).pack()
         for _ in cases

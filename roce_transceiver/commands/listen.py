@@ -1,11 +1,14 @@
 """``roce-transceiver listen``: receive a sensor's frames and print one line per frame.
 
 Runs the transceiver configured by ``--config`` with the frames handler and prints each
-completed frame (``--json``: one JSON object per line with the keys ``frame_number, page,
-bytes, crc32, metadata_crc, psn_first, psn_last, packets_lost, ok``), releasing its page at
+completed frame (``--json``: one JSON object per line, the frame's record as
+``Frame.as_dict()`` has it: number, page, bytes, CRCs and their flags, PSNs, packets, PTP time,
+receive times, and ``ok``), releasing its page at
 once, until ``--frames`` frames or ``--seconds`` seconds (or Ctrl-C, SIGTERM, SIGHUP); then a
-summary with the counters. Exit status 0 when every frame was ok, 1 otherwise, and 1 when the
-capture (``socket.capture``) lost frames to a write error, which stderr names.
+summary with the counters. Exit status 0 when every frame was ok and none was dropped
+(``frames_dropped``: its page was still held, its end never came, nothing of it came: see
+docs/frames.md), 1 otherwise, and 1 when the capture (``socket.capture``) lost frames to a
+write error, which stderr names.
 """
 
 from __future__ import annotations
@@ -53,9 +56,12 @@ def run(args: argparse.Namespace) -> int:
                 d = f.as_dict()
                 f.release()
                 print(json.dumps(d) if args.json else _line(d), flush=True)
-    summary = {"frames": seen, "bad": bad, "counters": moved(t.stats())}
-    print(json.dumps(summary) if args.json else f"{seen} frames, {bad} bad; {summary['counters']}")
-    return 1 if capture_failed("listen", t) or bad else 0
+    stats = t.stats()
+    dropped = stats["frames_dropped"]  # frames the engine knows of and could not deliver
+    summary = {"frames": seen, "bad": bad, "dropped": dropped, "counters": moved(stats)}
+    text = f"{seen} frames, {bad} bad, {dropped} dropped; {summary['counters']}"
+    print(json.dumps(summary) if args.json else text)
+    return 1 if capture_failed("listen", t) or bad or dropped else 0
 
 
 def _line(d: dict) -> str:

@@ -99,6 +99,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         sn.add_argument(
             f"--{fault}", type=FRACTION, default=0.0, help=f"{fault} rate per packet, 0 to 1"
         )
+    sn.add_argument(
+        "--end-loss",
+        type=FRACTION,
+        default=0.0,
+        dest="end_loss",
+        help="rate per frame at which its end-of-frame packet is lost, 0 to 1",
+    )
     sn.add_argument("--content", metavar="FILE", help="frame bytes from FILE (default: a pattern)")
     sn.add_argument(
         "--linger",
@@ -201,7 +208,7 @@ def run_sensor(args: argparse.Namespace) -> int:
             f"peer sensor: --frame-bytes {args.frame_bytes}: a page holds at most {most} "
             f"(frames.page_bytes {fr['page_bytes']} of {args.config}{meta})"
         )
-    faults = Faults(args.loss, args.reorder, args.duplicate, args.corrupt)
+    faults = Faults(args.loss, args.reorder, args.duplicate, args.corrupt, args.end_loss)
     mode = args.mode or cfg["socket"]["mode"]
     try:
         with open_link(cfg, mode, args.interface, own_port=12288) as link:
@@ -232,6 +239,7 @@ def run_sensor(args: argparse.Namespace) -> int:
                     link.send(p)
                 line = {"frame_number": sent.frame_number, "page": sent.page}
                 line |= {"bytes": len(sent.content), "crc32": sent.crc32, "lost": sent.lost}
+                line["end_lost"] = sent.end_lost
                 print(json.dumps(line) if args.json else str(line), flush=True)
                 if interval:
                     next_at += interval

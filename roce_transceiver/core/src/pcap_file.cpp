@@ -35,6 +35,8 @@ void append(std::vector<uint8_t>& buf, const void* p, size_t n) {
   buf.insert(buf.end(), b, b + n);
 }
 
+constexpr uint32_t kSnapBytes = 262144;
+
 }  // namespace
 
 PcapFile::PcapFile(const std::string& path) : path_(path) {
@@ -42,7 +44,9 @@ PcapFile::PcapFile(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd_ < 0)
     throw std::runtime_error("capture: cannot open '" + path + "': " + std::strerror(errno));
-  const uint32_t header[6] = {0xA1B23C4Du, 0x00040002u, 0, 0, 65535, 1};
+  // Snap length 262144 (libpcap's largest): a slot holds up to 65536 bytes, and a reader
+  // that holds records to the snap length (ours does) must take the longest one.
+  const uint32_t header[6] = {0xA1B23C4Du, 0x00040002u, 0, 0, kSnapBytes, 1};
   if (!write_all(fd_, reinterpret_cast<const uint8_t*>(header), sizeof header)) {
     const int err = errno;
     ::close(fd_);
