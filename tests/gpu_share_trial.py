@@ -6,7 +6,7 @@ loop keeps answering meanwhile. Prints one JSON line:
      "frames_ok": int, "frames_sent": int, "stop_s": float, "stop_error": str | null,
      "after_stop_s": float | null, "epochs": int}
 
-python gpu_share_trial.py WORK --handler echo|frames --epoch-us N [--bound S]
+python gpu_share_trial.py WORK --handler echo|frames --epoch-us N [--in-flight K] [--bound S]
 """
 
 from __future__ import annotations
@@ -61,12 +61,12 @@ WORK: dict[str, Callable[[], object]] = {
 }
 
 
-def _config(handler: str, epoch_us: int) -> dict:
+def _config(handler: str, epoch_us: int, in_flight: int) -> dict:
     config: dict = {
         "executor": "cuda",
         "handler": handler,
         "qp": {"transport": "UC"},
-        "cuda": {"epoch_us": epoch_us},
+        "cuda": {"epoch_us": epoch_us, "epochs_in_flight": in_flight},
         "stop_timeout_s": 5.0,
     }
     if handler == "frames":
@@ -81,12 +81,13 @@ def main() -> int:
     ap.add_argument("work", choices=sorted(WORK))
     ap.add_argument("--handler", choices=("echo", "frames"), default="echo")
     ap.add_argument("--epoch-us", type=int, required=True)
+    ap.add_argument("--in-flight", type=int, default=1)
     ap.add_argument("--bound", type=float, default=10.0, help="seconds the work may take")
     args = ap.parse_args()
     if args.work == "torch_preloaded_matmul":
         _torch_matmul()
     result: dict = {"work": args.work, "handler": args.handler, "epoch_us": args.epoch_us}
-    t = Transceiver(_config(args.handler, args.epoch_us))
+    t = Transceiver(_config(args.handler, args.epoch_us, args.in_flight))
     t.start()
     sensor = None
     if args.handler == "frames":

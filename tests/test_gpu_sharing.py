@@ -30,8 +30,11 @@ EPOCH_US = 1000  # the default
 pytestmark = pytest.mark.gpu
 
 
-def trial(work: str, handler: str = "echo", epoch_us: int = EPOCH_US, bound: float = 10.0):
+def trial(
+    work: str, handler: str = "echo", epoch_us: int = EPOCH_US, bound: float = 10.0, in_flight=1
+):
     args = ["--handler", handler, "--epoch-us", str(epoch_us), "--bound", str(bound)]
+    args += ["--in-flight", str(in_flight)]
     proc = subprocess.run(
         [sys.executable, str(TRIAL), work, *args],
         capture_output=True,
@@ -88,3 +91,14 @@ def test_one_launch_blocks_a_kernel_load_and_stop_still_returns() -> None:
     assert r["answered"] == r["sent"] > 0 and r["wrong"] == 0, r  # the loop answered all along
     assert r["stop_error"] is None and r["stop_s"] < STOP_TIMEOUT_S, r
     assert r["after_stop_s"] is not None and r["after_stop_s"] < WORK_BOUND_S, r
+
+
+def test_queued_epochs_answer_every_echo_and_stop_in_time_beside_a_kernel_load() -> None:
+    """cuda.epochs_in_flight 2 (the next epoch queued behind the running one): the loop answers
+    every echo and stop() returns in time while a load is pending; whether the load goes
+    through then is what `bench share` measures (docs/gpu_sharing.md)."""
+    needs("cupy")
+    r = trial("cupy_new_kernel", in_flight=2, bound=5.0)
+    assert r["epochs"] >= 2, r
+    assert r["answered"] == r["sent"] > 0 and r["wrong"] == 0, r
+    assert r["stop_error"] is None and r["stop_s"] < STOP_TIMEOUT_S, r

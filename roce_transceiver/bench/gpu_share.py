@@ -34,7 +34,9 @@ from roce_transceiver.transceiver import Transceiver
 
 __all__ = ["EPOCHS_US", "KernelLoad", "load_fresh_kernel", "run"]
 
-EPOCHS_US = (0, 100, 1000, 10000)
+# (epoch_us, epochs in flight): one launch, then epochs of three lengths relaunched after each
+# other, and 1 ms epochs with the next one queued behind the running one.
+EPOCHS_US = ((0, 1), (100, 1), (1000, 1), (10000, 1), (1000, 2))
 LOAD_BOUND_S = 3.0  # a load that has not finished by then counts as blocked
 
 
@@ -86,7 +88,7 @@ def _pending_load(t: Transceiver, bound_s: float) -> KernelLoad:
     return KernelLoad(False, stopped - began, after)
 
 
-def _ingest(epoch_us: int, frames: int, out: TextIO) -> dict[str, Any]:
+def _ingest(epoch_us: int, in_flight: int, frames: int, out: TextIO) -> dict[str, Any]:
     from roce_transceiver.peers.link import Addresses
     from roce_transceiver.peers.sensor import Sensor
 
@@ -97,7 +99,7 @@ def _ingest(epoch_us: int, frames: int, out: TextIO) -> dict[str, Any]:
         "qp": {"transport": "UC"},
         "frames": {"pages": frames, "page_bytes": page, "metadata": False},
         "queues": {"rx_depth": 4096, "slot_bytes": 4096 + 256, "completion_depth": 1024},
-        "cuda": {"epoch_us": epoch_us},
+        "cuda": {"epoch_us": epoch_us, "epochs_in_flight": in_flight},
     }
     t = Transceiver(config)
     fr = t.config["frames"]
@@ -137,20 +139,26 @@ def _ingest(epoch_us: int, frames: int, out: TextIO) -> dict[str, Any]:
         "frames_dropped": stats["frames_dropped"],
     }
     print(
-        f"  ingest epoch_us {epoch_us}: {got}/{frames} frames ok, {rate:,.0f} packets/s, "
+        f"  ingest {_name(epoch_us, in_flight)}: {got}/{frames} frames ok, {rate:,.0f} packets/s, "
         f"{row['gbit_per_s']:.3f} Gb/s",
         file=out,
     )
     return row
 
 
-def _echo(epoch_us: int, count: int, out: TextIO) -> dict[str, Any]:
+def _name(epoch_us: int, in_flight: int) -> str:
+    if not epoch_us:
+        return "one launch"
+    return f"epoch_us {epoch_us}" + (f" x{in_flight} queued" if in_flight > 1 else "")
+
+
+def _echo(epoch_us: int, in_flight: int, count: int) -> dict[str, Any]:
     config = {
         "executor": "cuda",
         "handler": "echo",
         "completions": False,
         "qp": {"transport": "UC"},
-        "cuda": {"epoch_us": epoch_us},
+        "cuda": {"epoch_us": epoch_us, "epochs_in_flight": in_flight},
     }
     t = Transceiver(config)
     with t:
@@ -171,9 +179,9 @@ def _echo(epoch_us: int, count: int, out: TextIO) -> dict[str, Any]:
 
 
 def run(
-    epochs_us: Sequence[int] = EPOCHS_US,
+    epochs_us: Sequence[tuple[int, int]] = EPOCHS_US,
     count: int = 20_000,
-    frames: int = 3,
+    frames: int = 12,
     floor_iterations: int = 10_000,
     json_path: str | None = None,
     out: TextIO = sys.stdout,
@@ -181,13 +189,14 @@ def run(
     """The table, one row per epoch length, with the floors of the same run; JSON too."""
     rows: dict[str, Percentiles | str] = {}
     results: dict[str, Any] = {}
-    for e in epochs_us:
-        name = f"echo epoch_us {e}" if e else "echo one launch"
-        r = _echo(e, count, out)
+    for e, in_flight in epochs_us:
+        name = f"echo {_name(e, in_flight)}"
+        r = _echo(e, in_flight, count)
         p = r.pop("_percentiles")
         rows[name] = p if p is not None else r["latency"]
-        r["ingest"] = _ingest(e, frames, out)
-        results[str(e)] = r
+        r["ingest"] = _ingest(e, in_flight, frames, out)
+        r["epoch_us"], r["in_flight"] = e, in_flight
+        results[_name(e, in_flight)] = r
         load = r["load"]
         waited = (
             f"done in {load['waited_s'] * 1e3:.1f} ms"

@@ -124,24 +124,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     share.add_argument(
         "--epochs-us",
         type=_epochs,
-        default=(0, 100, 1000, 10000),
+        default=((0, 1), (100, 1), (1000, 1), (10000, 1), (1000, 2)),
         dest="epochs_us",
-        metavar="N,N,...",
-        help="epoch lengths in microseconds, 0 for one launch (default 0,100,1000,10000)",
+        metavar="N[xK],...",
+        help="epoch lengths in microseconds (0: one launch), each with K epochs queued at "
+        "once (default 0,100,1000,10000,1000x2)",
     )
     share.add_argument("--count", type=U32_COUNT, default=20_000, help="round trips per row")
     share.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     share.set_defaults(run=run_share)
 
 
-def _epochs(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: not a comma-separated list") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: epoch lengths are 0 or more microseconds")
-    return values
+def _epochs(text: str) -> tuple[tuple[int, int], ...]:
+    """``N`` or ``NxK`` (K epochs queued at once), comma-separated."""
+    out = []
+    for part in text.split(","):
+        us, _, queued = part.partition("x")
+        try:
+            value = (int(us), int(queued or 1))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: N or NxK (microseconds, queued)") from None
+        if value[0] < 0 or not 1 <= value[1] <= 4:
+            raise argparse.ArgumentTypeError(f"{part!r}: N >= 0 microseconds, K 1 to 4 queued")
+        out.append(value)
+    return tuple(out)
 
 
 def _loop_options(p: argparse.ArgumentParser) -> None:
