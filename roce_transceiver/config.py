@@ -170,7 +170,7 @@ SCHEMA = Section(
             {
                 "epoch_us": Field(
                     int,
-                    1000,
+                    10000,
                     "the persistent kernel returns and is relaunched this often, so that kernel "
                     "loads elsewhere in the process (cupy, cuBLAS at first use) go through; "
                     "0: one launch for the run (lowest jitter; a kernel load anywhere in the "
@@ -180,9 +180,10 @@ SCHEMA = Section(
                 ),
                 "epochs_in_flight": Field(
                     int,
-                    1,
-                    "epoch launches queued at once; 2 hides the relaunch but keeps the device "
-                    "busy (docs/gpu_sharing.md: measured to block loads again)",
+                    2,
+                    "epoch launches queued at once: 2 has the next epoch start as the running "
+                    "one ends (a gap of microseconds); a load then goes through once the "
+                    "queued epoch ends (docs/gpu_sharing.md)",
                     minimum=1,
                     maximum=4,
                 ),

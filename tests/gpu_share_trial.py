@@ -6,7 +6,8 @@ loop keeps answering meanwhile. Prints one JSON line:
      "frames_ok": int, "frames_sent": int, "stop_s": float, "stop_error": str | null,
      "after_stop_s": float | null, "epochs": int}
 
-python gpu_share_trial.py WORK --handler echo|frames --epoch-us N [--in-flight K] [--bound S]
+python gpu_share_trial.py WORK [--handler echo|frames] [--epoch-us N] [--in-flight K]
+    [--bound S]
 """
 
 from __future__ import annotations
@@ -61,12 +62,13 @@ WORK: dict[str, Callable[[], object]] = {
 }
 
 
-def _config(handler: str, epoch_us: int, in_flight: int) -> dict:
+def _config(handler: str, epoch_us: int | None, in_flight: int | None) -> dict:
+    cuda = {"epoch_us": epoch_us, "epochs_in_flight": in_flight}
     config: dict = {
         "executor": "cuda",
         "handler": handler,
         "qp": {"transport": "UC"},
-        "cuda": {"epoch_us": epoch_us, "epochs_in_flight": in_flight},
+        "cuda": {k: v for k, v in cuda.items() if v is not None},  # else the defaults
         "stop_timeout_s": 5.0,
     }
     if handler == "frames":
@@ -80,8 +82,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("work", choices=sorted(WORK))
     ap.add_argument("--handler", choices=("echo", "frames"), default="echo")
-    ap.add_argument("--epoch-us", type=int, required=True)
-    ap.add_argument("--in-flight", type=int, default=1)
+    ap.add_argument("--epoch-us", type=int, help="cuda.epoch_us (default: the config's)")
+    ap.add_argument("--in-flight", type=int, help="cuda.epochs_in_flight (default: the config's)")
     ap.add_argument("--bound", type=float, default=10.0, help="seconds the work may take")
     args = ap.parse_args()
     if args.work == "torch_preloaded_matmul":

@@ -383,7 +383,7 @@ def test_info_reports_build_and_runtime(capsys):
     assert out.startswith(f"roce-transceiver {__version__}\n")
     assert "protocol core: available" in out
     assert _core.crc32_impl() in out
-    assert "gpu share   cuda.epoch_us 1000: a graph may run anything" in out
+    assert "gpu share   cuda.epoch_us 10000: a graph may run anything" in out
 
 
 def test_info_json_matches_the_core(capsys):
@@ -396,7 +396,7 @@ def test_info_json_matches_the_core(capsys):
     assert info["crc32_impl"] == _core.crc32_impl()
     assert info["backends"]["protocol core"] == "available"
     assert {"python", "platform"} <= set(info)
-    assert info["gpu_sharing"]["epoch_us"] == 1000
+    assert info["gpu_sharing"]["epoch_us"] == 10000
 
 
 def test_bench_rejects_bad_sizes(capsys):

@@ -23,18 +23,23 @@ from pathlib import Path
 import pytest
 
 TRIAL = Path(__file__).with_name("gpu_share_trial.py")
-WORK_BOUND_S = 10.0  # a first-use load here takes well under a second; an epoch 1 ms
+WORK_BOUND_S = 10.0  # a first-use load here takes well under a second; two epochs 20 ms
 STOP_TIMEOUT_S = 5.0  # the trial's stop_timeout_s
-EPOCH_US = 1000  # the default
 
 pytestmark = pytest.mark.gpu
 
 
 def trial(
-    work: str, handler: str = "echo", epoch_us: int = EPOCH_US, bound: float = 10.0, in_flight=1
+    work: str,
+    handler: str = "echo",
+    bound: float = 10.0,
+    epoch_us: int | None = None,
+    in_flight: int | None = None,
 ):
-    args = ["--handler", handler, "--epoch-us", str(epoch_us), "--bound", str(bound)]
-    args += ["--in-flight", str(in_flight)]
+    """One trial; the epochs as configured by default unless given."""
+    args = ["--handler", handler, "--bound", str(bound)]
+    args += [] if epoch_us is None else ["--epoch-us", str(epoch_us)]
+    args += [] if in_flight is None else ["--in-flight", str(in_flight)]
     proc = subprocess.run(
         [sys.executable, str(TRIAL), work, *args],
         capture_output=True,
@@ -93,12 +98,14 @@ def test_one_launch_blocks_a_kernel_load_and_stop_still_returns() -> None:
     assert r["after_stop_s"] is not None and r["after_stop_s"] < WORK_BOUND_S, r
 
 
-def test_queued_epochs_answer_every_echo_and_stop_in_time_beside_a_kernel_load() -> None:
-    """cuda.epochs_in_flight 2 (the next epoch queued behind the running one): the loop answers
-    every echo and stop() returns in time while a load is pending; whether the load goes
-    through then is what `bench share` measures (docs/gpu_sharing.md)."""
+def test_epochs_relaunched_one_at_a_time_let_a_kernel_load_through_too() -> None:
+    """cuda.epochs_in_flight 1 (each epoch launched once the last one ended), 1 ms epochs:
+    the load goes through, the loop answers every echo, stop() returns in time."""
     needs("cupy")
-    r = trial("cupy_new_kernel", in_flight=2, bound=5.0)
+    r = trial("cupy_new_kernel", epoch_us=1000, in_flight=1)
+    assert r["done"] and r["work_s"] < WORK_BOUND_S, r
+    assert r["answered"] == r["sent"] > 0 and r["wrong"] == 0, r
+    assert r["stop_error"] is None and r["stop_s"] < STOP_TIMEOUT_S, r
     assert r["epochs"] >= 2, r
     assert r["answered"] == r["sent"] > 0 and r["wrong"] == 0, r
     assert r["stop_error"] is None and r["stop_s"] < STOP_TIMEOUT_S, r

@@ -6,8 +6,8 @@ kernel or cuBLAS loaded at first use), which waits for the device to go idle, go
 For each epoch length, and for one launch for the whole run (``epoch_us`` 0), this measures
 in one run:
 
-- the echo loop's round trip with a CPU far end (p50 / p99 / p99.9), next to the pinned
-  ping-pong floor of the same run;
+- the echo loop's round trip with a CPU far end and with a GPU one (p50 / p99 / p99.9), next
+  to the pinned and device-block ping-pong floors of the same run;
 - ingest: the frames handler taking an HSB stream (1 MiB frames in 4 KiB UC WRITE Only
   packets) from an rx ring filled through inject() before start(), packets/s and Gb/s;
 - a pending load: a kernel compiled and loaded at first use (cupy: NVRTC, then the module
@@ -34,9 +34,9 @@ from roce_transceiver.transceiver import Transceiver
 
 __all__ = ["EPOCHS_US", "KernelLoad", "load_fresh_kernel", "run"]
 
-# (epoch_us, epochs in flight): one launch, then epochs of three lengths relaunched after each
-# other, and 1 ms epochs with the next one queued behind the running one.
-EPOCHS_US = ((0, 1), (100, 1), (1000, 1), (10000, 1), (1000, 2))
+# (epoch_us, epochs in flight): one launch, then epochs of 1 and 10 ms, each relaunched after
+# the last one ended and with the next one queued behind the running one.
+EPOCHS_US = ((0, 1), (1000, 1), (1000, 2), (10000, 1), (10000, 2))
 LOAD_BOUND_S = 3.0  # a load that has not finished by then counts as blocked
 
 
@@ -152,9 +152,11 @@ def _name(epoch_us: int, in_flight: int) -> str:
     return f"epoch_us {epoch_us}" + (f" x{in_flight} queued" if in_flight > 1 else "")
 
 
-def _echo(epoch_us: int, in_flight: int, count: int) -> dict[str, Any]:
+def _echo(epoch_us: int, in_flight: int, count: int, far_end: str) -> dict[str, Any]:
+    """The echo loop's round trips; with the CPU far end, then a pending load too."""
     config = {
         "executor": "cuda",
+        "far_end": far_end,
         "handler": "echo",
         "completions": False,
         "qp": {"transport": "UC"},
@@ -164,7 +166,7 @@ def _echo(epoch_us: int, in_flight: int, count: int) -> dict[str, Any]:
     with t:
         t.roundtrip(count=1000)  # warm-up
         rt = t.roundtrip(count=count, timeout=max(10.0, count * 1e-4))
-        load = _pending_load(t, LOAD_BOUND_S)
+        load = _pending_load(t, LOAD_BOUND_S) if far_end == "cpu" else None
         epochs = t.epoch_stats()
     p = rt.percentiles("ns")
     return {
@@ -172,7 +174,7 @@ def _echo(epoch_us: int, in_flight: int, count: int) -> dict[str, Any]:
         "replies": rt.received,
         "sent": rt.sent,
         "wrong": rt.wrong,
-        "load": asdict(load),
+        "load": asdict(load) if load else None,
         "epochs": epochs,
         "_percentiles": p,
     }
@@ -191,9 +193,13 @@ def run(
     results: dict[str, Any] = {}
     for e, in_flight in epochs_us:
         name = f"echo {_name(e, in_flight)}"
-        r = _echo(e, in_flight, count)
+        r = _echo(e, in_flight, count, "cpu")
         p = r.pop("_percentiles")
         rows[name] = p if p is not None else r["latency"]
+        gpu = _echo(e, in_flight, count, "gpu")
+        g = gpu.pop("_percentiles")
+        rows[f"{name}, gpu far end"] = g if g is not None else gpu["latency"]
+        r["gpu_far_end"] = gpu
         r["ingest"] = _ingest(e, in_flight, frames, out)
         r["epoch_us"], r["in_flight"] = e, in_flight
         results[_name(e, in_flight)] = r
@@ -212,7 +218,7 @@ def run(
             f"{ep['gap_max_ns'] / 1e3:.1f} us",
             file=out,
         )
-    floors = measure_floors(["pinned_pingpong"], floor_iterations)
+    floors = measure_floors(["pinned_pingpong", "device_block_pingpong"], floor_iterations)
     print(format_table({**rows, **floors}, "us"), file=out)
     result = {
         "benchmark": "share",

@@ -124,11 +124,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     share.add_argument(
         "--epochs-us",
         type=_epochs,
-        default=((0, 1), (100, 1), (1000, 1), (10000, 1), (1000, 2)),
+        default=((0, 1), (1000, 1), (1000, 2), (10000, 1), (10000, 2)),
         dest="epochs_us",
         metavar="N[xK],...",
         help="epoch lengths in microseconds (0: one launch), each with K epochs queued at "
-        "once (default 0,100,1000,10000,1000x2)",
+        "once (default 0,1000,1000x2,10000,10000x2)",
     )
     share.add_argument("--count", type=U32_COUNT, default=20_000, help="round trips per row")
     share.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")

@@ -58,11 +58,12 @@ def collect() -> dict[str, Any]:
 def _gpu_sharing() -> dict[str, Any]:
     """What a graph may do on the GPU while the cuda executor's loop runs (docs/gpu_sharing.md),
     at the default cuda.epoch_us."""
-    epoch_us = load_config()["cuda"]["epoch_us"]
+    cuda = load_config()["cuda"]
+    epoch_us, queued = cuda["epoch_us"], cuda["epochs_in_flight"]
     if epoch_us:
         graph = (
-            f"anything: kernel loads at first use (cupy, cuBLAS, NVRTC) wait at most one epoch "
-            f"({epoch_us} us) plus the load"
+            f"anything: kernel loads at first use (cupy, cuBLAS, NVRTC) wait at most "
+            f"{queued} epoch(s) of {epoch_us} us, then the load"
         )
     else:
         graph = "allocations, copies, kernels loaded before start(); a load at first use waits"

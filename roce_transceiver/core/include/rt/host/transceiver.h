@@ -53,8 +53,8 @@ struct TransceiverConfig {
   int cpu_core = -1;  // pin the cpu executor's thread; -1: no pinning
   double stop_timeout_s = 5.0;
   // cuda executor: the persistent kernel's epochs (cuda/engine_launch.h); 0: one launch.
-  uint32_t cuda_epoch_us = 1000;
-  uint32_t cuda_epochs_in_flight = 1;
+  uint32_t cuda_epoch_us = 10000;
+  uint32_t cuda_epochs_in_flight = 2;
 };
 
 // A completed message as the host reads it from the completion ring.
