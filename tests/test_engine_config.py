@@ -364,3 +364,22 @@ def test_far_end_gpu_with_auto_executor_and_no_gpu_raises():
         pytest.skip(f"a GPU is visible ({info['gpus'][0]['name']}): this checks the no-GPU path")
     with pytest.raises(TransceiverError, match="far_end 'gpu' needs the cuda executor"):
         Transceiver({"executor": "auto", "far_end": "gpu"})
+
+
+def test_epoch_stats_are_zeros_on_the_cpu_executor_and_name_each_figure() -> None:
+    """The cuda executor's epoch figures (docs/gpu_sharing.md) have the same keys everywhere;
+    the cpu executor has no epochs."""
+    with Transceiver({"executor": "cpu"}) as t:
+        stats = t.epoch_stats()
+    assert stats == dict.fromkeys(
+        (
+            "epochs",
+            "gap_total_ns",
+            "gap_max_ns",
+            "warmup_total_ns",
+            "warmup_max_ns",
+            "first_pass_total_ns",
+            "first_pass_max_ns",
+        ),
+        0,
+    )

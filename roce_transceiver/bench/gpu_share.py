@@ -14,7 +14,9 @@ in one run:
   load) in another thread while the loop runs, and how long it waited; with one launch it
   waits for the loop to stop (reported as blocked at the bound, then released by stop(),
   which reaches the kernel through pinned memory);
-- the relaunch gap, measured on the GPU between one epoch's end and the next one's start.
+- the relaunch gap, measured on the GPU between one epoch's end and the next one's start,
+  then the epoch's warm-up (CRC tables and state into shared memory) and its first pass;
+- and, as the load's floor, the same first-use load with nothing of ours running.
 """
 
 from __future__ import annotations
@@ -191,6 +193,14 @@ def run(
     """The table, one row per epoch length, with the floors of the same run; JSON too."""
     rows: dict[str, Percentiles | str] = {}
     results: dict[str, Any] = {}
+    # The load's own cost, with nothing of ours running: its floor.
+    load_fresh_kernel()  # cupy's context, memory pool and compiler set up once
+    baseline = [load_fresh_kernel() for _ in range(3)]
+    print(
+        f"  a first-use kernel load with no loop running: {min(baseline) * 1e3:.1f} ms "
+        f"(best of 3; {', '.join(f'{b * 1e3:.1f}' for b in baseline)} ms)",
+        file=out,
+    )
     for e, in_flight in epochs_us:
         name = f"echo {_name(e, in_flight)}"
         r = _echo(e, in_flight, count, "cpu")
@@ -212,10 +222,14 @@ def run(
         )
         ep = r["epochs"]
         gap = ep["gap_total_ns"] / max(1, ep["epochs"] - 1) / 1e3
+        warm = ep["warmup_total_ns"] / max(1, ep["epochs"]) / 1e3
+        first = ep["first_pass_total_ns"] / max(1, ep["epochs"]) / 1e3
         print(
             f"  {name}: {r['replies']}/{r['sent']} replies, {r['wrong']} wrong; pending kernel "
             f"load {waited}; {ep['epochs']} epochs, relaunch gap mean {gap:.1f} us, max "
-            f"{ep['gap_max_ns'] / 1e3:.1f} us",
+            f"{ep['gap_max_ns'] / 1e3:.1f} us; warm-up (tables, state in) mean {warm:.1f} us, "
+            f"max {ep['warmup_max_ns'] / 1e3:.1f} us; first pass mean {first:.1f} us, max "
+            f"{ep['first_pass_max_ns'] / 1e3:.1f} us",
             file=out,
         )
     floors = measure_floors(["pinned_pingpong", "device_block_pingpong"], floor_iterations)
@@ -224,6 +238,7 @@ def run(
         "benchmark": "share",
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "count": count,
+        "load_baseline_s": baseline,
         "epochs": results,
         "floors": {k: v.as_dict() if isinstance(v, Percentiles) else v for k, v in floors.items()},
         "machine": machine_info(),

@@ -37,6 +37,10 @@ struct KernelControl {
   uint64_t epochs;  // written by the kernel at each epoch's start
   uint64_t gap_total_ns;
   uint64_t gap_max_ns;
+  uint64_t warmup_total_ns;  // start to the loop's first pass: CRC tables, state in
+  uint64_t warmup_max_ns;
+  uint64_t first_pass_total_ns;  // the first pass of the loop (cold caches)
+  uint64_t first_pass_max_ns;
 };
 
 // Device memory: what one epoch leaves the next, besides the engine's state.
@@ -44,7 +48,17 @@ struct EpochRecord {
   uint64_t passes;       // loop passes so far (the heartbeat)
   uint64_t last_end_ns;  // %globaltimer at the last epoch's end
   uint64_t epochs, gap_total_ns, gap_max_ns;
+  uint64_t warmup_total_ns, warmup_max_ns, first_pass_total_ns, first_pass_max_ns;
 };
+
+// Adds `ns` to a total and a maximum kept in device memory, and mirrors both to the host's.
+__device__ void tally_ns(uint64_t ns, uint64_t& total, uint64_t& max, uint64_t* host_total,
+                         uint64_t* host_max) {
+  total += ns;
+  if (ns > max) max = ns;
+  store_relaxed<Scope::kSystem>(host_total, total);
+  store_relaxed<Scope::kSystem>(host_max, max);
+}
 
 // The state between shared and device memory, a word a lane.
 __device__ void copy_state(const WarpTeam& team, EngineState* dst, const EngineState* src) {
@@ -72,22 +86,27 @@ __global__ void engine_kernel(EngineDesc d, EngineState* state, KernelControl* c
   uint64_t passes = 0;
   if (team.leader()) {
     passes = rec->passes;
-    if (rec->epochs) {
-      const uint64_t gap = began - rec->last_end_ns;
-      rec->gap_total_ns += gap;
-      if (gap > rec->gap_max_ns) rec->gap_max_ns = gap;
-      store_relaxed<Scope::kSystem>(&ctl->gap_total_ns, rec->gap_total_ns);
-      store_relaxed<Scope::kSystem>(&ctl->gap_max_ns, rec->gap_max_ns);
-    }
+    if (rec->epochs)
+      tally_ns(began - rec->last_end_ns, rec->gap_total_ns, rec->gap_max_ns, &ctl->gap_total_ns,
+               &ctl->gap_max_ns);
     store_relaxed<Scope::kSystem>(&ctl->epochs, ++rec->epochs);
   }
   passes = team.from_leader(passes);
   const uint64_t until = epoch_ns ? began + epoch_ns : ~uint64_t(0);
-  for (;;) {
+  uint64_t warm = 0;  // the leader's clock at the first pass's start
+  if (team.leader()) {
+    warm = globaltimer_ns();
+    tally_ns(warm - began, rec->warmup_total_ns, rec->warmup_max_ns, &ctl->warmup_total_ns,
+             &ctl->warmup_max_ns);
+  }
+  for (bool first = true;; first = false) {
     engine_step<S>(team, d, st, &stg, 1);
     uint32_t quit = 0;
     ++passes;
     if (team.leader()) {
+      if (first)
+        tally_ns(globaltimer_ns() - warm, rec->first_pass_total_ns, rec->first_pass_max_ns,
+                 &ctl->first_pass_total_ns, &ctl->first_pass_max_ns);
       if (passes % kControlEvery == 0) {
         store_relaxed<Scope::kSystem>(heartbeat, passes);
         quit = load_acquire<Scope::kSystem>(&ctl->stop);
@@ -319,7 +338,8 @@ void EngineKernel::stop(double timeout_s) {
 
 EpochStats EngineKernel::epoch_stats() const {
   const volatile KernelControl& c = *impl_->ctl;
-  return EpochStats{c.epochs, c.gap_total_ns, c.gap_max_ns};
+  return EpochStats{c.epochs,        c.gap_total_ns,        c.gap_max_ns,       c.warmup_total_ns,
+                    c.warmup_max_ns, c.first_pass_total_ns, c.first_pass_max_ns};
 }
 
 void EngineKernel::run_far_end(const FarEndDesc& desc, double timeout_s) {

@@ -267,6 +267,10 @@ void register_engine(pb::module_& m) {
              d["epochs"] = s.epochs;
              d["gap_total_ns"] = s.gap_total_ns;
              d["gap_max_ns"] = s.gap_max_ns;
+             d["warmup_total_ns"] = s.warmup_total_ns;
+             d["warmup_max_ns"] = s.warmup_max_ns;
+             d["first_pass_total_ns"] = s.first_pass_total_ns;
+             d["first_pass_max_ns"] = s.first_pass_max_ns;
              return d;
            })
       .def("counters",

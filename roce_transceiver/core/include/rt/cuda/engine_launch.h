@@ -23,11 +23,16 @@ struct EpochOptions {
   uint32_t in_flight = 1;  // launches queued at once: 2 hides the relaunch, if the driver lets it
 };
 
-// What the epochs cost, measured on the GPU: from one epoch's end to the next one's start.
+// What the epochs cost, measured on the GPU: from one epoch's end to the next one's start,
+// then to its first pass, and that first pass.
 struct EpochStats {
   uint64_t epochs = 0;  // epochs started
   uint64_t gap_total_ns = 0;
   uint64_t gap_max_ns = 0;
+  uint64_t warmup_total_ns = 0;  // an epoch's start to its first pass: tables, state in
+  uint64_t warmup_max_ns = 0;
+  uint64_t first_pass_total_ns = 0;  // its first pass (cold caches)
+  uint64_t first_pass_max_ns = 0;
 };
 
 class EngineKernel {
