@@ -60,12 +60,21 @@ __device__ void tally_ns(uint64_t ns, uint64_t& total, uint64_t& max, uint64_t* 
   store_relaxed<Scope::kSystem>(host_max, max);
 }
 
-// The state between shared and device memory, a word a lane.
+// The state between shared and device memory, a word a lane, every lane's
+// loads in flight before its stores (one round trip, not one per word).
 __device__ void copy_state(const WarpTeam& team, EngineState* dst, const EngineState* src) {
   static_assert(sizeof(EngineState) % 8 == 0, "copied in 8-byte words");
+  constexpr uint32_t kWords = sizeof(EngineState) / 8;
+  constexpr uint32_t kPerLane = (kWords + 31) / 32;
   auto* d = reinterpret_cast<uint64_t*>(dst);
   const auto* s = reinterpret_cast<const uint64_t*>(src);
-  for (uint32_t i = team.lane(); i < sizeof(EngineState) / 8; i += team.size()) d[i] = s[i];
+  uint64_t v[kPerLane];
+#pragma unroll
+  for (uint32_t k = 0; k < kPerLane; ++k)
+    if (team.lane() + 32 * k < kWords) v[k] = s[team.lane() + 32 * k];
+#pragma unroll
+  for (uint32_t k = 0; k < kPerLane; ++k)
+    if (team.lane() + 32 * k < kWords) d[team.lane() + 32 * k] = v[k];
   team.sync();
 }
 
