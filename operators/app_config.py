@@ -309,6 +309,18 @@ def _check_together(
             f"{app or name} runs the {want!r} handler, not {t['handler']!r}", "transceiver.handler"
         )
     if want == "frames":
+        from roce_transceiver.peers.link import packet_bytes
+
+        slot = t["queues"]["slot_bytes"]
+        packet = packet_bytes(t, "RDMA_WRITE_ONLY_WITH_IMMEDIATE", peer["payload"])
+        if packet > slot:
+            most = (slot - (packet - peer["payload"])) // 4 * 4
+            raise fail(
+                f"{peer['payload']}: its packets are {packet} bytes, more than "
+                f"transceiver.queues.slot_bytes {slot} (the transceiver would drop every one); "
+                f"at most {most} fit",
+                "peer.payload",
+            )
         fr = t["frames"]
         most = fr["page_bytes"] - (128 if fr["metadata"] else 0)
         if peer["frame_bytes"] > most:

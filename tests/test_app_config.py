@@ -155,3 +155,17 @@ def test_override_into_a_value_that_is_not_a_section_is_an_error():
         load_config({"queues": 5}, {"queues.rx_depth": 64})
     cfg = load_app_config({"app": {"count": 3}}, {"peer.size": 64, "app.count": 7})
     assert (cfg["peer"]["size"], cfg["app"]["count"]) == (64, 7)
+
+
+def test_sensor_payload_whose_packets_a_slot_cannot_hold_names_the_key_and_the_most(tmp_path):
+    """The socket NIC would count every such packet too long and deliver none: refused."""
+    path = write(
+        tmp_path,
+        "app:\n  name: sensor_stream\ntransceiver:\n  handler: frames\n  qp: {transport: UC}\n"
+        "peer:\n  payload: 4096\n",
+    )
+    with pytest.raises(ConfigError) as e:
+        load_app_config(path, app="sensor_stream")
+    assert e.value.key == "peer.payload" and e.value.line == 7, str(e.value)
+    assert "more than transceiver.queues.slot_bytes 2048" in str(e.value)
+    assert "at most 1968 fit" in str(e.value)

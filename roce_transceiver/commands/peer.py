@@ -127,15 +127,10 @@ def _check_fits(
     from this peer is longer than the transceiver's ``queues.slot_bytes``: the socket NIC
     would count each one filtered and deliver none. The packet is built as the peer builds
     it, so the headers (IPv4 or IPv6, RETH, immediate) are the real ones."""
-    from roce_transceiver.peers.link import Addresses
-    from roce_transceiver.protocol import opcode_row
+    from roce_transceiver.peers.link import packet_bytes
 
     slot = cfg["queues"]["slot_bytes"]
-    headers = opcode_row(f"{cfg['qp']['transport']}_{op}").headers
-    fields = {"va": 0, "rkey": 0} if "RETH" in headers else {}
-    if "ImmDt" in headers:
-        fields["imm"] = 0
-    packet = len(Addresses.mirror(cfg).frame(op, bytes(size), psn=0, **fields))
+    packet = packet_bytes(cfg, op, size)
     if packet > slot:
         most = (slot - (packet - size)) // step * step
         raise CommandError(

@@ -18,7 +18,7 @@ from typing import Any
 
 from roce_transceiver.protocol import Packet, build, parse
 
-__all__ = ["Addresses", "Link", "LinkError", "open_link"]
+__all__ = ["Addresses", "Link", "LinkError", "open_link", "packet_bytes"]
 
 ROCE_PORT = 4791
 _IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)  # Linux's values
@@ -147,6 +147,20 @@ class Link:
             struct.pack_into(">H", head, ip_at + 4, 8 + len(datagram))
         struct.pack_into(">H", head, udp_at + 4, 8 + len(datagram))
         return bytes(head) + datagram
+
+
+def packet_bytes(cfg: dict[str, Any], op: str, payload: int) -> int:
+    """Bytes of a packet of ``op`` (e.g. ``SEND_ONLY``, ``RDMA_WRITE_ONLY``) with ``payload``
+    bytes, as a peer of the transceiver configured by ``cfg`` builds it (its addresses, IP
+    version and the op's extension headers): what must fit an rx slot (``queues.slot_bytes``)
+    for the socket NIC to take it."""
+    from roce_transceiver.protocol import opcode_row
+
+    headers = opcode_row(f"{cfg['qp']['transport']}_{op}").headers
+    fields = {"va": 0, "rkey": 0} if "RETH" in headers else {}
+    if "ImmDt" in headers:
+        fields["imm"] = 0
+    return len(Addresses.mirror(cfg).frame(op, bytes(payload), psn=0, **fields))
 
 
 def parse_offsets_for(family: int) -> int:

@@ -245,6 +245,7 @@ void register_engine(pb::module_& m) {
              d["nic_tx_frames"] = s.tx_frames;
              d["nic_tx_bytes"] = s.tx_bytes;
              d["nic_filtered"] = s.filtered;
+             d["nic_too_long"] = s.too_long;
              d["nic_rx_ring_full"] = s.rx_ring_full;
              d["nic_tx_errors"] = s.tx_errors;
              d["nic_kernel_drops"] = s.kernel_drops;

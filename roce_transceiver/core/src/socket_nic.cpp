@@ -82,7 +82,7 @@ struct SocketNic::Impl {
   std::string error;
   // Counters: written by the thread only, read by stats().
   std::atomic<uint64_t> rx_frames{0}, rx_bytes{0}, tx_frames{0}, tx_bytes{0}, filtered{0},
-      rx_ring_full{0}, tx_errors{0}, kernel_drops{0};
+      rx_ring_full{0}, tx_errors{0}, kernel_drops{0}, too_long{0};
   uint64_t rx_buffer_bytes = 0;  // granted (getsockopt after the ask)
   // udp mode: the socket's running drop count (sk_drops, 32 bits) as last read.
   uint32_t drops_seen = 0;
@@ -362,6 +362,7 @@ void SocketNic::start() {
           uint8_t* frame = static_cast<uint8_t*>(m.iovs[i].iov_base);
           if (len > room) {  // cut by the buffer: longer than a slot, not ours to take
             m.filtered.fetch_add(1, std::memory_order_relaxed);
+            m.too_long.fetch_add(1, std::memory_order_relaxed);
             continue;
           }
           if (m.udp) {
@@ -371,7 +372,12 @@ void SocketNic::start() {
             frame -= h;
             std::memcpy(frame, hdr, h);
             len += h;
-            if (len > room || len < h + sizeof(Bth) + kIcrcBytes || !ours(frame, len, cfg_.qpn)) {
+            if (len > room) {  // fits as a datagram, not with the headers we put back
+              m.filtered.fetch_add(1, std::memory_order_relaxed);
+              m.too_long.fetch_add(1, std::memory_order_relaxed);
+              continue;
+            }
+            if (len < h + sizeof(Bth) + kIcrcBytes || !ours(frame, len, cfg_.qpn)) {
               m.filtered.fetch_add(1, std::memory_order_relaxed);
               continue;
             }
@@ -487,6 +493,7 @@ SocketNicStats SocketNic::stats() const {
   s.tx_frames = m.tx_frames.load(std::memory_order_relaxed);
   s.tx_bytes = m.tx_bytes.load(std::memory_order_relaxed);
   s.filtered = m.filtered.load(std::memory_order_relaxed);
+  s.too_long = m.too_long.load(std::memory_order_relaxed);
   s.rx_ring_full = m.rx_ring_full.load(std::memory_order_relaxed);
   s.tx_errors = m.tx_errors.load(std::memory_order_relaxed);
   s.kernel_drops = m.kernel_drops.load(std::memory_order_relaxed);

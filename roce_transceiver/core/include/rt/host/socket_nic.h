@@ -53,6 +53,7 @@ struct SocketNicStats {
   uint64_t tx_frames = 0;  // sent
   uint64_t tx_bytes = 0;
   uint64_t filtered = 0;        // not ours: dropped before the engine
+  uint64_t too_long = 0;        // a part of filtered: longer than an rx slot (queues.slot_bytes)
   uint64_t rx_ring_full = 0;    // ours, dropped: the engine's rx ring was full
   uint64_t tx_errors = 0;       // frames the kernel refused to send
   uint64_t kernel_drops = 0;    // frames the kernel dropped before we read them (buffer full)
