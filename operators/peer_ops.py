@@ -27,7 +27,7 @@ from operators.progress import Progress
 from operators.transceiver_op import RoceTransceiverOp
 from roce_transceiver.netns import VethNamespace, inside
 from roce_transceiver.peers import QpuPeer, open_link
-from roce_transceiver.peers.link import Addresses, Link
+from roce_transceiver.peers.link import Link
 from roce_transceiver.peers.sensor import Faults, Sensor, SentFrame
 from roce_transceiver.qec import ErrorSample, logical_failures, pymatching_replies
 
@@ -222,19 +222,9 @@ class SensorPeerOp(Operator):
             self._link = _open(cfg, self.link_kind, self.namespace, own_port=12288)
             addresses = self._link.addresses
         else:
-            addresses = Addresses.mirror(cfg, own_port=12288)
-        fr = cfg["frames"]
-        self._sensor = Sensor(
-            addresses,
-            va=fr["va"],
-            rkey=fr["rkey"],
-            page_bytes=fr["page_bytes"],
-            pages=fr["pages"],
-            payload=self.payload,
-            metadata=fr["metadata"],
-            first_psn=cfg["qp"]["rx_psn"],
-            faults=self.faults,
-            seed=self.seed,
+            addresses = None  # the transceiver's peer on the loopback wire
+        self._sensor = Sensor.for_config(
+            cfg, addresses, payload=self.payload, faults=self.faults, seed=self.seed
         )
         self._next_at = time.perf_counter()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from engine_helpers import WAIT_S
 
 from roce_transceiver.frames import Frame
-from roce_transceiver.peers.link import Addresses
 from roce_transceiver.peers.sensor import Sensor
 from roce_transceiver.transceiver import Transceiver
 
@@ -31,16 +30,7 @@ def frames_config(
 
 
 def sensor_for(t: Transceiver, **kw: object) -> Sensor:
-    fr = t.config["frames"]
-    return Sensor(
-        Addresses.mirror(t.config, own_port=12288),  # HSB's source port
-        va=fr["va"],
-        rkey=fr["rkey"],
-        page_bytes=fr["page_bytes"],
-        pages=fr["pages"],
-        metadata=fr["metadata"],
-        **kw,  # type: ignore[arg-type]
-    )
+    return Sensor.for_config(t.config, **kw)
 
 
 def send(t: Transceiver, packets: list[bytes]) -> None:

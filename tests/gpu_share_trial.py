@@ -21,7 +21,6 @@ from collections.abc import Callable
 import numpy as np
 
 from roce_transceiver.bench.gpu_share import load_fresh_kernel
-from roce_transceiver.peers.link import Addresses
 from roce_transceiver.peers.sensor import Sensor
 from roce_transceiver.transceiver import Transceiver
 
@@ -93,14 +92,7 @@ def main() -> int:
     t.start()
     sensor = None
     if args.handler == "frames":
-        fr = t.config["frames"]
-        sensor = Sensor(
-            Addresses.mirror(t.config, own_port=12288),
-            va=fr["va"],
-            rkey=fr["rkey"],
-            page_bytes=fr["page_bytes"],
-            pages=fr["pages"],
-        )
+        sensor = Sensor.for_config(t.config)
     finished: dict[str, float] = {}
 
     def work() -> None:

@@ -32,7 +32,6 @@ def _host(a: object) -> bytes:
 
 def child(executor: str) -> dict[str, object]:
     """Frames taken, the transceiver stopped and dropped, then everything read: what matched."""
-    from roce_transceiver.peers.link import Addresses
     from roce_transceiver.peers.sensor import Sensor
     from roce_transceiver.transceiver import Transceiver
 
@@ -44,16 +43,7 @@ def child(executor: str) -> dict[str, object]:
         "queues": {"rx_depth": 1024},
     }
     t = Transceiver(cfg).start()
-    fr = t.config["frames"]
-    sensor = Sensor(
-        Addresses.mirror(t.config, own_port=12288),
-        va=fr["va"],
-        rkey=fr["rkey"],
-        page_bytes=PAGE,
-        pages=16,
-        metadata=True,
-        payload=1024,
-    )
+    sensor = Sensor.for_config(t.config, payload=1024)
     contents = [bytes((n * 31 + i * 7) & 0xFF for i in range(size)) for n, size in enumerate(SIZES)]
     frames = []
     for n, content in enumerate(contents):

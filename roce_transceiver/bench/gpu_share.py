@@ -91,7 +91,6 @@ def _pending_load(t: Transceiver, bound_s: float) -> KernelLoad:
 
 
 def _ingest(epoch_us: int, in_flight: int, frames: int, out: TextIO) -> dict[str, Any]:
-    from roce_transceiver.peers.link import Addresses
     from roce_transceiver.peers.sensor import Sensor
 
     page = 1 << 20
@@ -104,16 +103,7 @@ def _ingest(epoch_us: int, in_flight: int, frames: int, out: TextIO) -> dict[str
         "cuda": {"epoch_us": epoch_us, "epochs_in_flight": in_flight},
     }
     t = Transceiver(config)
-    fr = t.config["frames"]
-    sensor = Sensor(
-        Addresses.mirror(t.config, own_port=12288),
-        va=fr["va"],
-        rkey=fr["rkey"],
-        page_bytes=page,
-        pages=frames,
-        payload=4096,
-        metadata=False,
-    )
+    sensor = Sensor.for_config(t.config, payload=4096)
     packets = [p for s in sensor.frames(frames, page) for p in s.packets]
     if len(packets) > t.config["queues"]["rx_depth"]:
         raise ValueError(f"{len(packets)} packets do not fit the rx ring")

@@ -27,7 +27,6 @@ from roce_transceiver import _core, netns
 from roce_transceiver.bench.machine import machine_info
 from roce_transceiver.config import load_config
 from roce_transceiver.netinfo import interface_mac
-from roce_transceiver.peers.link import Addresses
 from roce_transceiver.peers.sensor import Sensor
 from roce_transceiver.transceiver import Transceiver
 
@@ -111,17 +110,7 @@ def run(
         slot = 8192 if payload > 1900 else 2048
         cfg = _config(v, peer_mac, "frames", slot)
         with Transceiver(cfg) as probe:
-            addresses = Addresses.mirror(probe.config, own_port=12288)
-            fr = probe.config["frames"]
-        sensor = Sensor(
-            addresses,
-            va=fr["va"],
-            rkey=fr["rkey"],
-            page_bytes=PAGE,
-            pages=8,
-            payload=payload,
-            metadata=True,
-        )
+            sensor = Sensor.for_config(probe.config, payload=payload)
         one_round = [p for s in sensor.frames(8, PAGE - 128) for p in s.packets]
         repeat = max(1, frames // 8)
         total = len(one_round) * repeat

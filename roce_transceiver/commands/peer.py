@@ -207,17 +207,7 @@ def run_sensor(args: argparse.Namespace) -> int:
     mode = args.mode or cfg["socket"]["mode"]
     try:
         with open_link(cfg, mode, args.interface, own_port=12288) as link:
-            sensor = Sensor(
-                link.addresses,
-                va=fr["va"],
-                rkey=fr["rkey"],
-                page_bytes=fr["page_bytes"],
-                pages=fr["pages"],
-                payload=args.payload,
-                metadata=fr["metadata"],
-                first_psn=cfg["qp"]["rx_psn"],
-                faults=faults,
-            )
+            sensor = Sensor.for_config(cfg, link.addresses, payload=args.payload, faults=faults)
             interval = 1.0 / args.rate if args.rate else 0.0
             next_at = time.perf_counter()
             frame_bytes = args.frame_bytes or sensor.max_frame_bytes

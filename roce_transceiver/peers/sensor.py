@@ -17,11 +17,14 @@ import random
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from roce_transceiver.hsb import METADATA_BYTES, PAGE_ALIGN, FrameMetadata, imm_encode, jamcrc
 from roce_transceiver.peers.link import Addresses
 
-__all__ = ["Faults", "Sensor", "SentFrame"]
+__all__ = ["HSB_SOURCE_PORT", "Faults", "Sensor", "SentFrame"]
+
+HSB_SOURCE_PORT = 12288  # the UDP source port HSB's sensors send from
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,26 @@ class Sensor:
         self.psn = first_psn & ((1 << psn_bits) - 1)
         self.faults = faults or Faults()
         self._rng = random.Random(seed)
+
+    @classmethod
+    def for_config(
+        cls, cfg: dict[str, Any], addresses: Addresses | None = None, **kw: Any
+    ) -> Sensor:
+        """The sensor a transceiver configured by ``cfg`` (a loaded config) expects: its
+        frames section's pages, rkey and metadata mode, its QP's first PSN, and ``addresses``
+        (default: the transceiver's peer, sending from HSB's source port 12288). ``kw``:
+        the other parameters (payload, faults, record, ...)."""
+        fr = cfg["frames"]
+        kw.setdefault("first_psn", cfg["qp"]["rx_psn"])
+        kw.setdefault("metadata", fr["metadata"])
+        return cls(
+            addresses or Addresses.mirror(cfg, own_port=HSB_SOURCE_PORT),
+            va=fr["va"],
+            rkey=fr["rkey"],
+            page_bytes=fr["page_bytes"],
+            pages=fr["pages"],
+            **kw,
+        )
 
     @property
     def max_frame_bytes(self) -> int:
