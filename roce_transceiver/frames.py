@@ -44,6 +44,7 @@ class Frame:
     ptp_ns: int
     rx_first_ns: int
     rx_last_ns: int
+    done_ns: int = 0  # when the engine recorded it (its clock: %globaltimer on the GPU)
     _data: Callable[[], np.ndarray] = field(repr=False, compare=False, default=lambda: np.empty(0))
     _device: Callable[[], Any] = field(repr=False, compare=False, default=lambda: None)
     _release: Callable[[], None] = field(repr=False, compare=False, default=lambda: None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -256,7 +256,7 @@ class Transceiver:
             if frame is None:
                 self._messages.append(Completion(**r))
             else:
-                self._frames.append(self._frame(frame))
+                self._frames.append(self._frame({**frame, "done_ns": r["done_timestamp_ns"]}))
 
     def _frame(self, f: dict[str, Any]) -> Frame:
         page, n = f["page"], f["bytes"]
@@ -315,6 +315,21 @@ class Transceiver:
             yield from self.receive(timeout=0.1)
 
     # -- the loopback far end ----------------------------------------------
+    def preload(self, frames: Iterable[bytes | bytearray | memoryview]) -> int:
+        """Before start(): put ``frames`` on the loopback wire's rx ring at once, as a NIC
+        would have written them, wherever the ring lies (device memory with ``far_end:
+        gpu``, where inject() cannot reach); for ingest benchmarks. Returns how many fit (the
+        ring's depth at most); ValueError for a frame longer than a slot."""
+        if self._started:
+            raise TransceiverError("preload(): before start() only")
+        data = [bytes(f) for f in frames]
+        try:
+            return int(self._core.preload(data))
+        except ValueError as e:
+            raise ValueError(f"preload(): {e}") from None
+        except RuntimeError as e:
+            raise TransceiverError(f"preload(): {e}") from None
+
     def inject(self, frame: bytes, wait: float = 0.0) -> bool:
         """Put a raw frame on the wire towards the engine (far_end cpu). False when
         the engine's rx ring is full: the frame is dropped and ``ring_drops`` counted.

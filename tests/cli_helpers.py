@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 __all__ = ["CLI", "started"]
 
 CLI = [sys.executable, "-m", "roce_transceiver"]
@@ -31,3 +33,12 @@ def started(args: list[str], banner: str, timeout: float = 30.0) -> Iterator[sub
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """The CLI in this process: its exit status, stdout and stderr."""
+    from roce_transceiver import cli
+
+    status = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err

@@ -26,6 +26,7 @@ import zlib
 from importlib import resources
 
 import pytest
+from cli_helpers import run_cli
 
 from roce_transceiver import __version__, _core, cli, hsb, protocol
 from roce_transceiver.commands import decode
@@ -51,12 +52,6 @@ JSON_KEYS = [
     "icrc_ok",
     "error",
 ]
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    status = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def json_rows(out: str) -> list[dict]:

@@ -21,6 +21,7 @@ __all__ = [
     "SECONDS_OR_ZERO",
     "U32_COUNT",
     "integer",
+    "integer_list",
     "real",
     "uint",
 ]
@@ -53,6 +54,17 @@ def integer(
         return value
 
     parse.__name__ = "integer"  # argparse names the type in some messages
+    return parse
+
+
+def integer_list(lo: int, hi: int) -> Callable[[str], tuple[int, ...]]:
+    """A type for a comma-separated list of integers, each in ``lo..hi``."""
+    one = integer(lo, hi)
+
+    def parse(text: str) -> tuple[int, ...]:
+        return tuple(one(part) for part in text.split(","))
+
+    parse.__name__ = "integer list"
     return parse
 
 

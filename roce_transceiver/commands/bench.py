@@ -7,7 +7,14 @@ import importlib
 
 from roce_transceiver import _core
 from roce_transceiver.commands import CommandError
-from roce_transceiver.commands.argtypes import COUNT, RATE, U32_COUNT, integer, real
+from roce_transceiver.commands.argtypes import (
+    COUNT,
+    RATE,
+    U32_COUNT,
+    integer,
+    integer_list,
+    real,
+)
 
 __all__ = ["register", "run"]
 
@@ -112,6 +119,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--echo-count", type=COUNT, default=2000, dest="echo_count")
     st.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     st.set_defaults(run=run_stream)
+
+    ingest = benches.add_parser(
+        "ingest",
+        help="an HSB stream into the frames handler: Mpps and Gb/s next to a copy floor",
+        description="Frames of 64 KiB in UC WRITE Only packets of each payload size, with and "
+        "without metadata, preloaded into the rx ring (device memory on the cuda executor) "
+        "and taken by the frames handler; every frame checked; rates by the engine's clock, "
+        "next to a copy of the same bytes by the same GPU resources (or one CPU thread).",
+    )
+    ingest.add_argument("--executor", choices=("auto", "cpu", "cuda"), default="auto")
+    ingest.add_argument(
+        "--payloads",
+        type=integer_list(1, 8192),
+        default=(64, 1024, 4096),
+        metavar="N,N,...",
+        help="payload bytes per packet (default 64,1024,4096)",
+    )
+    ingest.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    ingest.set_defaults(run=run_ingest)
 
     share = benches.add_parser(
         "share",
@@ -218,6 +244,17 @@ def run_stream(args: argparse.Namespace) -> int:
     except (RuntimeError, ValueError, OSError) as e:
         raise CommandError(f"bench stream: {e}") from None
     return 0
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    from roce_transceiver.bench import ingest
+    from roce_transceiver.transceiver import TransceiverError
+
+    try:
+        r = ingest.run(args.executor, args.payloads, json_path=args.json)
+    except (TransceiverError, RuntimeError, ValueError, ImportError) as e:
+        raise CommandError(f"bench ingest: {e}") from None
+    return 0 if all(row["frames_whole"] == row["frames"] for row in r["rows"]) else 1
 
 
 def run_share(args: argparse.Namespace) -> int:

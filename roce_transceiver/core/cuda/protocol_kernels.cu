@@ -14,6 +14,8 @@
 #include "rt/protocol/icrc.h"
 #include "rt/protocol/icrc_warp.cuh"
 #include "rt/protocol/psn.h"
+#include "rt/queues/copy_wide.h"
+#include "rt/team.h"
 
 namespace rt::cuda {
 namespace {
@@ -197,6 +199,49 @@ void icrc_on_device(const std::vector<uint8_t>& frames, const std::vector<uint32
   check(cudaDeviceSynchronize(), "icrc kernels");
   download(per_thread, d_thread);
   download(per_warp, d_warp);
+}
+
+namespace {
+
+constexpr uint32_t kCopyBuf = 4160;
+
+// One block of one warp per case: stage src at shared offset so, team-copy len bytes to
+// out + do.
+__global__ void copy_team_kernel(const uint8_t* src, const uint32_t* cases, uint32_t n,
+                                 uint8_t* out) {
+  __shared__ __align__(16) uint8_t staged[kCopyBuf + 64];
+  const uint32_t i = blockIdx.x;
+  if (i >= n) return;
+  for (uint32_t k = threadIdx.x; k < kCopyBuf; k += 32) staged[k] = src[k];
+  __syncwarp();
+  const uint32_t so = cases[3 * i], dst_off = cases[3 * i + 1], len = cases[3 * i + 2];
+  copy_bytes_team(WarpTeam{}, out + size_t(i) * kCopyBuf + dst_off, staged + so, len);
+}
+
+}  // namespace
+
+void copy_team_on_device(const std::vector<uint8_t>& src,
+                         const std::vector<std::array<uint32_t, 3>>& cases,
+                         std::vector<uint8_t>& out) {
+  if (src.size() != kCopyBuf) throw std::invalid_argument("copy_team_on_device: src of 4160 B");
+  std::vector<uint32_t> flat;
+  for (const auto& c : cases) {
+    if (c[0] >= 64 || c[1] >= 64 || c[2] > 4096)
+      throw std::invalid_argument("copy_team_on_device: offsets < 64, length <= 4096");
+    flat.insert(flat.end(), c.begin(), c.end());
+  }
+  const uint32_t n = uint32_t(cases.size());
+  DeviceBuffer<uint8_t> d_src(kCopyBuf), d_out(size_t(n) * kCopyBuf);
+  DeviceBuffer<uint32_t> d_cases(flat.size());
+  check(cudaMemcpy(d_src.ptr, src.data(), kCopyBuf, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpy(d_cases.ptr, flat.data(), flat.size() * 4, cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+  check(cudaMemset(d_out.ptr, 0, size_t(n) * kCopyBuf), "cudaMemset");
+  if (n) copy_team_kernel<<<n, 32>>>(d_src.ptr, d_cases.ptr, n, d_out.ptr);
+  check(cudaGetLastError(), "copy_team_kernel launch");
+  check(cudaDeviceSynchronize(), "copy_team_kernel");
+  out.resize(size_t(n) * kCopyBuf);
+  check(cudaMemcpy(out.data(), d_out.ptr, out.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
 }
 
 }  // namespace rt::cuda

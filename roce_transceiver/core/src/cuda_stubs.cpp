@@ -36,6 +36,11 @@ void hsb_psn_on_device(const std::vector<uint8_t>&, const std::vector<uint32_t>&
   no_cuda();
 }
 
+void copy_team_on_device(const std::vector<uint8_t>&, const std::vector<std::array<uint32_t, 3>>&,
+                         std::vector<uint8_t>&) {
+  no_cuda();
+}
+
 struct EngineKernel::Impl {};
 EngineKernel::EngineKernel() { no_cuda(); }
 EngineKernel::~EngineKernel() = default;

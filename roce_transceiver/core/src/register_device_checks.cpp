@@ -66,6 +66,19 @@ void register_device_checks(pybind11::module_& m) {
       },
       pybind11::arg("records"), pybind11::arg("a"), pybind11::arg("b"),
       "HSB metadata re-encoded, hsb_imm_encode(b, a) and psn_diff(b, a), all on the GPU.");
+  m.def(
+      "copy_team_on_device",
+      [](const pybind11::bytes& src, const std::vector<std::array<uint32_t, 3>>& cases) {
+        const std::vector<uint8_t> in = to_vector(src);
+        std::vector<uint8_t> out;
+        {
+          pybind11::gil_scoped_release nogil;
+          cuda::copy_team_on_device(in, cases, out);
+        }
+        return to_bytes(out);
+      },
+      pybind11::arg("src"), pybind11::arg("cases"),
+      "copy_bytes_team by a warp, shared to device memory: each case's 4160-byte result.");
 }
 
 }  // namespace rt::py

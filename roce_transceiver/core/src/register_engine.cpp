@@ -293,6 +293,7 @@ void register_engine(pb::module_& m) {
                out.append(completion_dict(c));
              return out;
            })
+      .def("preload", &Transceiver::preload, pb::arg("frames"))
       .def(
           "inject",
           [](Transceiver& t, const pb::bytes& frame, bool count_drop) {

@@ -502,6 +502,31 @@ bool Transceiver::inject(const uint8_t* frame, size_t len, bool count_drop) {
   return false;
 }
 
+size_t Transceiver::preload(const std::vector<std::string>& frames) {
+  require_open("preload()");
+  require_loopback("preload()");
+  if (started_) throw std::logic_error("preload(): before start() only");
+  for (const std::string& f : frames)
+    if (f.size() > cfg_.slot_bytes)
+      throw std::invalid_argument(
+          "preload: a " + std::to_string(f.size()) +
+          "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  // The ring's memory as the engine will find it: an image in host memory, filled by the
+  // producer's own code, then copied in whole.
+  std::vector<uint8_t> image(wire_.size());
+  wire_.read(0, image.data(), image.size());
+  const RxRing ring = rx_ring(image.data(), desc_views_.rx, desc_views_.rx_log2, cfg_.slot_bytes);
+  size_t n = 0;
+  for (const std::string& f : frames) {
+    if (rx_produce<Scope::kSystem>(ring, inject_prod_, reinterpret_cast<const uint8_t*>(f.data()),
+                                   uint32_t(f.size()), now_ns()) != ProduceResult::kOk)
+      break;
+    ++n;
+  }
+  wire_.write(0, image.data(), image.size());
+  return n;
+}
+
 std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
   const CallGuard guard(*this, "collect()");
   require_loopback("collect()");

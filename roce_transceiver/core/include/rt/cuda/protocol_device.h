@@ -3,6 +3,7 @@
 // agrees byte for byte with the host build.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,5 +31,13 @@ void reencode_on_device(const std::vector<uint8_t>& frames, const std::vector<ui
 void hsb_psn_on_device(const std::vector<uint8_t>& records, const std::vector<uint32_t>& a,
                        const std::vector<uint32_t>& b, std::vector<uint8_t>& records_out,
                        std::vector<uint32_t>& imm_out, std::vector<int32_t>& diff_out);
+
+// copy_bytes_team (queues/copy_wide.h) by one warp, from shared memory to device memory, for
+// every (source offset, destination offset, length) in `cases` (each < 64, < 64, <= 4096):
+// `src` (4160 bytes) is staged at shared offset so, copied to dst offset do of a zeroed
+// 4160-byte buffer; out[i] is that buffer after case i.
+void copy_team_on_device(const std::vector<uint8_t>& src,
+                         const std::vector<std::array<uint32_t, 3>>& cases,
+                         std::vector<uint8_t>& out);
 
 }  // namespace rt::cuda

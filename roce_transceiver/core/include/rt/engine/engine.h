@@ -42,6 +42,7 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
       t.sync();
       if (t.leader()) receive_packet<S>(d, st, stg, ByteSpan(a.frame, a.len), a.ts, icrc);
       t.sync();
+      if (st.place_len) place_pending<S>(t, d, st, stg);
       if (st.frames.pending) finish_frame<S>(t, d, st);
     }
     if (t.leader()) ++st.rx_ci;

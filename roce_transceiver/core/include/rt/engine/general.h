@@ -364,6 +364,14 @@ RT_HD inline void close_frame(const FramesDesc& fd, EngineState& st, const Frame
     fs.pending = true;
 }
 
+// A WRITE's payload for the team to place once the leader is done (place_pending):
+// one thread storing a 4 KiB packet byte by byte was most of a WRITE's cost on a GPU.
+RT_HD inline void defer_copy(EngineState& st, uint8_t* dst, const uint8_t* src, uint32_t n) {
+  st.place_dst = dst;
+  st.place_src = src;
+  st.place_len = n;
+}
+
 // The frames handler's WRITE (frames.h), after the RETH checks of
 // execute_write: the page must be in the frames region and hold the packet,
 // and not be held by the host; the frame's account is kept, and its end is
@@ -404,7 +412,7 @@ RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Stagi
       fs.dropped = true;
   }
   if (!page_busy(fs, page)) {
-    copy_bytes(r.base + at, f.base + f.payload, f.payload_len);
+    defer_copy(st, r.base + at, f.base + f.payload, f.payload_len);
     if (data_len && offset + data_len > fs.bytes) fs.bytes = offset + data_len;
   } else {
     count(st.tally, Counter::kFramePageBusy);
@@ -451,7 +459,11 @@ RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const S
   const MemRegion& r = d.regions[st.write_region];
   if (d.handler.kind == HandlerKind::kFrames)
     return frames_write<S>(d, st, stg, f, rx_ts) ? Verdict::kAccept : Verdict::kDrop;
-  copy_bytes(r.base + (st.write_next_va - r.va), f.base + f.payload, f.payload_len);
+  uint8_t* dst = r.base + (st.write_next_va - r.va);
+  if (f.op.is(kLast) && f.op.has(kImmDt))
+    copy_bytes(dst, f.base + f.payload, f.payload_len);  // the handler reads it below
+  else
+    defer_copy(st, dst, f.base + f.payload, f.payload_len);
   st.write_next_va += f.payload_len;
   st.write_remaining -= f.payload_len;
   st.in_message = f.op.is(kLast) ? 0 : kWrite;
@@ -595,7 +607,14 @@ RT_HD RT_COLD inline void receive_packet(const EngineDesc& d, EngineState& st, c
   st.expected_psn = psn_add(bth.psn.get(), 1);
   if (d.qp.transport == Transport::RC) {
     if (f.op.is(kLast)) st.msn = psn_add(st.msn, 1);
-    if (bth.ack_requested()) send_aeth<S>(d, st, stg, kAethAck, bth.psn.get());
+    if (bth.ack_requested()) {
+      if (st.place_len) {  // acknowledged once the team has placed the data
+        st.ack_pending = true;
+        st.ack_psn = bth.psn.get();
+      } else {
+        send_aeth<S>(d, st, stg, kAethAck, bth.psn.get());
+      }
+    }
   }
 }
 
@@ -619,6 +638,24 @@ RT_HD RT_COLD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st
   }
   if (n) rx_release<Scope::kSystem>(d.host_tx, st.host_ci);
   return n;
+}
+
+// Team-wide: the placement the leader left pending (defer_copy), then the ACK
+// that waited for it.
+template <Scope S, class Team>
+RT_HD inline void place_pending(const Team& t, const EngineDesc& d, EngineState& st,
+                                const Staging* stg) {
+  copy_bytes_team(t, st.place_dst, st.place_src, st.place_len);
+  if (t.leader()) {
+    st.place_len = 0;
+    st.place_dst = nullptr;
+    st.place_src = nullptr;
+    if (st.ack_pending) {
+      st.ack_pending = false;
+      send_aeth<S>(d, st, stg, kAethAck, st.ack_psn);
+    }
+  }
+  t.sync();
 }
 
 // Team-wide: the end of a frame the leader left pending (frames_write): the

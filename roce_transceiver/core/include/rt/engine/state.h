@@ -82,6 +82,14 @@ struct EngineState {
   uint32_t atomic_psn;       // RC: the last atomic executed (PSN, value before), replayed to
   uint64_t atomic_orig;      // a duplicate of it instead of executing it twice
   bool atomic_done;
+  // What the leader decided and the team carries out after it (engine_step): a WRITE's
+  // payload into its region or page, each lane 16 bytes at a time, and the RC ACK that may
+  // only follow the data (place_len 0: nothing pending).
+  uint8_t* place_dst;
+  const uint8_t* place_src;
+  uint32_t place_len;
+  bool ack_pending;
+  uint32_t ack_psn;
   CounterTally tally;
   Prediction pred;    // the express path's view of the queue pair
   FrameState frames;  // handler kFrames: the frame in progress

@@ -133,6 +133,10 @@ class Transceiver {
   // false: the engine's rx ring is full; counted as a ring drop unless the caller will
   // try again (a lossless far end that waits for room).
   bool inject(const uint8_t* frame, size_t len, bool count_drop = true);
+  // Before start(): frames onto the wire's rx ring at once, wherever the ring lies (device
+  // memory with the GPU far end: one image copied in), as a NIC would have written them; for
+  // ingest benchmarks. How many fit.
+  size_t preload(const std::vector<std::string>& frames);
   std::vector<std::vector<uint8_t>> collect(size_t max);
   // Requests out, replies back, timed at the far end (cpu or gpu).
   FarEndRun run_far_end(const FarEndParams& params);

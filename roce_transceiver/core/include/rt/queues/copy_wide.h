@@ -57,4 +57,44 @@ RT_HD inline void copy_wide_team(const Team& t, uint8_t* dst, const uint8_t* src
     reinterpret_cast<Chunk16*>(dst)[c] = reinterpret_cast<const Chunk16*>(src)[c];
 }
 
+// 16 bytes from any address of memory next to the team (a staging buffer in
+// shared memory): on a GPU five aligned 4-byte loads and funnel shifts, since
+// a misaligned 16-byte load is not allowed. May read up to 3 bytes past the 16,
+// in the same buffer (a staged frame's payload is followed by its ICRC).
+RT_HD inline Chunk16 load_unaligned16(const uint8_t* p) {
+#if RT_DEVICE_CODE
+  const uint32_t* w =
+      reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(3));
+  const uint32_t shift = uint32_t(reinterpret_cast<uintptr_t>(p) & 3u) * 8u;
+  uint32_t x[5];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) x[i] = w[i];
+  uint32_t r[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[i] = __funnelshift_r(x[i], x[i + 1], shift);
+  return Chunk16{uint64_t(r[1]) << 32 | r[0], uint64_t(r[3]) << 32 | r[2]};
+#else
+  Chunk16 c;
+  __builtin_memcpy(&c, p, sizeof c);
+  return c;
+#endif
+}
+
+// Team-wide copy of n bytes at any alignment from memory next to the team (a
+// staged frame) to anywhere (a region, a page): each lane stores whole 16-byte
+// chunks of the destination, so a 4 KiB packet is 8 stores a lane, not 4096
+// stores on one thread. Ends with the team synchronised.
+template <class Team>
+RT_HD inline void copy_bytes_team(const Team& t, uint8_t* dst, const uint8_t* src, uint32_t n) {
+  const uint32_t head_room = uint32_t(-reinterpret_cast<uintptr_t>(dst) & 15u);
+  const uint32_t head = head_room < n ? head_room : n;
+  const uint32_t chunks = (n - head) / 16;
+  const uint32_t body = head + chunks * 16;
+  for (uint32_t i = t.lane(); i < head; i += t.size()) dst[i] = src[i];
+  for (uint32_t c = t.lane(); c < chunks; c += t.size())
+    reinterpret_cast<Chunk16*>(dst + head)[c] = load_unaligned16(src + head + c * 16);
+  for (uint32_t i = body + t.lane(); i < n; i += t.size()) dst[i] = src[i];
+  t.sync();
+}
+
 }  // namespace rt
