@@ -27,9 +27,19 @@ RT_HD inline void stage_ordered(const Team& t, const EngineDesc& d, uint32_t ci,
                                 uint32_t len) {
   if (t.leader()) fence_acquire<S>();
   t.sync();  // every lane's reads after the leader's acquire
+  // A lane's loads go out eight at a time before their stores: a long frame is a few
+  // round trips to the ring, not one per 16 bytes.
+  constexpr uint32_t kInFlight = 8;
   const uint8_t* slot = d.rx.slot(ci);
-  for (uint32_t c = t.lane(); c * kChunkBytes < len; c += t.size())
-    reinterpret_cast<Chunk16*>(stg->rx)[c] = load_fresh16(slot + c * kChunkBytes);
+  const uint32_t chunks = (len + kChunkBytes - 1) / kChunkBytes;
+  auto* out = reinterpret_cast<Chunk16*>(stg->rx);
+  for (uint32_t base = t.lane(); base < chunks; base += kInFlight * t.size()) {
+    Chunk16 v[kInFlight];
+    for (uint32_t k = 0; k < kInFlight; ++k)
+      if (base + k * t.size() < chunks) v[k] = load_fresh16(slot + (base + k * t.size()) * 16);
+    for (uint32_t k = 0; k < kInFlight; ++k)
+      if (base + k * t.size() < chunks) out[base + k * t.size()] = v[k];
+  }
   t.sync();
 }
 

@@ -192,26 +192,38 @@ RT_HD inline uint32_t crc32_team(const Team& t, const uint8_t* p, uint64_t n) {
     if (n == 0) return 0;
     const Crc32Tables& tb = detail::crc32_tables();
     const uint64_t chunks = (n + kChunkBytes - 1) / kChunkBytes;
-    const auto chunk = [&](uint64_t j) -> uint32_t {
-      if (j >= chunks) return 0;
+    // Chunk j from the end, as four words; past the first byte: zeros.
+    const auto load = [&](uint64_t j, uint32_t w[4]) {
       const int64_t start = int64_t(n) - int64_t(kChunkBytes * (j + 1));
-      uint32_t w[4];
-      if (start >= 0) {
+      if (j < chunks && start >= 0) {
         load_words(p + start, w);
-      } else {  // the first chunk: zeros in front of the data
-        for (int i = 0; i < 4; ++i) {
-          w[i] = 0;
-          for (int b = 0; b < 4; ++b) {
-            const int64_t at = start + 4 * i + b;
-            if (at >= 0) w[i] |= uint32_t(p[at]) << (8 * b);
-          }
+        return;
+      }
+      for (int i = 0; i < 4; ++i) {  // the first chunk: zeros in front of the data
+        w[i] = 0;
+        for (int b = 0; b < 4; ++b) {
+          const int64_t at = start + 4 * i + b;
+          if (j < chunks && at >= 0) w[i] |= uint32_t(p[at]) << (8 * b);
         }
       }
-      return chunk_step(tb, 0, w);
     };
+    // Each lane folds its chunks j = lane + 32 m, m from the top down. The loads of a
+    // group go out before any is folded: on a GPU each is a memory round trip, and a
+    // frame's page is far from the SM (64 KiB: 128 of them a lane).
+    constexpr uint32_t kGroup = 4;
     uint64_t m = (chunks + 31) / 32 - 1;
-    uint32_t reg = chunk(t.lane() + 32 * m);
-    while (m-- > 0) reg = crc32_shift16(tb, 32, reg) ^ chunk(t.lane() + 32 * m);
+    uint32_t w[4];
+    load(t.lane() + 32 * m, w);
+    uint32_t reg = chunk_step(tb, 0, w);
+    while (m > 0) {
+      const uint32_t g = m < kGroup ? uint32_t(m) : kGroup;
+      uint32_t ws[kGroup][4];
+      for (uint32_t k = 0; k < kGroup; ++k)
+        if (k < g) load(t.lane() + 32 * (m - 1 - k), ws[k]);
+      for (uint32_t k = 0; k < kGroup; ++k)
+        if (k < g) reg = crc32_shift16(tb, 32, reg) ^ chunk_step(tb, 0, ws[k]);
+      m -= g;
+    }
     reg = t.xor_all(t.lane() ? crc32_shift16(tb, t.lane(), reg) : reg);
     return ~(reg ^ crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu));
   }
