@@ -109,7 +109,7 @@ __global__ void engine_kernel(EngineDesc d, EngineState* state, KernelControl* c
              &ctl->warmup_max_ns);
   }
   for (bool first = true;; first = false) {
-    engine_step<S>(team, d, st, &stg, 1);
+    engine_step<S>(team, d, st, &stg, d.batch);  // queues.batch frames a pass at most
     uint32_t quit = 0;
     ++passes;
     if (team.leader()) {
