@@ -288,7 +288,7 @@ SCHEMA = Section(
         "vlan": Field(
             int,
             None,
-            "802.1Q TCI to tag frames with; null: untagged",
+            "802.1Q TCI to tag frames with (not in socket.mode udp); null: untagged",
             nullable=True,
             minimum=0,
             maximum=0xFFFF,
@@ -341,8 +341,8 @@ SCHEMA = Section(
         "cpu_core": Field(
             int,
             None,
-            "pin the cpu executor's thread to this core; start() fails naming the core if the "
-            "pinning does; null: no pinning",
+            "pin the cpu executor's thread to this core (refused with the cuda executor); "
+            "start() fails naming the core if the pinning does; null: no pinning",
             nullable=True,
             minimum=0,
             check=_usable_core,
@@ -422,6 +422,8 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("pages x page_bytes must stay under 4 GiB (one region)", "frames.page_bytes")
         if cfg["frames"]["va"] + cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] > 2**64:
             raise fail("the pages run past the end of the 64-bit address space", "frames.va")
+    if cfg["executor"] == "cuda" and cfg["cpu_core"] is not None:
+        raise fail("pins the cpu executor's thread; executor 'cuda' has none", "cpu_core")
     sock = cfg["socket"]
     if cfg["nic"] == "doca" and cfg["far_end"] != "cpu":
         raise fail("nic 'doca': the far end is the network; far_end must be 'cpu'", "far_end")
@@ -430,6 +432,20 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("nic 'socket': the far end is the network; far_end must be 'cpu'", "far_end")
         if sock["mode"] == "packet" and not sock["interface"]:
             raise fail("socket.mode 'packet' needs socket.interface", "socket.interface")
+        # udp mode: the kernel's UDP socket writes the Ethernet header and picks the interface
+        # by route, so neither of these could take effect.
+        if sock["mode"] == "udp" and sock["interface"]:
+            raise fail(
+                "socket.mode 'udp' binds to local.ip, not to an interface: leave it null, "
+                "or use socket.mode 'packet'",
+                "socket.interface",
+            )
+        if sock["mode"] == "udp" and cfg["vlan"] is not None:
+            raise fail(
+                "socket.mode 'udp' leaves the Ethernet header to the kernel, which would send "
+                "untagged: use a VLAN interface's address, or socket.mode 'packet'",
+                "vlan",
+            )
     for side in ("local", "peer"):
         if cfg[side]["mac"] == "auto" and (cfg["nic"] != "socket" or sock["mode"] != "packet"):
             raise fail("'auto' needs nic 'socket' in packet mode (an interface)", f"{side}.mac")
@@ -579,6 +595,12 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
     """The flat dict the C++ core takes: every key of ``_core.engine_config_keys()``, from
     TO_CORE and COMPUTED. ``executor`` is the one the Transceiver picked (not auto);
     ``qec_blob`` the qec handler's table."""
+    if executor == "cuda" and cfg["cpu_core"] is not None:
+        raise ConfigError(
+            f"pins the cpu executor's thread, and executor '{cfg['executor']}' runs cuda here, "
+            "which has none: set executor: cpu, or cpu_core: null",
+            key="cpu_core",
+        )
     out: dict[str, Any] = {}
     for dotted, key in TO_CORE.items():
         value = _get(cfg, dotted)
@@ -610,6 +632,17 @@ def reference_markdown() -> str:
         "`cpu_core` must be a core the process may run on (its affinity mask, as `taskset` or "
         "a container's cpuset leaves it); when the pinning itself fails, `start()` raises "
         "`TransceiverError` naming the core and the reason, and nothing runs.\n\n"
+        "No key is silently ignored. The keys of a section apply where its line says "
+        "(`socket.*` with `nic: socket`, `cuda.*` with the cuda executor, `frames.*` with "
+        "`handler: frames`, `qec.*` with `handler: qec`) and are unused elsewhere; `doca.*` "
+        "is validated only (`nic: doca` is refused, saying what is missing). A key set where "
+        "it cannot take effect is refused: `socket.interface` and `vlan` with "
+        "`socket.mode: udp` (the kernel's UDP socket writes the Ethernet header and picks the "
+        "interface by route), `cpu_core` with the cuda executor (when `executor: auto` picks "
+        "cuda, `Transceiver()` refuses it). Not yet honoured: the cuda executor's kernel takes "
+        "one packet per pass whatever `queues.batch` says (the engine's descriptor has it; "
+        "issue 15). Which schema key becomes which engine key: `TO_CORE` and `COMPUTED` in "
+        "`roce_transceiver/config.py`, checked by `tests/test_config_mapping.py`.\n\n"
         + render_markdown(SCHEMA)
     )
 

@@ -6,7 +6,7 @@ one (config.TO_CORE), read into a computed core key (config.COMPUTED), consumed 
 (config.NOT_IN_ENGINE); changing a key that reaches the engine changes what the core gets, at
 the keys that say they read it and no other; core_config() gives exactly the keys the core
 takes, each of the kind it declares; the core refuses a key missing, unknown or of the wrong
-kind, naming it.
+kind, naming it; and a setting that cannot take effect where it is set is refused.
 
 Oracles: the schema's own leaves (a key added later must be placed before this passes);
 ``_core.engine_config_keys()``, which the core derives from the same list it parses with
@@ -302,3 +302,57 @@ def test_a_long_value_is_quoted_short():
     with pytest.raises(ValueError) as e:
         _core.Transceiver({**good(), "qec_blob": "x" * 10_000})
     assert len(str(e.value)) < 200, str(e.value)
+
+
+# ---------------------------------------------------------------- no setting silently ignored
+
+UDP = {"nic": "socket", "socket": {"mode": "udp"}}
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "message"),
+    [
+        (
+            {**UDP, "socket": {"mode": "udp", "interface": "eth0"}},
+            "socket.interface",
+            "socket.mode 'udp' binds to local.ip, not to an interface",
+        ),
+        ({**UDP, "vlan": 5}, "vlan", "socket.mode 'udp' leaves the Ethernet header to the kernel"),
+        (
+            {"executor": "cuda", "cpu_core": 0},
+            "cpu_core",
+            "pins the cpu executor's thread; executor 'cuda' has none",
+        ),
+    ],
+)
+def test_a_setting_that_cannot_take_effect_is_refused(config, key, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(config)
+    assert (e.value.key, str(e.value)) == (key, f"{key}: " + str(e.value).split(": ", 1)[1])
+    assert message in str(e.value)
+    with pytest.raises(ConfigError, match=re.escape(f"{key}: {message}")):
+        Transceiver(config)
+
+
+def test_a_refused_setting_names_its_file_and_line(tmp_path):
+    path = tmp_path / "udp.yaml"
+    path.write_text("nic: socket\nsocket:\n  mode: udp\nvlan: 7\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert (e.value.source, e.value.line, e.value.key) == (str(path), 4, "vlan")
+
+
+def test_the_same_settings_stay_accepted_where_they_work():
+    load_config({"nic": "socket", "socket": {"mode": "packet", "interface": "eth0"}, "vlan": 5})
+    load_config({"vlan": 5})  # the loopback's far end tags its frames too
+    load_config({**UDP, "socket": {"mode": "udp", "interface": None}})
+    load_config({"executor": "cpu", "cpu_core": min(allowed_cores())})
+
+
+def test_cpu_core_where_auto_picks_cuda_is_refused():
+    cfg = load_config({"executor": "auto", "cpu_core": min(allowed_cores())})
+    with pytest.raises(ConfigError) as e:
+        core_config(cfg, "cuda", None)
+    assert e.value.key == "cpu_core"
+    assert "executor 'auto' runs cuda here" in str(e.value)
+    assert core_config(cfg, "cpu", None)["cpu_core"] == min(allowed_cores())
