@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,18 @@ from roce_transceiver.schema import (
     with_overrides,
 )
 
-__all__ = ["SCHEMA", "ConfigError", "core_config", "load_config", "reference_markdown"]
+__all__ = [
+    "BY_PYTHON",
+    "COMPUTED",
+    "NOT_IN_ENGINE",
+    "NULL_TO_CORE",
+    "SCHEMA",
+    "TO_CORE",
+    "ConfigError",
+    "core_config",
+    "load_config",
+    "reference_markdown",
+]
 
 
 def _power_of_two(v: int) -> str | None:
@@ -276,7 +288,7 @@ SCHEMA = Section(
         "vlan": Field(
             int,
             None,
-            "802.1Q TCI to tag frames with; null: untagged",
+            "802.1Q TCI to tag frames with (not in socket.mode udp); null: untagged",
             nullable=True,
             minimum=0,
             maximum=0xFFFF,
@@ -329,8 +341,8 @@ SCHEMA = Section(
         "cpu_core": Field(
             int,
             None,
-            "pin the cpu executor's thread to this core; start() fails naming the core if the "
-            "pinning does; null: no pinning",
+            "pin the cpu executor's thread to this core (refused with the cuda executor); "
+            "start() fails naming the core if the pinning does; null: no pinning",
             nullable=True,
             minimum=0,
             check=_usable_core,
@@ -410,6 +422,8 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("pages x page_bytes must stay under 4 GiB (one region)", "frames.page_bytes")
         if cfg["frames"]["va"] + cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] > 2**64:
             raise fail("the pages run past the end of the 64-bit address space", "frames.va")
+    if cfg["executor"] == "cuda" and cfg["cpu_core"] is not None:
+        raise fail("pins the cpu executor's thread; executor 'cuda' has none", "cpu_core")
     sock = cfg["socket"]
     if cfg["nic"] == "doca" and cfg["far_end"] != "cpu":
         raise fail("nic 'doca': the far end is the network; far_end must be 'cpu'", "far_end")
@@ -418,6 +432,20 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("nic 'socket': the far end is the network; far_end must be 'cpu'", "far_end")
         if sock["mode"] == "packet" and not sock["interface"]:
             raise fail("socket.mode 'packet' needs socket.interface", "socket.interface")
+        # udp mode: the kernel's UDP socket writes the Ethernet header and picks the interface
+        # by route, so neither of these could take effect.
+        if sock["mode"] == "udp" and sock["interface"]:
+            raise fail(
+                "socket.mode 'udp' binds to local.ip, not to an interface: leave it null, "
+                "or use socket.mode 'packet'",
+                "socket.interface",
+            )
+        if sock["mode"] == "udp" and cfg["vlan"] is not None:
+            raise fail(
+                "socket.mode 'udp' leaves the Ethernet header to the kernel, which would send "
+                "untagged: use a VLAN interface's address, or socket.mode 'packet'",
+                "vlan",
+            )
     for side in ("local", "peer"):
         if cfg[side]["mac"] == "auto" and (cfg["nic"] != "socket" or sock["mode"] != "packet"):
             raise fail("'auto' needs nic 'socket' in packet mode (an interface)", f"{side}.mac")
@@ -452,60 +480,133 @@ def _resolved_mac(cfg: dict[str, Any], side: str) -> bytes:
         raise ConfigError(str(e), key=f"{side}.mac") from None
 
 
+# ---------------------------------------------------------------- what reaches the engine
+# The core takes a flat dict: its keys, and the member each sets, are listed once, in
+# roce_transceiver/core/include/rt/host/transceiver.h (for_each_config_key), and
+# _core.engine_config_keys() returns them with their kinds. The tables below say where each
+# comes from; tests/test_config_mapping.py holds them to the schema (every leaf placed, each
+# one reaching what it claims) and to the core (every key it takes, no other).
+
+#: Schema keys the core takes one for one: dotted key -> the core's key.
+TO_CORE: dict[str, str] = {
+    "nic": "nic",
+    "far_end": "far_end",
+    "handler": "handler",
+    "socket.mode": "socket_mode",
+    "socket.interface": "socket_interface",
+    "socket.capture": "socket_capture",
+    "socket.batch": "socket_batch",
+    "cuda.epoch_us": "cuda_epoch_us",
+    "cuda.epochs_in_flight": "cuda_epochs_in_flight",
+    "frames.pages": "frames_pages",
+    "frames.page_bytes": "frames_page_bytes",
+    "frames.metadata": "frames_metadata",
+    "frames.check_crc": "frames_check_crc",
+    "qp.transport": "transport",
+    "qp.qpn": "qpn",
+    "qp.peer_qpn": "peer_qpn",
+    "qp.pkey": "pkey",
+    "qp.rx_psn": "rx_psn",
+    "qp.tx_psn": "tx_psn",
+    "local.udp_sport": "udp_sport",
+    "vlan": "vlan",
+    "queues.rx_depth": "rx_depth",
+    "queues.tx_depth": "tx_depth",
+    "queues.slot_bytes": "slot_bytes",
+    "queues.batch": "batch",
+    "queues.host_tx_depth": "host_tx_depth",
+    "queues.completion_depth": "completion_depth",
+    "queues.completion_slot_bytes": "completion_slot_bytes",
+    "queues.max_message_bytes": "msg_buf_bytes",
+    "check_icrc": "check_icrc",
+    "express": "express",
+    "completions": "record_completions",
+    "cpu_core": "cpu_core",
+    "stop_timeout_s": "stop_timeout_s",
+}
+
+#: What a null goes across as, for the keys of TO_CORE whose core member has no None.
+NULL_TO_CORE: dict[str, Any] = {"socket.interface": "", "socket.capture": "", "cpu_core": -1}
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A core key computed from schema keys (``reads``), or from what the Transceiver resolved:
+    ``value(cfg, executor, qec_blob)``."""
+
+    reads: tuple[str, ...]
+    value: Callable[[dict[str, Any], str, bytes | None], Any]
+
+
+def _address(cfg: dict[str, Any], side: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    return ipaddress.ip_address(cfg[side]["ip"])
+
+
+def _core_regions(cfg: dict[str, Any]) -> list[tuple[int, int, int]]:
+    """The configured regions, then the frames handler's pages as one more region."""
+    out = [(r["va"], r["rkey"], r["length"]) for r in cfg["regions"]]
+    if cfg["handler"] == "frames":
+        fr = cfg["frames"]
+        out.append((fr["va"], fr["rkey"], fr["pages"] * fr["page_bytes"]))
+    return out
+
+
+#: Core keys computed from several schema keys or resolved by the Transceiver: core key ->
+#: how. (``local.mac: auto`` also reads socket.interface, and peer.ip for ``peer.mac``.)
+COMPUTED: dict[str, Computed] = {
+    "executor": Computed((), lambda cfg, executor, blob: executor),
+    "local_mac": Computed(("local.mac",), lambda cfg, ex, blob: _resolved_mac(cfg, "local")),
+    "peer_mac": Computed(("peer.mac",), lambda cfg, ex, blob: _resolved_mac(cfg, "peer")),
+    "ip_version": Computed(("local.ip",), lambda cfg, ex, blob: _address(cfg, "local").version),
+    "local_ip": Computed(("local.ip",), lambda cfg, ex, blob: _address(cfg, "local").packed),
+    "peer_ip": Computed(("peer.ip",), lambda cfg, ex, blob: _address(cfg, "peer").packed),
+    "regions": Computed(
+        ("regions", "handler", "frames.va", "frames.rkey", "frames.pages", "frames.page_bytes"),
+        lambda cfg, ex, blob: _core_regions(cfg),
+    ),
+    # The frames' pages are the region after the configured ones.
+    "frames_region": Computed(("regions",), lambda cfg, ex, blob: len(cfg["regions"])),
+    "qec_blob": Computed((), lambda cfg, ex, blob: blob or b""),
+}
+
+#: Schema keys Python consumes before the core, and what reaches the core in their place.
+BY_PYTHON: dict[str, str] = {
+    "executor": "transceiver.pick_executor() resolves auto to cpu or cuda, which the core "
+    "gets as executor",
+    "qec.distance": "transceiver.Transceiver builds the decoder's lookup table for it, which "
+    "the core gets as qec_blob",
+}
+
+#: Schema keys that do not reach the engine, and why.
+NOT_IN_ENGINE: dict[str, str] = {
+    f"doca.{key}": "nic 'doca' is not built: Transceiver refuses it before the core, saying "
+    "what this machine lacks (roce_transceiver/doca.py, docs/deployment.md)"
+    for key in ("device", "gpu_pci", "nic_handler", "gid_index", "mtu")
+}
+
+
+def _get(cfg: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
 def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> dict[str, Any]:
-    """The flat dict the C++ core takes (roce_transceiver/core/src/register_engine.cpp)."""
-    q = cfg["queues"]
-    local_ip = ipaddress.ip_address(cfg["local"]["ip"])
-    fr = cfg["frames"]
-    # The frames handler's pages are one more registered region, after the configured ones.
-    frames_on = cfg["handler"] == "frames"
-    frame_pages = [(fr["va"], fr["rkey"], fr["pages"] * fr["page_bytes"])] if frames_on else []
-    out: dict[str, Any] = {
-        "executor": executor,
-        "far_end": cfg["far_end"],
-        "rx_depth": q["rx_depth"],
-        "tx_depth": q["tx_depth"],
-        "slot_bytes": q["slot_bytes"],
-        "host_tx_depth": q["host_tx_depth"],
-        "completion_depth": q["completion_depth"],
-        "completion_slot_bytes": q["completion_slot_bytes"],
-        "batch": q["batch"],
-        "msg_buf_bytes": q["max_message_bytes"],
-        "check_icrc": cfg["check_icrc"],
-        "record_completions": cfg["completions"],
-        "express": cfg["express"],
-        "qpn": cfg["qp"]["qpn"],
-        "peer_qpn": cfg["qp"]["peer_qpn"],
-        "transport": cfg["qp"]["transport"],
-        "pkey": cfg["qp"]["pkey"],
-        "rx_psn": cfg["qp"]["rx_psn"],
-        "tx_psn": cfg["qp"]["tx_psn"],
-        "local_mac": _resolved_mac(cfg, "local"),
-        "peer_mac": _resolved_mac(cfg, "peer"),
-        "nic": cfg["nic"],
-        "socket_mode": cfg["socket"]["mode"],
-        "socket_interface": cfg["socket"]["interface"] or "",
-        "socket_capture": cfg["socket"]["capture"] or "",
-        "socket_batch": cfg["socket"]["batch"],
-        "ip_version": local_ip.version,
-        "local_ip": local_ip.packed,
-        "peer_ip": ipaddress.ip_address(cfg["peer"]["ip"]).packed,
-        "udp_sport": cfg["local"]["udp_sport"],
-        "vlan": cfg["vlan"],
-        "handler": cfg["handler"],
-        "regions": [(r["va"], r["rkey"], r["length"]) for r in cfg["regions"]] + frame_pages,
-        "frames_region": len(cfg["regions"]),
-        "frames_page_bytes": fr["page_bytes"],
-        "frames_pages": fr["pages"],
-        "frames_metadata": fr["metadata"],
-        "frames_check_crc": fr["check_crc"],
-        "cpu_core": -1 if cfg["cpu_core"] is None else cfg["cpu_core"],
-        "stop_timeout_s": cfg["stop_timeout_s"],
-        "cuda_epoch_us": cfg["cuda"]["epoch_us"],
-        "cuda_epochs_in_flight": cfg["cuda"]["epochs_in_flight"],
-    }
-    if qec_blob is not None:
-        out["qec_blob"] = qec_blob
+    """The flat dict the C++ core takes: every key of ``_core.engine_config_keys()``, from
+    TO_CORE and COMPUTED. ``executor`` is the one the Transceiver picked (not auto);
+    ``qec_blob`` the qec handler's table."""
+    if executor == "cuda" and cfg["cpu_core"] is not None:
+        raise ConfigError(
+            f"pins the cpu executor's thread, and executor '{cfg['executor']}' runs cuda here, "
+            "which has none: set executor: cpu, or cpu_core: null",
+            key="cpu_core",
+        )
+    out: dict[str, Any] = {}
+    for dotted, key in TO_CORE.items():
+        value = _get(cfg, dotted)
+        out[key] = NULL_TO_CORE[dotted] if value is None and dotted in NULL_TO_CORE else value
+    for key, computed in COMPUTED.items():
+        out[key] = computed.value(cfg, executor, qec_blob)
     return out
 
 
@@ -531,6 +632,17 @@ def reference_markdown() -> str:
         "`cpu_core` must be a core the process may run on (its affinity mask, as `taskset` or "
         "a container's cpuset leaves it); when the pinning itself fails, `start()` raises "
         "`TransceiverError` naming the core and the reason, and nothing runs.\n\n"
+        "No key is silently ignored. The keys of a section apply where its line says "
+        "(`socket.*` with `nic: socket`, `cuda.*` with the cuda executor, `frames.*` with "
+        "`handler: frames`, `qec.*` with `handler: qec`) and are unused elsewhere; `doca.*` "
+        "is validated only (`nic: doca` is refused, saying what is missing). A key set where "
+        "it cannot take effect is refused: `socket.interface` and `vlan` with "
+        "`socket.mode: udp` (the kernel's UDP socket writes the Ethernet header and picks the "
+        "interface by route), `cpu_core` with the cuda executor (when `executor: auto` picks "
+        "cuda, `Transceiver()` refuses it). Not yet honoured: the cuda executor's kernel takes "
+        "one packet per pass whatever `queues.batch` says (the engine's descriptor has it; "
+        "issue 15). Which schema key becomes which engine key: `TO_CORE` and `COMPUTED` in "
+        "`roce_transceiver/config.py`, checked by `tests/test_config_mapping.py`.\n\n"
         + render_markdown(SCHEMA)
     )
 

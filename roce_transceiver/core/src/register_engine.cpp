@@ -4,8 +4,12 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <limits>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "register.h"
 #include "rt/host/transceiver.h"
@@ -15,144 +19,166 @@ namespace {
 
 namespace pb = pybind11;
 
-template <size_t N>
-void take_bytes(const pb::handle& v, uint8_t (&dst)[N], size_t want, const std::string& key) {
-  const std::string s = v.cast<std::string>();
-  if (s.size() != want)
-    throw pb::value_error(key + ": need " + std::to_string(want) + " bytes, got " +
-                          std::to_string(s.size()));
-  std::memcpy(dst, s.data(), want);
+// The flat config roce_transceiver/config.py's core_config() produces, read as
+// host::for_each_config_key lists it. A key missing, unknown or of the wrong kind means
+// config.py and this build of _core disagree (a programming error, or a stale build), and
+// the message names the key.
+[[noreturn]] void refuse(const std::string& key, const pb::handle& v, const std::string& want) {
+  std::string value = pb::repr(v).cast<std::string>();
+  if (value.size() > 60) value = value.substr(0, 57) + "...";  // a QEC blob is kilobytes
+  throw pb::value_error("engine config: " + key + "=" + value + ": must be " + want);
 }
 
-// The flat config roce_transceiver/config.py produces; an unknown key is a
-// programming error on the Python side and is reported as such.
+template <class T>
+T read_integer(const pb::handle& v, const std::string& key) {
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  const auto lo = std::numeric_limits<T>::min();
+  const auto hi = std::numeric_limits<T>::max();
+  const bool ok = pb::isinstance<pb::int_>(v) && !pb::isinstance<pb::bool_>(v) &&
+                  !(v < pb::int_(lo)) && !(pb::int_(hi) < v);
+  if (!ok) refuse(key, v, "an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  return v.cast<T>();
+}
+
+std::string read_bytes(const pb::handle& v, const std::string& key, size_t n) {
+  if (!pb::isinstance<pb::bytes>(v) || pb::len(v) != n)
+    refuse(key, v, std::to_string(n) + " bytes");
+  return v.cast<std::string>();
+}
+
+// One overload per kind of member for_each_config_key names: read() sets it from a Python
+// value, kind() says what it takes (engine_config_keys()).
+template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+void read(const pb::handle& v, T& out, const std::string& key) {
+  out = read_integer<T>(v, key);
+}
+template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+std::string kind(const T&) {
+  return (std::is_signed_v<T> ? "int" : "uint") + std::to_string(8 * sizeof(T));
+}
+
+void read(const pb::handle& v, bool& out, const std::string& key) {
+  if (!pb::isinstance<pb::bool_>(v)) refuse(key, v, "a bool");
+  out = v.cast<bool>();
+}
+std::string kind(const bool&) { return "bool"; }
+
+void read(const pb::handle& v, double& out, const std::string& key) {
+  if (pb::isinstance<pb::bool_>(v) ||
+      !(pb::isinstance<pb::float_>(v) || pb::isinstance<pb::int_>(v)))
+    refuse(key, v, "a number");
+  out = v.cast<double>();
+}
+std::string kind(const double&) { return "float"; }
+
+void read(const pb::handle& v, std::string& out, const std::string& key) {
+  if (!pb::isinstance<pb::str>(v)) refuse(key, v, "a str");
+  out = v.cast<std::string>();
+}
+std::string kind(const std::string&) { return "str"; }
+
+void read(const pb::handle& v, std::vector<uint8_t>& out, const std::string& key) {
+  if (!pb::isinstance<pb::bytes>(v)) refuse(key, v, "bytes");
+  const std::string s = v.cast<std::string>();
+  out.assign(s.begin(), s.end());
+}
+std::string kind(const std::vector<uint8_t>&) { return "bytes"; }
+
+void read(const pb::handle& v, std::vector<host::RegionConfig>& out, const std::string& key) {
+  if (!pb::isinstance<pb::list>(v)) refuse(key, v, "a list of (va, rkey, length)");
+  out.clear();
+  size_t i = 0;
+  for (const auto& r : v) {
+    const std::string at = key + "[" + std::to_string(i++) + "]";
+    if (!pb::isinstance<pb::tuple>(r) || pb::len(r) != 3)
+      refuse(at, r, "a tuple (va, rkey, length)");
+    const auto t = r.cast<pb::tuple>();
+    out.push_back({read_integer<uint64_t>(t[0], at + ".va"),
+                   read_integer<uint32_t>(t[1], at + ".rkey"),
+                   read_integer<uint32_t>(t[2], at + ".length")});
+  }
+}
+std::string kind(const std::vector<host::RegionConfig>&) { return "regions"; }
+
+void read(const pb::handle& v, const host::MacKey& out, const std::string& key) {
+  const std::string s = read_bytes(v, key, 6);
+  std::memcpy(out.bytes, s.data(), 6);
+}
+std::string kind(const host::MacKey&) { return "mac"; }
+
+void read(const pb::handle& v, const host::IpKey& out, const std::string& key) {
+  if (*out.version != 4 && *out.version != 6)
+    throw pb::value_error("engine config: ip_version=" + std::to_string(*out.version) +
+                          ": must be 4 or 6");
+  const size_t want = *out.version == 6 ? 16 : 4;
+  const std::string s = read_bytes(v, key, want);
+  std::memcpy(out.bytes, s.data(), want);
+}
+std::string kind(const host::IpKey&) { return "ip"; }
+
+void read(const pb::handle& v, const host::OptionalU16Key& out, const std::string& key) {
+  *out.present = !v.is_none();
+  if (*out.present) *out.value = read_integer<uint16_t>(v, key);
+}
+std::string kind(const host::OptionalU16Key&) { return "uint16 or None"; }
+
+template <class E>
+std::string kind(const host::NamedKey<E>& k) {
+  std::string s;
+  for (uint32_t i = 0; i < k.count; ++i) s += (i ? "|" : "") + std::string(k.names[i]);
+  return s;
+}
+
+template <class E>
+void read(const pb::handle& v, const host::NamedKey<E>& out, const std::string& key) {
+  if (pb::isinstance<pb::str>(v)) {
+    const std::string s = v.cast<std::string>();
+    for (uint32_t i = 0; i < out.count; ++i)
+      if (s == out.names[i]) {
+        *out.value = E(i);
+        return;
+      }
+  }
+  refuse(key, v, "one of " + kind(out));
+}
+
+// Every key with its kind, in for_each_config_key's order.
+std::vector<std::pair<std::string, std::string>> config_keys() {
+  host::TransceiverConfig scratch;
+  std::vector<std::pair<std::string, std::string>> out;
+  host::for_each_config_key(
+      scratch, [&](const char* key, auto&& member) { out.emplace_back(key, kind(member)); });
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& keys) {
+  std::string s;
+  for (const std::string& k : keys) s += (s.empty() ? "'" : ", '") + k + "'";
+  return s;
+}
+
 host::TransceiverConfig config_from_dict(const pb::dict& d) {
-  static const std::set<std::string> known = {"executor",
-                                              "far_end",
-                                              "rx_depth",
-                                              "tx_depth",
-                                              "slot_bytes",
-                                              "host_tx_depth",
-                                              "completion_depth",
-                                              "completion_slot_bytes",
-                                              "batch",
-                                              "msg_buf_bytes",
-                                              "check_icrc",
-                                              "record_completions",
-                                              "qpn",
-                                              "peer_qpn",
-                                              "transport",
-                                              "pkey",
-                                              "rx_psn",
-                                              "tx_psn",
-                                              "local_mac",
-                                              "peer_mac",
-                                              "ip_version",
-                                              "local_ip",
-                                              "peer_ip",
-                                              "udp_sport",
-                                              "vlan",
-                                              "handler",
-                                              "qec_blob",
-                                              "regions",
-                                              "cpu_core",
-                                              "stop_timeout_s",
-                                              "cuda_epoch_us",
-                                              "cuda_epochs_in_flight",
-                                              "express",
-                                              "nic",
-                                              "socket_mode",
-                                              "socket_interface",
-                                              "socket_capture",
-                                              "socket_batch",
-                                              "frames_region",
-                                              "frames_page_bytes",
-                                              "frames_pages",
-                                              "frames_metadata",
-                                              "frames_check_crc"};
+  std::vector<std::string> missing, unknown;
+  std::set<std::string> known;
+  for (const auto& entry : config_keys()) {
+    known.insert(entry.first);
+    if (!d.contains(entry.first)) missing.push_back(entry.first);
+  }
   for (const auto& item : d) {
-    const std::string key = item.first.cast<std::string>();
-    if (!known.count(key)) throw pb::value_error("engine config: unknown key '" + key + "'");
+    const std::string key = pb::str(item.first).cast<std::string>();
+    if (!known.count(key)) unknown.push_back(key);
   }
+  if (!missing.empty() || !unknown.empty())
+    throw pb::value_error(
+        "engine config: " + (missing.empty() ? "" : "keys missing: " + joined(missing)) +
+        (missing.empty() || unknown.empty() ? "" : "; ") +
+        (unknown.empty() ? "" : "keys unknown: " + joined(unknown)) +
+        " (roce_transceiver/config.py's core_config() and this build of _core disagree: "
+        "rebuild _core with make install)");
   host::TransceiverConfig c;
-  auto get = [&](const char* key) { return d.contains(key) ? d[key] : pb::object(); };
-  if (auto v = get("executor")) c.executor = v.cast<std::string>();
-  if (auto v = get("far_end")) c.far_end = v.cast<std::string>();
-  if (auto v = get("nic")) c.nic = v.cast<std::string>();
-  if (auto v = get("frames_region")) c.frames_region = v.cast<uint32_t>();
-  if (auto v = get("frames_page_bytes")) c.frames_page_bytes = v.cast<uint32_t>();
-  if (auto v = get("frames_pages")) c.frames_pages = v.cast<uint32_t>();
-  if (auto v = get("frames_metadata")) c.frames_metadata = v.cast<bool>();
-  if (auto v = get("frames_check_crc")) c.frames_check_crc = v.cast<bool>();
-  if (auto v = get("socket_mode")) c.socket.mode = v.cast<std::string>();
-  if (auto v = get("socket_interface")) c.socket.interface = v.cast<std::string>();
-  if (auto v = get("socket_capture")) c.socket.capture = v.cast<std::string>();
-  if (auto v = get("socket_batch")) c.socket.batch = v.cast<uint32_t>();
-  if (auto v = get("rx_depth")) c.rx_depth = v.cast<uint32_t>();
-  if (auto v = get("tx_depth")) c.tx_depth = v.cast<uint32_t>();
-  if (auto v = get("slot_bytes")) c.slot_bytes = v.cast<uint32_t>();
-  if (auto v = get("host_tx_depth")) c.host_tx_depth = v.cast<uint32_t>();
-  if (auto v = get("completion_depth")) c.completion_depth = v.cast<uint32_t>();
-  if (auto v = get("completion_slot_bytes")) c.completion_slot_bytes = v.cast<uint32_t>();
-  if (auto v = get("batch")) c.batch = v.cast<uint32_t>();
-  if (auto v = get("msg_buf_bytes")) c.msg_buf_bytes = v.cast<uint32_t>();
-  if (auto v = get("check_icrc")) c.check_icrc = v.cast<bool>();
-  if (auto v = get("record_completions")) c.record_completions = v.cast<bool>();
-  if (auto v = get("express")) c.express = v.cast<bool>();
-  if (auto v = get("qpn")) c.qp.qpn = v.cast<uint32_t>();
-  if (auto v = get("peer_qpn")) c.qp.peer_qpn = v.cast<uint32_t>();
-  c.qp.transport = Transport::RC;
-  if (auto v = get("transport")) {
-    const std::string t = v.cast<std::string>();
-    if (t == "UC")
-      c.qp.transport = Transport::UC;
-    else if (t != "RC")
-      throw pb::value_error("transport='" + t + "': must be RC or UC");
-  }
-  c.qp.pkey = 0xFFFF;
-  if (auto v = get("pkey")) c.qp.pkey = v.cast<uint16_t>();
-  if (auto v = get("rx_psn")) c.qp.rx_psn = v.cast<uint32_t>();
-  if (auto v = get("tx_psn")) c.qp.tx_psn = v.cast<uint32_t>();
-  FrameSpec& s = c.local;
-  if (auto v = get("local_mac")) take_bytes(v, s.src_mac, 6, "local_mac");
-  if (auto v = get("peer_mac")) take_bytes(v, s.dst_mac, 6, "peer_mac");
-  if (auto v = get("ip_version")) s.ip_version = v.cast<uint8_t>();
-  const size_t ip_len = s.ip_version == 6 ? 16 : 4;
-  if (auto v = get("local_ip")) take_bytes(v, s.src_ip, ip_len, "local_ip");
-  if (auto v = get("peer_ip")) take_bytes(v, s.dst_ip, ip_len, "peer_ip");
-  if (auto v = get("udp_sport")) s.src_port = v.cast<uint16_t>();
-  if (auto v = get("vlan"); v && !v.is_none()) {
-    s.vlan = true;
-    s.vlan_tci = v.cast<uint16_t>();
-  }
-  s.pkey = c.qp.pkey;
-  if (auto v = get("handler")) {
-    const std::string h = v.cast<std::string>();
-    if (h == "echo")
-      c.handler = HandlerKind::kEcho;
-    else if (h == "sink")
-      c.handler = HandlerKind::kSink;
-    else if (h == "qec")
-      c.handler = HandlerKind::kQec;
-    else if (h == "frames")
-      c.handler = HandlerKind::kFrames;
-    else
-      throw pb::value_error("handler='" + h + "': must be echo, sink, qec or frames");
-  }
-  if (auto v = get("qec_blob")) {
-    const std::string b = v.cast<std::string>();
-    c.qec_blob.assign(b.begin(), b.end());
-  }
-  if (auto v = get("regions")) {
-    for (const auto& r : v) {
-      const auto t = r.cast<pb::tuple>();
-      c.regions.push_back({t[0].cast<uint64_t>(), t[1].cast<uint32_t>(), t[2].cast<uint32_t>()});
-    }
-  }
-  if (auto v = get("cpu_core")) c.cpu_core = v.cast<int>();
-  if (auto v = get("stop_timeout_s")) c.stop_timeout_s = v.cast<double>();
-  if (auto v = get("cuda_epoch_us")) c.cuda_epoch_us = v.cast<uint32_t>();
-  if (auto v = get("cuda_epochs_in_flight")) c.cuda_epochs_in_flight = v.cast<uint32_t>();
+  host::for_each_config_key(
+      c, [&](const char* key, auto&& member) { read(pb::object(d[key]), member, key); });
+  c.local.pkey = c.qp.pkey;  // every BTH we build carries our QP's partition
   return c;
 }
 
@@ -201,6 +227,13 @@ pb::dict completion_dict(const host::Completion& c) {
 }  // namespace
 
 void register_engine(pb::module_& m) {
+  // What the engine's configuration takes: [(key, kind)] (tests/test_config_mapping.py).
+  m.def("engine_config_keys", [] {
+    pb::list out;
+    for (const auto& entry : config_keys()) out.append(pb::make_tuple(entry.first, entry.second));
+    return out;
+  });
+
   m.def("counter_names", [] {
     pb::list names;
     for (const char* n : kCounterNames) names.append(n);

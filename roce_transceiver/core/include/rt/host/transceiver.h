@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,6 +57,85 @@ struct TransceiverConfig {
   uint32_t cuda_epoch_us = 10000;
   uint32_t cuda_epochs_in_flight = 2;
 };
+
+// What a flat key holds where the member's type alone does not say it (the others: strings,
+// bools, the integer types, double, the QEC blob's bytes, regions).
+struct MacKey {
+  uint8_t* bytes;  // 6
+};
+struct IpKey {
+  uint8_t* bytes;          // 4 for IPv4, 16 for IPv6
+  const uint8_t* version;  // ip_version, read before the addresses
+};
+struct OptionalU16Key {  // None: absent (vlan: untagged)
+  bool* present;
+  uint16_t* value;
+};
+template <class E>
+struct NamedKey {  // one of the names: names[i] is E(i)
+  E* value;
+  const char* const* names;
+  uint32_t count;
+  template <size_t N>
+  NamedKey(E& v, const char* const (&n)[N]) : value(&v), names(n), count(uint32_t(N)) {}
+};
+inline constexpr const char* kTransportKeyNames[] = {"RC", "UC"};  // what a QP of ours can be
+inline constexpr const char* kHandlerKeyNames[] = {"echo", "sink", "qec", "frames"};
+static_assert(uint32_t(Transport::RC) == 0 && uint32_t(Transport::UC) == 1);
+static_assert(std::size(kHandlerKeyNames) == uint32_t(HandlerKind::kFrames) + 1,
+              "a key name for every handler, in HandlerKind's order");
+
+// The flat configuration as roce_transceiver/config.py's core_config() hands it over: every
+// key and the member it sets, here once. register_engine.cpp derives from it the keys it
+// takes (none missing, none unknown), how each is read, and _core.engine_config_keys(), which
+// tests/test_config_mapping.py holds core_config() to. Keys are read in this order:
+// ip_version before the addresses it sizes. local.pkey is qp.pkey, set after.
+template <class Visit>
+void for_each_config_key(TransceiverConfig& c, Visit&& key) {
+  key("executor", c.executor);
+  key("far_end", c.far_end);
+  key("nic", c.nic);
+  key("socket_mode", c.socket.mode);
+  key("socket_interface", c.socket.interface);
+  key("socket_capture", c.socket.capture);
+  key("socket_batch", c.socket.batch);
+  key("rx_depth", c.rx_depth);
+  key("tx_depth", c.tx_depth);
+  key("slot_bytes", c.slot_bytes);
+  key("host_tx_depth", c.host_tx_depth);
+  key("completion_depth", c.completion_depth);
+  key("completion_slot_bytes", c.completion_slot_bytes);
+  key("batch", c.batch);
+  key("msg_buf_bytes", c.msg_buf_bytes);
+  key("check_icrc", c.check_icrc);
+  key("record_completions", c.record_completions);
+  key("express", c.express);
+  key("qpn", c.qp.qpn);
+  key("peer_qpn", c.qp.peer_qpn);
+  key("transport", NamedKey<Transport>(c.qp.transport, kTransportKeyNames));
+  key("pkey", c.qp.pkey);
+  key("rx_psn", c.qp.rx_psn);
+  key("tx_psn", c.qp.tx_psn);
+  key("local_mac", MacKey{c.local.src_mac});
+  key("peer_mac", MacKey{c.local.dst_mac});
+  key("ip_version", c.local.ip_version);
+  key("local_ip", IpKey{c.local.src_ip, &c.local.ip_version});
+  key("peer_ip", IpKey{c.local.dst_ip, &c.local.ip_version});
+  key("udp_sport", c.local.src_port);
+  key("vlan", OptionalU16Key{&c.local.vlan, &c.local.vlan_tci});
+  key("handler", NamedKey<HandlerKind>(c.handler, kHandlerKeyNames));
+  key("qec_blob", c.qec_blob);
+  key("regions", c.regions);
+  key("frames_region", c.frames_region);
+  key("frames_page_bytes", c.frames_page_bytes);
+  key("frames_pages", c.frames_pages);
+  key("frames_metadata", c.frames_metadata);
+  key("frames_check_crc", c.frames_check_crc);
+  key("cpu_core", c.cpu_core);
+  key("stop_timeout_s", c.stop_timeout_s);
+  key("cuda_epoch_us", c.cuda_epoch_us);
+  key("cuda_epochs_in_flight", c.cuda_epochs_in_flight);
+}
 
 // A completed message as the host reads it from the completion ring.
 struct Completion {
