@@ -639,10 +639,9 @@ def reference_markdown() -> str:
         "it cannot take effect is refused: `socket.interface` and `vlan` with "
         "`socket.mode: udp` (the kernel's UDP socket writes the Ethernet header and picks the "
         "interface by route), `cpu_core` with the cuda executor (when `executor: auto` picks "
-        "cuda, `Transceiver()` refuses it). Not yet honoured: the cuda executor's kernel takes "
-        "one packet per pass whatever `queues.batch` says (the engine's descriptor has it; "
-        "issue 15). Which schema key becomes which engine key: `TO_CORE` and `COMPUTED` in "
-        "`roce_transceiver/config.py`, checked by `tests/test_config_mapping.py`.\n\n"
+        "cuda, `Transceiver()` refuses it). Which schema key becomes which engine key: "
+        "`TO_CORE` and `COMPUTED` in `roce_transceiver/config.py`, checked by "
+        "`tests/test_config_mapping.py`.\n\n"
         + render_markdown(SCHEMA)
     )
 
