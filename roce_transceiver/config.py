@@ -641,8 +641,7 @@ def reference_markdown() -> str:
         "interface by route), `cpu_core` with the cuda executor (when `executor: auto` picks "
         "cuda, `Transceiver()` refuses it). Which schema key becomes which engine key: "
         "`TO_CORE` and `COMPUTED` in `roce_transceiver/config.py`, checked by "
-        "`tests/test_config_mapping.py`.\n\n"
-        + render_markdown(SCHEMA)
+        "`tests/test_config_mapping.py`.\n\n" + render_markdown(SCHEMA)
     )
 
 
