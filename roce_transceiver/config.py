@@ -29,7 +29,7 @@ from roce_transceiver.schema import (
     with_overrides,
 )
 
-__all__ = ["SCHEMA", "ConfigError", "core_config", "load_config", "reference_markdown"]
+__all__ = ["SCHEMA", "ConfigError", "core_config", "load_config", "reference_markdown", "rx_path"]
 
 
 def _power_of_two(v: int) -> str | None:
@@ -163,6 +163,16 @@ SCHEMA = Section(
                     str, None, "pcap file of every frame in and out; null: none", nullable=True
                 ),
                 "batch": Field(int, 32, "frames per recvmmsg / sendmmsg", minimum=1, maximum=1024),
+                "rx_path": Field(
+                    str,
+                    "auto",
+                    "how packet mode receives: mmap, from a ring shared with the kernel "
+                    "(TPACKET_V3: no syscall, no batch copy; a frame is ours once its block is "
+                    "full or 1 ms old); recvmmsg, a copy per batch (a lone frame at once); auto: "
+                    "the ring for a one-way UC stream (handler frames or sink), recvmmsg for "
+                    "traffic that answers or is answered (docs/socket_nic.md)",
+                    choices=("auto", "mmap", "recvmmsg"),
+                ),
             },
         ),
         "cuda": Section(
@@ -411,6 +421,11 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
         if cfg["frames"]["va"] + cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] > 2**64:
             raise fail("the pages run past the end of the 64-bit address space", "frames.va")
     sock = cfg["socket"]
+    if sock["rx_path"] == "mmap" and sock["mode"] != "packet":
+        raise fail(
+            "socket.rx_path 'mmap' is packet mode's; udp mode receives with recvmmsg",
+            "socket.rx_path",
+        )
     if cfg["nic"] == "doca" and cfg["far_end"] != "cpu":
         raise fail("nic 'doca': the far end is the network; far_end must be 'cpu'", "far_end")
     if cfg["nic"] == "socket":
@@ -452,6 +467,31 @@ def _resolved_mac(cfg: dict[str, Any], side: str) -> bytes:
         raise ConfigError(str(e), key=f"{side}.mac") from None
 
 
+# Handlers that only take: on UC nothing is sent back, so no one waits on a frame's delivery.
+_ONE_WAY_HANDLERS = ("frames", "sink")
+
+
+def rx_path(cfg: dict[str, Any]) -> tuple[str, str]:
+    """socket.rx_path as the socket NIC takes it (auto: the ring, else recvmmsg; mmap;
+    recvmmsg), and why. The ring (TPACKET_V3) hands frames over a block at a time: once the
+    block is full, or 1 ms after its first frame; a request, an ACK the sender's window waits
+    for, would wait that long, so auto keeps it for streams that nothing answers."""
+    sock, handler, transport = cfg["socket"], cfg["handler"], cfg["qp"]["transport"]
+    asked = sock["rx_path"]
+    if asked != "auto":
+        return asked, f"socket.rx_path: {asked}"
+    if sock["mode"] != "packet":
+        return "recvmmsg", "udp mode receives with recvmmsg"
+    if handler in _ONE_WAY_HANDLERS and transport == "UC":
+        return "auto", f"auto: a one-way stream (handler {handler}, UC): the ring"
+    why = (
+        f"the {handler} handler answers each message"
+        if handler not in _ONE_WAY_HANDLERS
+        else "RC acknowledges what arrives, and the sender's window waits for it"
+    )
+    return "recvmmsg", f"auto: {why}; the ring would hold a lone frame up to 1 ms: recvmmsg"
+
+
 def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> dict[str, Any]:
     """The flat dict the C++ core takes (roce_transceiver/core/src/register_engine.cpp)."""
     q = cfg["queues"]
@@ -487,6 +527,8 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
         "socket_interface": cfg["socket"]["interface"] or "",
         "socket_capture": cfg["socket"]["capture"] or "",
         "socket_batch": cfg["socket"]["batch"],
+        "socket_rx_path": rx_path(cfg)[0],
+        "socket_rx_path_reason": rx_path(cfg)[1],
         "ip_version": local_ip.version,
         "local_ip": local_ip.packed,
         "peer_ip": ipaddress.ip_address(cfg["peer"]["ip"]).packed,

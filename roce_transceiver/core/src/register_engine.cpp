@@ -65,6 +65,8 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
                                               "socket_interface",
                                               "socket_capture",
                                               "socket_batch",
+                                              "socket_rx_path",
+                                              "socket_rx_path_reason",
                                               "frames_region",
                                               "frames_page_bytes",
                                               "frames_pages",
@@ -88,6 +90,8 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
   if (auto v = get("socket_interface")) c.socket.interface = v.cast<std::string>();
   if (auto v = get("socket_capture")) c.socket.capture = v.cast<std::string>();
   if (auto v = get("socket_batch")) c.socket.batch = v.cast<uint32_t>();
+  if (auto v = get("socket_rx_path")) c.socket.rx_path = v.cast<std::string>();
+  if (auto v = get("socket_rx_path_reason")) c.socket.rx_path_reason = v.cast<std::string>();
   if (auto v = get("rx_depth")) c.rx_depth = v.cast<uint32_t>();
   if (auto v = get("tx_depth")) c.tx_depth = v.cast<uint32_t>();
   if (auto v = get("slot_bytes")) c.slot_bytes = v.cast<uint32_t>();
@@ -259,6 +263,14 @@ void register_engine(pb::module_& m) {
              d["rx_buffer_bytes"] = i.rx_buffer_bytes;
              d["rx_buffer_asked"] = i.rx_buffer_asked;
              d["capture_error"] = i.capture_error;
+             d["rx_path"] = i.rx_path;
+             d["rx_path_reason"] = i.rx_path_reason;
+             d["rx_fallback"] = i.rx_fallback;
+             d["rx_ring_bytes"] = i.rx_ring_bytes;
+             d["rx_ring_block_bytes"] = i.rx_ring_block_bytes;
+             d["rx_ring_blocks"] = i.rx_ring_blocks;
+             d["rx_ring_block_timeout_ms"] = i.rx_ring_block_timeout_ms;
+             d["rx_ring_freezes"] = i.rx_ring_freezes;
              return d;
            })
       .def("epoch_stats",
