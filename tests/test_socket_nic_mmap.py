@@ -42,7 +42,8 @@ from conftest import skip_missing
 from engine_helpers import wait_counters
 
 from roce_transceiver import _core, netns
-from roce_transceiver.config import ConfigError
+from roce_transceiver.config import ConfigError, load_config
+from roce_transceiver.config import rx_path as rx_path_rule
 from roce_transceiver.pcap import read_pcap
 from roce_transceiver.protocol import build, parse
 from roce_transceiver.transceiver import Transceiver, TransceiverError
@@ -115,6 +116,40 @@ def blast(v: netns.VethNamespace, frames: list[bytes], repeat: int = 1) -> int:
 
 
 # -- which path, and what the ring is ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "handler", "transport", "asked", "takes"),
+    [
+        ("packet", "frames", "UC", "auto", "auto"),
+        ("packet", "sink", "UC", "auto", "auto"),
+        ("packet", "frames", "RC", "auto", "recvmmsg"),
+        ("packet", "echo", "UC", "auto", "recvmmsg"),
+        ("packet", "qec", "UC", "auto", "recvmmsg"),
+        ("packet", "echo", "RC", "mmap", "mmap"),
+        ("packet", "frames", "UC", "recvmmsg", "recvmmsg"),
+        ("udp", "frames", "UC", "auto", "recvmmsg"),
+    ],
+)
+def test_auto_rule_keeps_the_ring_for_streams_nothing_answers(
+    mode: str, handler: str, transport: str, asked: str, takes: str
+) -> None:
+    """What the NIC is told (auto: the ring, falling back to recvmmsg), and the reason nic_info()
+    reports; no root needed: the rule is the configuration's."""
+    sock = {"mode": mode, "rx_path": asked} | ({"interface": "lo"} if mode == "packet" else {})
+    cfg = load_config(
+        {"nic": "socket", "socket": sock, "handler": handler, "qp": {"transport": transport}}
+    )
+    path, reason = rx_path_rule(cfg)
+    assert path == takes, reason
+    if asked != "auto":
+        assert reason == f"socket.rx_path: {asked}"
+    elif takes == "auto":
+        assert reason == f"auto: a one-way stream (handler {handler}, UC): the ring"
+    elif mode == "udp":
+        assert reason == "udp mode receives with recvmmsg"
+    else:
+        assert reason.startswith("auto: ") and "up to 1 ms" in reason, reason
 
 
 @pytest.mark.parametrize(
