@@ -322,7 +322,7 @@ def child(argv: list[str]) -> None:
     """A transceiver on interface argv[1] (sink handler, UC, socket.rx_path argv[2]); with
     argv[3] ``cap``, the address space is first capped so that the ring cannot be mapped.
     Prints its nic_info() (or the start() error) once up, then the counters (``stats``) or
-    the final counters (``stop``) for each line on stdin."""
+    the final counters and ``rx_ring_freezes`` (``stop``) for each line on stdin."""
     interface, rx_path, cap = argv[1], argv[2], argv[3] == "cap"
     cfg = {
         "executor": "cpu",
@@ -352,7 +352,7 @@ def child(argv: list[str]) -> None:
             break
         print(json.dumps(t.stats()), flush=True)
     t.stop()
-    print(json.dumps(t.stats()), flush=True)
+    print(json.dumps({**t.stats(), "rx_ring_freezes": t.nic_info()["rx_ring_freezes"]}), flush=True)
 
 
 def start_child(v: netns.VethNamespace, rx_path: str, cap: bool) -> subprocess.Popen:
@@ -415,6 +415,7 @@ def test_kernel_drops_are_counted_exactly_when_the_ring_overflows(
     )
     # The ring waits for the engine: nothing ours was dropped for a full rx ring.
     assert final["nic_rx_ring_full"] == 0 and final["nic_filtered"] == 0, final
+    assert final["rx_ring_freezes"] >= 1, final  # the kernel found every block ours
     assert final["rx_packets"] == final["nic_rx_frames"]
 
 
