@@ -168,9 +168,9 @@ SCHEMA = Section(
                     "auto",
                     "how packet mode receives: mmap, from a ring shared with the kernel "
                     "(TPACKET_V3: no syscall, no batch copy; a frame is ours once its block is "
-                    "full or 1 ms old); recvmmsg, a copy per batch (a lone frame at once); auto: "
-                    "the ring for a one-way UC stream (handler frames or sink), recvmmsg for "
-                    "traffic that answers or is answered (docs/socket_nic.md)",
+                    "full, or at most 1 ms later); recvmmsg, a copy per batch (a lone frame at "
+                    "once); auto: the ring for a one-way UC stream (handler frames or sink), "
+                    "recvmmsg for traffic that answers or is answered (docs/socket_nic.md)",
                     choices=("auto", "mmap", "recvmmsg"),
                 ),
             },
@@ -474,8 +474,9 @@ _ONE_WAY_HANDLERS = ("frames", "sink")
 def rx_path(cfg: dict[str, Any]) -> tuple[str, str]:
     """socket.rx_path as the socket NIC takes it (auto: the ring, else recvmmsg; mmap;
     recvmmsg), and why. The ring (TPACKET_V3) hands frames over a block at a time: once the
-    block is full, or 1 ms after its first frame; a request, an ACK the sender's window waits
-    for, would wait that long, so auto keeps it for streams that nothing answers."""
+    block is full, or when the kernel's 1 ms block timer next fires; a request, or a packet
+    whose ACK the sender's window waits for, would wait up to that long, so auto keeps the
+    ring for streams that nothing answers."""
     sock, handler, transport = cfg["socket"], cfg["handler"], cfg["qp"]["transport"]
     asked = sock["rx_path"]
     if asked != "auto":

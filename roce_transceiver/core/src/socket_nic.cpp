@@ -104,8 +104,9 @@ struct RingFrame {
 
 // Packet mode's receive ring (PACKET_MMAP, TPACKET_V3; docs/socket_nic.md): the kernel
 // writes frames into a block it owns, and hands the block over (block_status TP_STATUS_USER,
-// with release) once it is full or kRingBlockTimeoutMs after its first frame; we take its
-// frames in order and hand it back (TP_STATUS_KERNEL) after the last. When every block is
+// with release) once it is full, or, holding a frame, when the kernel's block timer
+// (kRingBlockTimeoutMs) next fires; we take its frames in order and hand it back
+// (TP_STATUS_KERNEL) after the last. When every block is
 // ours the kernel drops what arrives and counts it (PACKET_STATISTICS tp_drops).
 class BlockRing {
  public:
