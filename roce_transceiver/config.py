@@ -41,6 +41,7 @@ __all__ = [
     "core_config",
     "load_config",
     "reference_markdown",
+    "rx_path",
 ]
 
 
@@ -175,6 +176,16 @@ SCHEMA = Section(
                     str, None, "pcap file of every frame in and out; null: none", nullable=True
                 ),
                 "batch": Field(int, 32, "frames per recvmmsg / sendmmsg", minimum=1, maximum=1024),
+                "rx_path": Field(
+                    str,
+                    "auto",
+                    "how packet mode receives: mmap, from a ring shared with the kernel "
+                    "(TPACKET_V3: no syscall, no batch copy; a frame is ours once its block is "
+                    "full, or at most 1 ms later); recvmmsg, a copy per batch (a lone frame at "
+                    "once); auto: the ring for a one-way UC stream (handler frames or sink), "
+                    "recvmmsg for traffic that answers or is answered (docs/socket_nic.md)",
+                    choices=("auto", "mmap", "recvmmsg"),
+                ),
             },
         ),
         "cuda": Section(
@@ -425,6 +436,11 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
     if cfg["executor"] == "cuda" and cfg["cpu_core"] is not None:
         raise fail("pins the cpu executor's thread; executor 'cuda' has none", "cpu_core")
     sock = cfg["socket"]
+    if sock["rx_path"] == "mmap" and sock["mode"] != "packet":
+        raise fail(
+            "socket.rx_path 'mmap' is packet mode's; udp mode receives with recvmmsg",
+            "socket.rx_path",
+        )
     if cfg["nic"] == "doca" and cfg["far_end"] != "cpu":
         raise fail("nic 'doca': the far end is the network; far_end must be 'cpu'", "far_end")
     if cfg["nic"] == "socket":
@@ -478,6 +494,32 @@ def _resolved_mac(cfg: dict[str, Any], side: str) -> bytes:
         return _mac_bytes(neighbour_mac(cfg["peer"]["ip"], interface))
     except NetInfoError as e:
         raise ConfigError(str(e), key=f"{side}.mac") from None
+
+
+# Handlers that only take: on UC nothing is sent back, so no one waits on a frame's delivery.
+_ONE_WAY_HANDLERS = ("frames", "sink")
+
+
+def rx_path(cfg: dict[str, Any]) -> tuple[str, str]:
+    """socket.rx_path as the socket NIC takes it (auto: the ring, else recvmmsg; mmap;
+    recvmmsg), and why. The ring (TPACKET_V3) hands frames over a block at a time: once the
+    block is full, or when the kernel's 1 ms block timer next fires; a request, or a packet
+    whose ACK the sender's window waits for, would wait up to that long, so auto keeps the
+    ring for streams that nothing answers."""
+    sock, handler, transport = cfg["socket"], cfg["handler"], cfg["qp"]["transport"]
+    asked = sock["rx_path"]
+    if asked != "auto":
+        return asked, f"socket.rx_path: {asked}"
+    if sock["mode"] != "packet":
+        return "recvmmsg", "udp mode receives with recvmmsg"
+    if handler in _ONE_WAY_HANDLERS and transport == "UC":
+        return "auto", f"auto: a one-way stream (handler {handler}, UC): the ring"
+    why = (
+        f"the {handler} handler answers each message"
+        if handler not in _ONE_WAY_HANDLERS
+        else "RC acknowledges what arrives, and the sender's window waits for it"
+    )
+    return "recvmmsg", f"auto: {why}; the ring would hold a lone frame up to 1 ms: recvmmsg"
 
 
 # ---------------------------------------------------------------- what reaches the engine
@@ -551,6 +593,9 @@ def _core_regions(cfg: dict[str, Any]) -> list[tuple[int, int, int]]:
     return out
 
 
+#: What rx_path() decides from.
+_RX_PATH_READS = ("socket.rx_path", "socket.mode", "handler", "qp.transport")
+
 #: Core keys computed from several schema keys or resolved by the Transceiver: core key ->
 #: how. (``local.mac: auto`` also reads socket.interface, and peer.ip for ``peer.mac``.)
 COMPUTED: dict[str, Computed] = {
@@ -567,6 +612,9 @@ COMPUTED: dict[str, Computed] = {
     # The frames' pages are the region after the configured ones.
     "frames_region": Computed(("regions",), lambda cfg, ex, blob: len(cfg["regions"])),
     "qec_blob": Computed((), lambda cfg, ex, blob: blob or b""),
+    # socket.rx_path as resolved for this configuration, and why (rx_path()).
+    "socket_rx_path": Computed(_RX_PATH_READS, lambda cfg, ex, blob: rx_path(cfg)[0]),
+    "socket_rx_path_reason": Computed(_RX_PATH_READS, lambda cfg, ex, blob: rx_path(cfg)[1]),
 }
 
 #: Schema keys Python consumes before the core, and what reaches the core in their place.

@@ -222,12 +222,17 @@ class Transceiver:
         """The socket NIC's receive buffer (``rx_buffer_bytes`` as the kernel granted it: Linux
         reports twice what was asked, the rest its bookkeeping; ``rx_buffer_asked``) and
         ``capture_error``: the capture's first write error, naming the file (None while the
-        capture is whole; the frames it lacks are ``nic_capture_errors`` in stats()). Empty with
-        the loopback NIC; after stop(), final."""
+        capture is whole; the frames it lacks are ``nic_capture_errors`` in stats()). How it
+        receives: ``rx_path`` (``mmap``: the TPACKET_V3 ring, ``rx_ring_bytes`` in
+        ``rx_ring_blocks`` blocks of ``rx_ring_block_bytes``, each ours once full or
+        ``rx_ring_block_timeout_ms`` old; ``recvmmsg``), ``rx_path_reason`` (socket.rx_path's
+        rule) and ``rx_fallback`` (why the ring could not be set up; None when it was or was
+        not asked for). Empty with the loopback NIC; after stop(), final (docs/socket_nic.md)."""
         if self.config["nic"] != "socket":
             return {}
         info = dict(self._core.nic_info())
         info["capture_error"] = info["capture_error"] or None
+        info["rx_fallback"] = info["rx_fallback"] or None
         return info
 
     def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:

@@ -4,10 +4,13 @@ In a network namespace joined to us by a veth pair (root, iproute2), a sender re
 frames (UC WRITE Only packets of ``payload`` bytes plus the end of frame) with sendmmsg as
 fast as the kernel takes them. Measured in the same run:
 - floor: a plain AF_PACKET receiver (recvmmsg batches, counting, nothing else) on our end;
-- the transceiver: socket NIC in packet mode, frames handler, a host that releases each frame
-  as it comes: frames/s, Gb/s of frame data, packets/s, and what it dropped;
-- round trip: the ``qpu`` peer (echo, one at a time) against the transceiver's echo loop and
-  against a raw-socket echo (ends swapped, ICRC recomputed) on the same pair.
+- the transceiver: socket NIC in packet mode (receiving from its mmap ring: socket.rx_path
+  auto, a one-way UC stream), frames handler, a host that releases each frame as it comes:
+  frames/s, Gb/s of frame data, packets/s, and what it dropped;
+- round trip: the ``qpu`` peer (echo, one at a time) against the transceiver's echo loop
+  (recvmmsg, auto's choice for a loop that answers; and once more through the mmap ring,
+  whose 1 ms block timeout a lone request waits for) and against a raw-socket echo (ends
+  swapped, ICRC recomputed) on the same pair.
 Ratios are printed; ``--json`` writes everything.
 """
 
@@ -151,7 +154,7 @@ def run(
                 if proc.poll() is not None and got["frames"] >= repeat * 8:
                     break
             ours_sent = _sent(proc)
-        stats = tr.stats()
+        stats, rx_path = tr.stats(), tr.nic_info()["rx_path"]
         tmp.unlink(missing_ok=True)
         secs = got["last"] - got["first"]
         ours = {
@@ -163,6 +166,7 @@ def run(
             "frames_dropped": stats["frames_dropped"],
             "ring_drops": stats["ring_drops"],
             "kernel_drops": stats["nic_kernel_drops"],
+            "rx_path": rx_path,
             "sent": ours_sent,
         }
         floor = {
@@ -194,11 +198,14 @@ def run(
             str(echo_count),
             "--json",
         )
-        with Transceiver(echo_cfg):
-            done = subprocess.run(
-                peer, capture_output=True, text=True, timeout=300, check=False, cwd=OUTSIDE
-            )
-            rt["transceiver"] = json.loads(done.stdout)["rtt_us"] if done.stdout else None
+        # The echo loop receives with recvmmsg (socket.rx_path auto: it answers every frame);
+        # once more through the mmap ring, whose blocks hold a lone request up to 1 ms.
+        for name, rx_path in (("transceiver", "auto"), ("transceiver_mmap_ring", "mmap")):
+            with Transceiver({**echo_cfg, "socket": {**echo_cfg["socket"], "rx_path": rx_path}}):
+                done = subprocess.run(
+                    peer, capture_output=True, text=True, timeout=300, check=False, cwd=OUTSIDE
+                )
+                rt[name] = json.loads(done.stdout)["rtt_us"] if done.stdout else None
         reflect: dict[str, Any] = {}
         qpn = load_config(echo_cfg)["qp"]["peer_qpn"]
         with _bound(v.ours) as echo:  # answering before the peer starts
@@ -233,7 +240,7 @@ def _print(r: dict[str, Any], out: TextIO) -> None:
         file=out,
     )
     print(
-        f"{'transceiver (frames)':<26} {ours['packets_per_s']:>12,.0f} "
+        f"{'transceiver (frames, ' + ours['rx_path'] + ')':<26} {ours['packets_per_s']:>12,.0f} "
         f"{ours['gbps']:>8.2f} {ours['frames_per_s']:>10,.1f}",
         file=out,
     )
@@ -252,7 +259,7 @@ def _print(r: dict[str, Any], out: TextIO) -> None:
     for name, p in r["roundtrip_us"].items():
         if p:
             print(
-                f"round trip, {name:<16} p50 {p['p50']:.1f} us, p99 {p['p99']:.1f} us "
+                f"round trip, {name:<21} p50 {p['p50']:.1f} us, p99 {p['p99']:.1f} us "
                 f"({p['count']} requests)",
                 file=out,
             )

@@ -96,15 +96,20 @@ def running_transceiver(
 
 
 def _nic(t: Transceiver) -> str:
-    """The NIC, and for the socket NIC its mode and the receive buffer the kernel granted."""
+    """The NIC, and for the socket NIC its mode and what receives: the mmap ring, or the
+    receive buffer the kernel granted."""
     if t.config["nic"] != "socket":
         return t.config["nic"]
     info = t.nic_info()
+    mode = t.config["socket"]["mode"]
+    if info["rx_path"] == "mmap":
+        return f"socket ({mode}, mmap ring {info['rx_ring_bytes'] >> 20} MiB)"
     granted, asked = info["rx_buffer_bytes"], info["rx_buffer_asked"]
     # Linux grants twice what it was asked (the rest is its bookkeeping); less means a cap.
     capped = "" if granted >= 2 * asked else " (capped by net.core.rmem_max: root lifts it)"
     size = f"{granted >> 20} MiB" if granted % (1 << 20) == 0 else f"{granted >> 10} KiB"
-    return f"socket ({t.config['socket']['mode']}, receive buffer {size}{capped})"
+    fallback = f"; no mmap ring: {info['rx_fallback']}" if info["rx_fallback"] else ""
+    return f"socket ({mode}, receive buffer {size}{capped}{fallback})"
 
 
 def capture_failed(command: str, t: Transceiver) -> bool:

@@ -292,6 +292,14 @@ void register_engine(pb::module_& m) {
              d["rx_buffer_bytes"] = i.rx_buffer_bytes;
              d["rx_buffer_asked"] = i.rx_buffer_asked;
              d["capture_error"] = i.capture_error;
+             d["rx_path"] = i.rx_path;
+             d["rx_path_reason"] = i.rx_path_reason;
+             d["rx_fallback"] = i.rx_fallback;
+             d["rx_ring_bytes"] = i.rx_ring_bytes;
+             d["rx_ring_block_bytes"] = i.rx_ring_block_bytes;
+             d["rx_ring_blocks"] = i.rx_ring_blocks;
+             d["rx_ring_block_timeout_ms"] = i.rx_ring_block_timeout_ms;
+             d["rx_ring_freezes"] = i.rx_ring_freezes;
              return d;
            })
       .def("epoch_stats",

@@ -16,7 +16,11 @@
 //   checks the ICRC, and sent frames lose theirs; the socket sends with DF
 //   from an unconnected socket, which makes Linux put ID 0, so the ICRC the
 //   engine computed matches what goes out.
-// Frames move in batches (recvmmsg / sendmmsg), never a syscall per packet.
+// Frames move in batches, never a syscall per packet. Packet mode receives from a
+// ring it shares with the kernel (PACKET_MMAP, TPACKET_V3: blocks of frames the kernel
+// fills and hands over whole, no syscall while traffic flows), or with recvmmsg where the
+// ring cannot be set up or is not wanted (socket.rx_path); udp mode with recvmmsg; both
+// send with sendmmsg.
 // What is not ours (another ethertype, protocol, port or QP; our own frames
 // seen again) is counted and dropped before the engine sees it, and so is
 // what the kernel dropped because the socket's receive buffer was full
@@ -40,8 +44,12 @@ struct SocketNicConfig {
   std::string mode = "packet";  // "packet" | "udp"
   std::string interface;        // packet mode: the interface to bind
   std::string capture;          // pcap file of every frame in and out; empty: none
-  uint32_t batch = 32;          // frames per recvmmsg / sendmmsg
-  uint32_t qpn = 0;             // ours: frames for another QP are filtered
+  uint32_t batch = 32;          // frames per recvmmsg / sendmmsg, per pass over the ring
+  // packet mode's receive path: "auto" (the ring, else recvmmsg, saying why), "mmap" (the
+  // ring or an error), "recvmmsg". udp mode takes "auto" or "recvmmsg".
+  std::string rx_path = "auto";
+  std::string rx_path_reason;  // why that path (config.py's rule for socket.rx_path), for info()
+  uint32_t qpn = 0;            // ours: frames for another QP are filtered
   // Our addresses (src_*) and the peer's (dst_*), as in our replies; udp mode
   // rebuilds received headers from them and sends to dst_ip.
   FrameSpec addresses;
@@ -65,6 +73,14 @@ struct SocketNicInfo {
   uint64_t rx_buffer_bytes = 0;  // the socket's receive buffer as the kernel granted it
   uint64_t rx_buffer_asked = 0;  // what we asked for (the kernel doubles what it grants)
   std::string capture_error;     // the capture's first write error; empty while it is whole
+  std::string rx_path;           // how frames are received: "mmap" or "recvmmsg"
+  std::string rx_path_reason;    // why (the configuration's choice)
+  std::string rx_fallback;       // rx_path "auto" that could not have the ring: why; else empty
+  uint64_t rx_ring_bytes = 0;    // mmap: the ring (rx_ring_blocks x rx_ring_block_bytes)
+  uint64_t rx_ring_block_bytes = 0;
+  uint32_t rx_ring_blocks = 0;
+  uint32_t rx_ring_block_timeout_ms = 0;  // a block the kernel has begun is ours after this
+  uint64_t rx_ring_freezes = 0;  // times the kernel found no free block (its drops: kernel_drops)
 };
 
 class SocketNic {

@@ -99,6 +99,8 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("socket_interface", c.socket.interface);
   key("socket_capture", c.socket.capture);
   key("socket_batch", c.socket.batch);
+  key("socket_rx_path", c.socket.rx_path);
+  key("socket_rx_path_reason", c.socket.rx_path_reason);
   key("rx_depth", c.rx_depth);
   key("tx_depth", c.tx_depth);
   key("slot_bytes", c.slot_bytes);
