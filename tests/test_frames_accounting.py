@@ -122,6 +122,26 @@ def test_frames_of_which_nothing_came_are_counted_missing(executor: str, metadat
         wait_counters(t, frames=4, frames_dropped=4, frames_incomplete=1, frames_missing=3)
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_frame_numbers_going_back_are_a_restart_not_missing_frames(executor: str) -> None:
+    # A sensor that restarts (or a replayed capture) numbers from 0 again: a 16-bit step back
+    # of up to half the space is a new run, not 65 000 vanished frames.
+    with Transceiver(frames_config(executor, metadata=True, pages=8)) as t:
+        sensor = sensor_for(t, payload=1024)
+        injected = 0
+        for _run in range(2):
+            for n in range(4):
+                packets = sensor.frame(n, content(n, 3000)).packets
+                send(t, packets)
+                injected += len(packets)
+            settle(t, injected)
+            got = t.frames(timeout=1.0)
+            assert [f.frame_number for f in got] == [0, 1, 2, 3] and all(f.ok for f in got)
+            for f in got:
+                f.release()
+        wait_counters(t, frames=8, frames_dropped=0, frames_missing=0)
+
+
 # ------------------------------------------------------------- several faults in one frame
 
 

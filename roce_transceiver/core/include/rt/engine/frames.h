@@ -28,6 +28,8 @@
 namespace rt {
 
 constexpr uint32_t kMaxPages = 4096;  // the immediate's 12-bit page
+// A frame number this far (or farther) past the last, modulo 2^16, went back: a restart.
+constexpr uint32_t kFrameNumberRestart = 0x8000;
 
 struct FramesDesc {
   uint32_t region;      // the registered region that holds the pages

@@ -342,7 +342,10 @@ RT_HD inline void close_frame(const FramesDesc& fd, EngineState& st, const Frame
   fs.last_page = fs.page;
   if (fd.metadata) {
     if (fs.has_record) {
-      const uint32_t gap = fs.numbered ? uint16_t(fs.meta.frame_number - fs.last_number - 1u) : 0u;
+      // A step back (the 16-bit gap past half the space) is the sensor restarting or a
+      // replay numbering from 0 again: a new run, not tens of thousands of lost frames.
+      const uint32_t step = fs.numbered ? uint16_t(fs.meta.frame_number - fs.last_number - 1u) : 0u;
+      const uint32_t gap = step < kFrameNumberRestart ? step : 0u;
       const uint32_t missing = gap > fs.unnumbered ? gap - fs.unnumbered : 0;
       count_missing(st, missing);
       if (missing && fs.lead > fs.lead_landed) {
