@@ -210,6 +210,16 @@ SCHEMA = Section(
                     minimum=1,
                     maximum=4,
                 ),
+                "warps": Field(
+                    int,
+                    0,
+                    "warps of the block that serves the queue: 1, one warp that takes a frame "
+                    "at a time (requests: the express path); 2-16, a crew that takes batches "
+                    "of frames, each classified and placed by its own warp (docs/ARCHITECTURE.md"
+                    ", the batch step); 0: auto, 8 for the frames handler, else 1",
+                    minimum=0,
+                    maximum=16,
+                ),
             },
         ),
         "far_end": Field(
@@ -593,6 +603,18 @@ def _core_regions(cfg: dict[str, Any]) -> list[tuple[int, int, int]]:
     return out
 
 
+#: The crew of warps for the frames handler's streams, when cuda.warps is auto.
+AUTO_FRAMES_WARPS = 8
+
+
+def cuda_warps(cfg: dict[str, Any]) -> int:
+    """cuda.warps as the cuda executor takes it (0, auto: a crew for the frames handler)."""
+    asked = int(cfg["cuda"]["warps"])
+    if asked:
+        return asked
+    return AUTO_FRAMES_WARPS if cfg["handler"] == "frames" else 1
+
+
 #: What rx_path() decides from.
 _RX_PATH_READS = ("socket.rx_path", "socket.mode", "handler", "qp.transport")
 
@@ -613,6 +635,7 @@ COMPUTED: dict[str, Computed] = {
     "frames_region": Computed(("regions",), lambda cfg, ex, blob: len(cfg["regions"])),
     "qec_blob": Computed((), lambda cfg, ex, blob: blob or b""),
     # socket.rx_path as resolved for this configuration, and why (rx_path()).
+    "cuda_warps": Computed(("cuda.warps", "handler"), lambda cfg, ex, blob: cuda_warps(cfg)),
     "socket_rx_path": Computed(_RX_PATH_READS, lambda cfg, ex, blob: rx_path(cfg)[0]),
     "socket_rx_path_reason": Computed(_RX_PATH_READS, lambda cfg, ex, blob: rx_path(cfg)[1]),
 }

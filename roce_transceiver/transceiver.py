@@ -212,11 +212,16 @@ class Transceiver:
             out.update({k: int(v) for k, v in self._core.nic_stats().items()})
         return out
 
-    def epoch_stats(self) -> dict[str, int]:
+    def epoch_stats(self) -> dict[str, Any]:
         """cuda executor: its epochs so far (``epochs``) and the relaunch gaps between them,
-        measured on the GPU (``gap_total_ns``, ``gap_max_ns``); zeros on the cpu executor.
-        After stop(), the final figures."""
-        return {k: int(v) for k, v in self._core.epoch_stats().items()}
+        measured on the GPU (``gap_total_ns``, ``gap_max_ns``); with a crew of warps
+        (``cuda.warps`` > 1) its batches: ``batch_depth``, ``batches``, ``batch_frames`` and
+        ``batch_cycles`` (SM cycles in classify, commit, execute, publish: where a batch's
+        time goes). Zeros on the cpu executor. After stop(), the final figures."""
+        return {
+            k: tuple(int(x) for x in v) if isinstance(v, tuple) else int(v)
+            for k, v in self._core.epoch_stats().items()
+        }
 
     def nic_info(self) -> dict[str, Any]:
         """The socket NIC's receive buffer (``rx_buffer_bytes`` as the kernel granted it: Linux

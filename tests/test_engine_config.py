@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import Peer, collect_n
+from engine_helpers import Peer, collect_n, wait_counters
 
 from roce_transceiver import _core
 from roce_transceiver.config import SCHEMA, ConfigError, load_config
@@ -368,18 +368,29 @@ def test_far_end_gpu_with_auto_executor_and_no_gpu_raises():
 
 def test_epoch_stats_are_zeros_on_the_cpu_executor_and_name_each_figure() -> None:
     """The cuda executor's epoch figures (docs/gpu_sharing.md) have the same keys everywhere;
-    the cpu executor has no epochs."""
-    with Transceiver({"executor": "cpu"}) as t:
-        stats = t.epoch_stats()
-    assert stats == dict.fromkeys(
-        (
-            "epochs",
-            "gap_total_ns",
-            "gap_max_ns",
-            "warmup_total_ns",
-            "warmup_max_ns",
-            "first_pass_total_ns",
-            "first_pass_max_ns",
-        ),
-        0,
+    the cpu executor has no epochs. Its crew of one takes batches (engine/batch.h): after
+    stop(), their depth (queues.batch, a power of two up to 32) and count; no cycle clock."""
+    with Transceiver({"executor": "cpu", "express": False, "queues": {"batch": 20}}) as t:
+        peer = Peer(t)
+        for _ in range(6):
+            assert t.inject(peer.next("SEND_ONLY", b"x" * 32))
+        wait_counters(t, rx_packets=6)
+    stats = t.epoch_stats()
+    epochs = (
+        "epochs",
+        "gap_total_ns",
+        "gap_max_ns",
+        "warmup_total_ns",
+        "warmup_max_ns",
+        "first_pass_total_ns",
+        "first_pass_max_ns",
     )
+    assert {k: stats[k] for k in epochs} == dict.fromkeys(epochs, 0)
+    assert stats["batch_depth"] == 16 and stats["batch_cycles"] == (0, 0, 0, 0)
+    assert stats["batch_frames"] <= 6 and set(stats) == {
+        *epochs,
+        "batch_depth",
+        "batches",
+        "batch_frames",
+        "batch_cycles",
+    }

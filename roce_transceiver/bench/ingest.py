@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from roce_transceiver.bench.machine import machine_info
+from roce_transceiver.config import load_config
 from roce_transceiver.peers.sensor import Sensor
 from roce_transceiver.transceiver import Transceiver
 
@@ -42,10 +43,8 @@ def _slot_bytes(payload: int) -> int:
     return max(256, -(-need // 64) * 64)
 
 
-def _row(executor: str, payload: int, metadata: bool, out: TextIO) -> dict[str, Any]:
-    per_frame = -(-FRAME_BYTES // payload) + (1 if metadata else 0)
-    frames = RING // per_frame
-    config = {
+def _config(executor: str, payload: int, metadata: bool, frames: int, warps: int) -> dict:
+    config: dict[str, Any] = {
         "executor": executor,
         "far_end": "gpu" if executor == "cuda" else "cpu",
         "handler": "frames",
@@ -61,10 +60,48 @@ def _row(executor: str, payload: int, metadata: bool, out: TextIO) -> dict[str, 
             "completion_depth": 4096,
         },
     }
-    t = Transceiver(config)
-    sensor = Sensor.for_config(t.config, payload=payload)
+    if executor == "cuda":
+        config["cuda"] = {"warps": warps}
+    return config
+
+
+def _stream(payload: int, metadata: bool) -> tuple[int, list[Any], list[bytes]]:
+    """Frames (as many as the ring holds) of one stream, and their packets."""
+    per_frame = -(-FRAME_BYTES // payload) + (1 if metadata else 0)
+    frames = RING // per_frame
+    sensor = Sensor.for_config(
+        load_config(_config("cpu", payload, metadata, frames, 1)), payload=payload
+    )
     sent = list(sensor.frames(frames, FRAME_BYTES))
-    packets = [p for s in sent for p in s.packets]
+    return per_frame, sent, [p for s in sent for p in s.packets]
+
+
+def _profile(epochs: dict[str, Any]) -> dict[str, Any]:
+    """A crew's SM cycles per frame taken in batches, by phase (batch.h)."""
+    frames = epochs.get("batch_frames", 0)
+    if not frames:
+        return {}
+    phases = ("classify", "commit", "execute", "publish")
+    per = {p: c / frames for p, c in zip(phases, epochs["batch_cycles"], strict=True)}
+    return {
+        "batch_depth": epochs["batch_depth"],
+        "batches": epochs["batches"],
+        "frames_per_batch": frames / max(1, epochs["batches"]),
+        "cycles_per_frame": per,
+    }
+
+
+def _row(
+    executor: str,
+    payload: int,
+    metadata: bool,
+    warps: int,
+    stream: tuple[int, list[Any], list[bytes]],
+    out: TextIO,
+) -> dict[str, Any]:
+    per_frame, sent, packets = stream
+    frames = len(sent)
+    t = Transceiver(_config(executor, payload, metadata, frames, warps))
     if t.preload(packets) != len(packets):
         raise RuntimeError(f"{len(packets)} packets do not fit the rx ring of {RING}")
     got = []
@@ -75,6 +112,7 @@ def _row(executor: str, payload: int, metadata: bool, out: TextIO) -> dict[str, 
                 got.append((f.frame_number, f.ok, f.crc32, f.bytes, f.done_ns))
                 f.release()
         stats = t.stats()
+    epochs = t.epoch_stats()
     whole = sum(
         1
         for (n, ok, crc, size, _), s in zip(got, sent, strict=False)
@@ -87,6 +125,7 @@ def _row(executor: str, payload: int, metadata: bool, out: TextIO) -> dict[str, 
     row = {
         "payload": payload,
         "metadata": metadata,
+        "warps": warps if executor == "cuda" else 0,
         "frames": frames,
         "packets": len(packets),
         "frames_whole": whole,
@@ -94,18 +133,21 @@ def _row(executor: str, payload: int, metadata: bool, out: TextIO) -> dict[str, 
         "packets_per_s": pps,
         "gbit_per_s": pps * payload * 8 / 1e9,
         "span_ns": span_ns,
+        "profile": _profile(epochs),
     }
+    who = f" warps {warps:>2}" if executor == "cuda" else ""
     print(
-        f"  {executor} payload {payload:>4} B metadata {'on ' if metadata else 'off'}: "
+        f"  {executor}{who} payload {payload:>4} B metadata {'on ' if metadata else 'off'}: "
         f"{whole}/{frames} frames whole, {pps / 1e6:.3f} Mpps, {row['gbit_per_s']:.2f} Gb/s",
         file=out,
     )
     return row
 
 
-def _copy_floor_gpu(total_bytes: int) -> dict[str, float]:
-    """Gb/s of a device-to-device copy of ``total_bytes`` by one warp and by one 1024-thread
-    block, on one SM (cupy RawKernel, 16-byte loads and stores, CUDA events)."""
+def _copy_floor_gpu(total_bytes: int, warps: int) -> dict[str, float]:
+    """Gb/s of a device-to-device copy of ``total_bytes`` by one warp, by ``warps`` warps (the
+    crew's threads) and by one 1024-thread block, on one SM (cupy RawKernel, 16-byte loads and
+    stores, CUDA events)."""
     import cupy
 
     src = cupy.arange(total_bytes // 16 * 4, dtype=cupy.uint32)
@@ -118,7 +160,7 @@ def _copy_floor_gpu(total_bytes: int) -> dict[str, float]:
         "copy16",
     )
     out = {}
-    for name, threads in (("one_warp", 32), ("one_sm", 1024)):
+    for name, threads in (("one_warp", 32), ("crew", 32 * warps), ("one_sm", 1024)):
         kernel((1,), (threads,), (src, dst, cupy.uint64(src.size // 4)))  # warm
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
@@ -130,7 +172,7 @@ def _copy_floor_gpu(total_bytes: int) -> dict[str, float]:
     return out
 
 
-def _copy_floor_cpu(total_bytes: int) -> dict[str, float]:
+def _copy_floor_cpu(total_bytes: int, warps: int) -> dict[str, float]:
     import numpy as np
 
     src = np.ones(total_bytes, dtype=np.uint8)
@@ -142,26 +184,38 @@ def _copy_floor_cpu(total_bytes: int) -> dict[str, float]:
     return {"copy_one_thread_gbit_per_s": total_bytes * 8 / seconds / 1e9}
 
 
+#: The crews the cuda executor's rows are run with (cuda.warps): one warp, then crews.
+WARPS = (1, 4, 8, 16)
+
+
 def run(
     executor: str = "auto",
     payloads: Sequence[int] = PAYLOADS,
     json_path: str | None = None,
     out: TextIO = sys.stdout,
+    warps: Sequence[int] = WARPS,
 ) -> dict[str, Any]:
-    """One row per payload size and metadata mode, each with the copy floor of its bytes."""
+    """One row per payload size, metadata mode and crew (cuda), each with the copy floor of
+    its bytes."""
     if executor == "auto":
         from roce_transceiver import _core
 
         executor = "cuda" if _core.cuda_runtime_info()["gpus"] else "cpu"
+    crews = list(warps) if executor == "cuda" else [1]
     rows = []
     for payload in payloads:
         for metadata in (False, True):
-            row = _row(executor, payload, metadata, out)
-            total = row["packets"] * payload
-            row["floor"] = (_copy_floor_gpu if executor == "cuda" else _copy_floor_cpu)(total)
-            rows.append(row)
+            stream = _stream(payload, metadata)
+            for w in crews:
+                row = _row(executor, payload, metadata, w, stream, out)
+                total = row["packets"] * payload
+                row["floor"] = (_copy_floor_gpu if executor == "cuda" else _copy_floor_cpu)(
+                    total, w
+                )
+                rows.append(row)
     print(
-        f"{'payload':>8} {'metadata':>8} {'Mpps':>8} {'Gb/s':>8} {'whole':>10}  floor (Gb/s)",
+        f"{'payload':>8} {'metadata':>8} {'warps':>5} {'Mpps':>8} {'Gb/s':>8} {'whole':>10}  "
+        "floor (Gb/s); crew cycles per frame: classify/commit/execute/publish",
         file=out,
     )
     for r in rows:
@@ -169,10 +223,18 @@ def run(
             f"{k.removeprefix('copy_').removesuffix('_gbit_per_s')} {v:.1f}"
             for k, v in r["floor"].items()
         )
+        prof = r["profile"]
+        cycles = (
+            " "
+            + "/".join(f"{c:.0f}" for c in prof["cycles_per_frame"].values())
+            + f" ({prof['frames_per_batch']:.1f} a batch)"
+            if prof
+            else ""
+        )
         print(
-            f"{r['payload']:>8} {('on' if r['metadata'] else 'off'):>8} "
+            f"{r['payload']:>8} {('on' if r['metadata'] else 'off'):>8} {r['warps']:>5} "
             f"{r['packets_per_s'] / 1e6:>8.3f} {r['gbit_per_s']:>8.2f} "
-            f"{r['frames_whole']:>4}/{r['frames']:<5}  {floor}",
+            f"{r['frames_whole']:>4}/{r['frames']:<5}  {floor};{cycles}",
             file=out,
         )
     result = {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rt/cuda/engine_launch.h"
+#include "rt/engine/batch.h"
 
 namespace rt::cuda {
 namespace {
@@ -41,6 +42,9 @@ struct KernelControl {
   uint64_t warmup_max_ns;
   uint64_t first_pass_total_ns;  // the first pass of the loop (cold caches)
   uint64_t first_pass_max_ns;
+  uint64_t batch_cycles[4];  // a crew's SM cycles: classify, commit, execute, publish
+  uint64_t batches;
+  uint64_t batch_frames;
 };
 
 // Device memory: what one epoch leaves the next, besides the engine's state.
@@ -49,6 +53,7 @@ struct EpochRecord {
   uint64_t last_end_ns;  // %globaltimer at the last epoch's end
   uint64_t epochs, gap_total_ns, gap_max_ns;
   uint64_t warmup_total_ns, warmup_max_ns, first_pass_total_ns, first_pass_max_ns;
+  uint64_t batch_cycles[4], batches, batch_frames;
 };
 
 // Adds `ns` to a total and a maximum kept in device memory, and mirrors both to the host's.
@@ -78,53 +83,72 @@ __device__ void copy_state(const WarpTeam& team, EngineState* dst, const EngineS
   team.sync();
 }
 
-template <Scope S>
-__global__ void engine_kernel(EngineDesc d, EngineState* state, KernelControl* ctl,
-                              EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns) {
-  // The warp is the engine's team (team.h): it stages each frame into shared
-  // memory and each reply out of it, 16 bytes a lane, and shares the express
-  // path's compares and CRCs; the general path runs on lane 0. The state sits
-  // in shared memory, where every lane reads it.
+// One epoch of the loop, by one warp (kCrew false: engine_step, the team's
+// express path for requests) or by the block's warps as a crew (kCrew true:
+// crew_step, batches of frames classified and placed by every warp; batch.h).
+// Warp 0 keeps the engine's state in shared memory, where every thread reads
+// it; the block's thread 0 is the leader that keeps the books.
+template <Scope S, bool kCrew>
+__device__ void run_epoch(const EngineDesc& d, EngineState* state, KernelControl* ctl,
+                          EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns,
+                          uint32_t depth) {
+  // Dynamic shared memory: warp 0's staging (a frame in, a reply out), then
+  // the crew's batch staging, depth frames.
   extern __shared__ __align__(16) uint8_t staging[];
   __shared__ EngineState st;
+  __shared__ uint32_t quit;
   const uint64_t began = globaltimer_ns();
   crc32_tables_to_shared();
   const WarpTeam team;
+  const BlockCrew crew;
+  const bool warp0 = crew.team_index() == 0;
   Staging stg{staging, staging + d.rx.slot_bytes};
-  copy_state(team, &st, state);
-  uint64_t passes = 0;
-  if (team.leader()) {
+  if (warp0) copy_state(team, &st, state);
+  uint64_t passes = 0;  // the leader's
+  if (crew.leader()) {
     passes = rec->passes;
     if (rec->epochs)
       tally_ns(began - rec->last_end_ns, rec->gap_total_ns, rec->gap_max_ns, &ctl->gap_total_ns,
                &ctl->gap_max_ns);
     store_relaxed<Scope::kSystem>(&ctl->epochs, ++rec->epochs);
+    quit = 0;
   }
-  passes = team.from_leader(passes);
+  Batch* batch = nullptr;
+  if constexpr (kCrew) {
+    __shared__ Batch b;
+    batch = &b;
+    __syncthreads();  // the state is in
+    if (crew.leader()) batch_init(b, depth, staging + 2 * size_t(d.rx.slot_bytes), st.rx_ci);
+  }
+  __syncthreads();
   const uint64_t until = epoch_ns ? began + epoch_ns : ~uint64_t(0);
   uint64_t warm = 0;  // the leader's clock at the first pass's start
-  if (team.leader()) {
+  if (crew.leader()) {
     warm = globaltimer_ns();
     tally_ns(warm - began, rec->warmup_total_ns, rec->warmup_max_ns, &ctl->warmup_total_ns,
              &ctl->warmup_max_ns);
   }
   for (bool first = true;; first = false) {
-    engine_step<S>(team, d, st, &stg, d.batch);  // queues.batch frames a pass at most
-    uint32_t quit = 0;
-    ++passes;
-    if (team.leader()) {
+    if constexpr (kCrew)
+      crew_step<S>(crew, d, st, *batch, &stg);
+    else
+      engine_step<S>(team, d, st, &stg, d.batch);  // queues.batch frames a pass at most
+    if (crew.leader()) {
+      ++passes;
       if (first)
         tally_ns(globaltimer_ns() - warm, rec->first_pass_total_ns, rec->first_pass_max_ns,
                  &ctl->first_pass_total_ns, &ctl->first_pass_max_ns);
       if (passes % kControlEvery == 0) {
         store_relaxed<Scope::kSystem>(heartbeat, passes);
-        quit = load_acquire<Scope::kSystem>(&ctl->stop);
+        if (load_acquire<Scope::kSystem>(&ctl->stop)) quit = 1;
       }
       if (passes % kClockEvery == 0 && globaltimer_ns() >= until) quit = 1;
     }
-    if (team.from_leader(quit)) break;
+    __syncthreads();  // the leader's verdict, for every thread (the next one comes after
+                      // the next pass's own synchronisation)
+    if (quit) break;
   }
-  if (team.leader()) {
+  if (crew.leader()) {
     // Nothing waits on us across the gap: slots we hold go back, counters out
     // (stats() after stop() are exact).
     if (st.rx_released != st.rx_ci) {
@@ -135,9 +159,32 @@ __global__ void engine_kernel(EngineDesc d, EngineState* state, KernelControl* c
     store_relaxed<Scope::kSystem>(heartbeat, passes);
     rec->passes = passes;
     rec->last_end_ns = globaltimer_ns();
+    if constexpr (kCrew) {
+      for (uint32_t k = 0; k < 4; ++k) rec->batch_cycles[k] += batch->cycles[k];
+      rec->batches += batch->batches;
+      rec->batch_frames += batch->batch_frames;
+      for (uint32_t k = 0; k < 4; ++k)
+        store_relaxed<Scope::kSystem>(&ctl->batch_cycles[k], rec->batch_cycles[k]);
+      store_relaxed<Scope::kSystem>(&ctl->batches, rec->batches);
+      store_relaxed<Scope::kSystem>(&ctl->batch_frames, rec->batch_frames);
+    }
   }
-  team.sync();
-  copy_state(team, state, &st);
+  __syncthreads();
+  if (warp0) copy_state(team, state, &st);
+}
+
+template <Scope S>
+__global__ void engine_kernel(EngineDesc d, EngineState* state, KernelControl* ctl,
+                              EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns) {
+  run_epoch<S, false>(d, state, ctl, rec, heartbeat, epoch_ns, 1);
+}
+
+// The crew's registers are bounded so that kMaxCrewWarps warps fit one SM.
+template <Scope S>
+__global__ void __launch_bounds__(kMaxCrewWarps * 32)
+    crew_kernel(EngineDesc d, EngineState* state, KernelControl* ctl, EpochRecord* rec,
+                uint64_t* heartbeat, uint64_t epoch_ns, uint32_t depth) {
+  run_epoch<S, true>(d, state, ctl, rec, heartbeat, epoch_ns, depth);
 }
 
 template <Scope S>
@@ -148,18 +195,31 @@ __global__ void far_end_kernel(FarEndDesc d, const uint32_t* stop) {
   if (threadIdx.x == 0) far_end_run<S>(d, stop);
 }
 
-// Launch one block of one warp with `smem` bytes of dynamic shared memory,
+// Launch one block of `threads` with `smem` bytes of dynamic shared memory,
 // raising the kernel's limit first when a large slot size needs more than 48 KiB
 // with the static shared memory.
 template <typename... KArgs, typename... Args>
-void launch_with_smem(void (*kernel)(KArgs...), size_t smem, cudaStream_t stream, Args&&... args) {
+void launch_with_smem(void (*kernel)(KArgs...), uint32_t threads, size_t smem, cudaStream_t stream,
+                      Args&&... args) {
   // The 48 KiB limit counts the kernel's static shared memory (the CRC tables) too.
   cudaFuncAttributes attr;
   check_cuda(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
   if (smem + attr.sharedSizeBytes > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "cudaFuncSetAttribute(shared memory)");
-  kernel<<<1, 32, smem, stream>>>(std::forward<Args>(args)...);
+  kernel<<<1, threads, smem, stream>>>(std::forward<Args>(args)...);
+}
+
+// Dynamic shared memory a crew kernel may have beside its static shared memory.
+template <typename... KArgs>
+size_t dynamic_smem_room(void (*kernel)(KArgs...)) {
+  int device = 0, optin = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute(shared memory)");
+  cudaFuncAttributes attr;
+  check_cuda(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
+  return size_t(optin) > attr.sharedSizeBytes ? size_t(optin) - attr.sharedSizeBytes : 0;
 }
 
 }  // namespace
@@ -179,6 +239,7 @@ struct EngineKernel::Impl {
   std::string error;                  // what ended the loop other than stop(); set before finished
   bool launched = false;
   bool stopped = false;
+  uint32_t batch_depth = 1;      // frames a crew's batch holds (1: no crew)
   std::function<void()> launch;  // one epoch, on `stream`
 };
 
@@ -189,6 +250,8 @@ EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   cudaFuncAttributes attr;
   check_cuda(cudaFuncGetAttributes(&attr, engine_kernel<Scope::kDevice>), "load engine_kernel");
   check_cuda(cudaFuncGetAttributes(&attr, engine_kernel<Scope::kSystem>), "load engine_kernel");
+  check_cuda(cudaFuncGetAttributes(&attr, crew_kernel<Scope::kDevice>), "load crew_kernel");
+  check_cuda(cudaFuncGetAttributes(&attr, crew_kernel<Scope::kSystem>), "load crew_kernel");
   check_cuda(cudaFuncGetAttributes(&attr, far_end_kernel<Scope::kDevice>), "load far_end_kernel");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   check_cuda(cudaStreamCreateWithFlags(&impl_->far_stream, cudaStreamNonBlocking),
@@ -279,34 +342,45 @@ void relaunch_loop(EngineKernel::Impl& k, uint32_t in_flight) {
 }  // namespace
 
 void EngineKernel::start(const EngineDesc& desc, EngineState* state_device, bool wire_on_device,
-                         uint64_t* heartbeat_pinned, const EpochOptions& epochs) {
+                         uint64_t* heartbeat_pinned, const LaunchOptions& opts) {
   if (impl_->launched) throw std::logic_error("EngineKernel::start called twice");
-  if (epochs.in_flight < 1 || epochs.in_flight > 4)
-    throw std::invalid_argument("epochs in flight: 1 to 4, not " +
-                                std::to_string(epochs.in_flight));
+  if (opts.in_flight < 1 || opts.in_flight > 4)
+    throw std::invalid_argument("epochs in flight: 1 to 4, not " + std::to_string(opts.in_flight));
+  if (opts.warps < 1 || opts.warps > kMaxCrewWarps)
+    throw std::invalid_argument("warps: 1 to " + std::to_string(kMaxCrewWarps) + ", not " +
+                                std::to_string(opts.warps));
   Impl& k = *impl_;
   k.heartbeat = heartbeat_pinned;
   const size_t staging = size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
-  const uint64_t epoch_ns = uint64_t(epochs.epoch_us) * 1000;
+  const uint64_t epoch_ns = uint64_t(opts.epoch_us) * 1000;
   KernelControl* ctl = k.ctl_device;
   EpochRecord* rec = k.rec;
-  if (wire_on_device)
+  const uint32_t threads = 32 * opts.warps;
+  if (opts.warps > 1) {
+    auto* kernel = wire_on_device ? crew_kernel<Scope::kDevice> : crew_kernel<Scope::kSystem>;
+    const size_t room = dynamic_smem_room(kernel);
+    const uint32_t depth = batch_depth(desc, room > staging ? room - staging : 0, /*staged=*/true);
+    const size_t smem = staging + size_t(depth > 1 ? depth : 0) * desc.rx.slot_bytes;
+    k.batch_depth = depth;
     k.launch = [=, &k] {
-      launch_with_smem(engine_kernel<Scope::kDevice>, staging, k.stream, desc, state_device, ctl,
-                       rec, heartbeat_pinned, epoch_ns);
+      launch_with_smem(kernel, threads, smem, k.stream, desc, state_device, ctl, rec,
+                       heartbeat_pinned, epoch_ns, depth);
     };
-  else
+  } else {
+    auto* kernel = wire_on_device ? engine_kernel<Scope::kDevice> : engine_kernel<Scope::kSystem>;
+    k.batch_depth = 1;
     k.launch = [=, &k] {
-      launch_with_smem(engine_kernel<Scope::kSystem>, staging, k.stream, desc, state_device, ctl,
-                       rec, heartbeat_pinned, epoch_ns);
+      launch_with_smem(kernel, threads, staging, k.stream, desc, state_device, ctl, rec,
+                       heartbeat_pinned, epoch_ns);
     };
+  }
   k.launch();  // on the caller's thread: a launch that fails says so here
   check_cuda(cudaGetLastError(), "engine_kernel launch");
   k.launched = true;
   k.stopped = false;
   // One launch for the run: the relauncher only waits for it.
-  if (epochs.epoch_us == 0) k.stopping.store(true, std::memory_order_release);
-  const uint32_t in_flight = epochs.epoch_us ? epochs.in_flight : 1;
+  if (opts.epoch_us == 0) k.stopping.store(true, std::memory_order_release);
+  const uint32_t in_flight = opts.epoch_us ? opts.in_flight : 1;
   k.relauncher = std::thread([&k, in_flight] { relaunch_loop(k, in_flight); });
 }
 
@@ -347,13 +421,18 @@ void EngineKernel::stop(double timeout_s) {
 
 EpochStats EngineKernel::epoch_stats() const {
   const volatile KernelControl& c = *impl_->ctl;
-  return EpochStats{c.epochs,        c.gap_total_ns,        c.gap_max_ns,       c.warmup_total_ns,
-                    c.warmup_max_ns, c.first_pass_total_ns, c.first_pass_max_ns};
+  EpochStats e{c.epochs,        c.gap_total_ns,        c.gap_max_ns,       c.warmup_total_ns,
+               c.warmup_max_ns, c.first_pass_total_ns, c.first_pass_max_ns};
+  for (uint32_t k = 0; k < 4; ++k) e.batch_cycles[k] = c.batch_cycles[k];
+  e.batches = c.batches;
+  e.batch_frames = c.batch_frames;
+  e.batch_depth = impl_->batch_depth;
+  return e;
 }
 
 void EngineKernel::run_far_end(const FarEndDesc& desc, double timeout_s) {
-  launch_with_smem(far_end_kernel<Scope::kDevice>, size_t(desc.tx.slot_bytes), impl_->far_stream,
-                   desc, static_cast<const uint32_t*>(impl_->far_stop));
+  launch_with_smem(far_end_kernel<Scope::kDevice>, 32, size_t(desc.tx.slot_bytes),
+                   impl_->far_stream, desc, static_cast<const uint32_t*>(impl_->far_stop));
   check_cuda(cudaGetLastError(), "far_end_kernel launch");
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s + 5.0);

@@ -313,6 +313,11 @@ void register_engine(pb::module_& m) {
              d["warmup_max_ns"] = s.warmup_max_ns;
              d["first_pass_total_ns"] = s.first_pass_total_ns;
              d["first_pass_max_ns"] = s.first_pass_max_ns;
+             d["batch_depth"] = s.batch_depth;
+             d["batches"] = s.batches;
+             d["batch_frames"] = s.batch_frames;
+             d["batch_cycles"] = pb::make_tuple(s.batch_cycles[0], s.batch_cycles[1],
+                                                s.batch_cycles[2], s.batch_cycles[3]);
              return d;
            })
       .def("counters",

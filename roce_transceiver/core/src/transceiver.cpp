@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "rt/cuda/engine_launch.h"
+#include "rt/engine/batch.h"
 
 namespace rt::host {
 namespace {
@@ -244,9 +245,10 @@ void Transceiver::start() {
   started_ = true;
   if (on_gpu_) {
     kernel_ = std::make_unique<cuda::EngineKernel>();
-    kernel_->start(desc_, reinterpret_cast<EngineState*>(state_.device()), wire_device_,
-                   reinterpret_cast<uint64_t*>(heartbeat_.host()),
-                   cuda::EpochOptions{cfg_.cuda_epoch_us, cfg_.cuda_epochs_in_flight});
+    kernel_->start(
+        desc_, reinterpret_cast<EngineState*>(state_.device()), wire_device_,
+        reinterpret_cast<uint64_t*>(heartbeat_.host()),
+        cuda::LaunchOptions{cfg_.cuda_epoch_us, cfg_.cuda_epochs_in_flight, cfg_.cuda_warps});
   } else {
     stop_.store(false);
     std::promise<int> pinned;
@@ -272,12 +274,16 @@ void Transceiver::start() {
 
 void Transceiver::cpu_loop() {
   EngineState& st = *reinterpret_cast<EngineState*>(state_.host());
+  // The same batch step as the GPU's crew of warps, with a crew of one: frames
+  // classified, committed in order, placed (engine/batch.h).
+  Batch& batch = cpu_batch_;
+  batch_init(batch, batch_depth(desc_, 0, false), nullptr, st.rx_ci);
   // Idle: spin, and now and then let other threads run. With more spinning threads than cores
   // (two engines, a NIC thread and a peer on a 2-core machine) a pure spin holds the core for
   // a whole time slice (milliseconds) while the thread it waits for cannot run.
   uint32_t idle = 0;
   while (!stop_.load(std::memory_order_acquire)) {
-    if (engine_step<Scope::kSystem>(desc_, st) != 0) {
+    if (crew_step<Scope::kSystem>(SoloCrew{}, desc_, st, batch) != 0) {
       idle = 0;
     } else if (++idle % 1024 == 0) {
       std::this_thread::yield();
@@ -338,6 +344,9 @@ void Transceiver::stop() {
     } else {
       stop_.store(true, std::memory_order_release);
       if (thread_.joinable()) thread_.join();
+      final_epoch_stats_.batch_depth = cpu_batch_.depth;  // the thread's, now it is done
+      final_epoch_stats_.batches = cpu_batch_.batches;
+      final_epoch_stats_.batch_frames = cpu_batch_.batch_frames;
     }
   }
   // The engine is stopped (a GPU far end saw the same flag): what runs in

@@ -20,6 +20,7 @@ struct SoloTeam {
   RT_HD uint32_t size() const { return 1; }
   RT_HD bool leader() const { return true; }
   RT_HD bool any(bool b) const { return b; }
+  RT_HD uint32_t ballot(bool b) const { return b ? 1u : 0u; }  // bit k: lane k's b
   RT_HD uint32_t xor_all(uint32_t v) const { return v; }
   template <typename T>
   RT_HD T from_leader(T v) const {
@@ -36,6 +37,7 @@ struct WarpTeam {
   __device__ uint32_t size() const { return 32; }
   __device__ bool leader() const { return lane() == 0; }
   __device__ bool any(bool b) const { return __any_sync(0xFFFFFFFFu, b); }
+  __device__ uint32_t ballot(bool b) const { return __ballot_sync(0xFFFFFFFFu, b); }
   __device__ uint32_t xor_all(uint32_t v) const {
     for (int step = 16; step >= 1; step >>= 1) v ^= __shfl_xor_sync(0xFFFFFFFFu, v, step);
     return v;

@@ -18,9 +18,13 @@
 
 namespace rt::cuda {
 
-struct EpochOptions {
+// The most warps a crew kernel has (its registers are bounded for them).
+constexpr uint32_t kMaxCrewWarps = 16;
+
+struct LaunchOptions {
   uint32_t epoch_us = 0;   // 0: one launch until stop()
   uint32_t in_flight = 1;  // launches queued at once: 2 hides the relaunch, if the driver lets it
+  uint32_t warps = 1;      // 1: one warp (engine_step); more: a crew of warps (crew_step)
 };
 
 // What the epochs cost, measured on the GPU: from one epoch's end to the next one's start,
@@ -33,6 +37,12 @@ struct EpochStats {
   uint64_t warmup_max_ns = 0;
   uint64_t first_pass_total_ns = 0;  // its first pass (cold caches)
   uint64_t first_pass_max_ns = 0;
+  // A crew's profile (warps > 1): SM cycles in classify (with the poll), commit, execute
+  // and publish, over `batches` batches of `batch_frames` frames in all.
+  uint64_t batch_cycles[4] = {0, 0, 0, 0};
+  uint64_t batches = 0;
+  uint64_t batch_frames = 0;
+  uint32_t batch_depth = 1;  // frames a batch holds at most (1: no crew)
 };
 
 class EngineKernel {
@@ -42,12 +52,12 @@ class EngineKernel {
   EngineKernel(const EngineKernel&) = delete;
   EngineKernel& operator=(const EngineKernel&) = delete;
 
-  // Launch one block of one warp that runs engine_step() until stopped, in
-  // epochs of `epochs.epoch_us`. The state is copied in at each epoch's start
-  // and written back at its end. `wire_on_device`: the rx/tx rings are in device
-  // memory (a GPU far end) rather than pinned host memory.
+  // Launch one block of one warp that runs engine_step() (or of opts.warps
+  // warps that run crew_step()) until stopped, in epochs of `opts.epoch_us`. The state is copied in
+  // at each epoch's start and written back at its end. `wire_on_device`: the rx/tx rings are in
+  // device memory (a GPU far end) rather than pinned host memory.
   void start(const EngineDesc& desc, EngineState* state_device, bool wire_on_device,
-             uint64_t* heartbeat_pinned, const EpochOptions& epochs = {});
+             uint64_t* heartbeat_pinned, const LaunchOptions& opts = {});
 
   // Ask the kernel to stop and wait up to timeout_s. The request is a store to
   // pinned host memory, no CUDA call: a driver call blocked in another thread

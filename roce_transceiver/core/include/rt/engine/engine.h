@@ -18,6 +18,36 @@ namespace rt {
 // Idle passes before the loop gives slots back and publishes its counters.
 constexpr uint32_t kSettlePasses = 8;
 
+// Leader, at the end of a pass that did `done` (frames taken): the host's
+// sends now and then, slots back, counters out. Returns the work done with
+// the host's sends.
+template <Scope S>
+RT_HD inline uint32_t end_pass(const EngineDesc& d, EngineState& st, const Staging* stg,
+                               uint32_t done) {
+  using namespace engine_detail;
+  ++st.passes;
+  // The host's send ring is polled every 16th pass: sends are not on the
+  // request/reply critical path, and each poll may cross the bus.
+  if ((st.passes & 15) == 0) done += drain_host_tx<S>(d, st, stg);
+  st.idle_passes = done ? 0 : st.idle_passes + 1;
+  // Once the loop has been idle a few passes: not in the pass right after a
+  // reply, where the next request is likely on its way.
+  const bool settled = st.idle_passes == kSettlePasses;
+  // Slots go back in bulk (each release is a fence and a bus write), and
+  // when the loop settles, so a producer never waits long on a lazy release.
+  const uint32_t held = st.rx_ci - st.rx_released;
+  if (held && (settled || held >= (d.rx.depth() >> 2))) {
+    rx_release<S>(d.rx, st.rx_ci);
+    st.rx_released = st.rx_ci;
+  }
+  st.since_publish += done;
+  if (st.tally.dirty && (settled || st.since_publish >= 32)) {
+    publish<Scope::kSystem>(st.tally, d.counters);
+    st.since_publish = 0;
+  }
+  return done;
+}
+
 // One pass of the loop, run by a team (team.h): a CPU thread alone, or a
 // warp. Returns the work done (packets and host sends), so an executor can
 // back off when it is 0. S is the scope of the wire rings (rx, tx): kSystem
@@ -48,28 +78,7 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
     if (t.leader()) ++st.rx_ci;
     t.sync();
   }
-  if (t.leader()) {
-    ++st.passes;
-    // The host's send ring is polled every 16th pass: sends are not on the
-    // request/reply critical path, and each poll may cross the bus.
-    if ((st.passes & 15) == 0) done += drain_host_tx<S>(d, st, stg);
-    st.idle_passes = done ? 0 : st.idle_passes + 1;
-    // Once the loop has been idle a few passes: not in the pass right after a
-    // reply, where the next request is likely on its way.
-    const bool settled = st.idle_passes == kSettlePasses;
-    // Slots go back in bulk (each release is a fence and a bus write), and
-    // when the loop settles, so a producer never waits long on a lazy release.
-    const uint32_t held = st.rx_ci - st.rx_released;
-    if (held && (settled || held >= (d.rx.depth() >> 2))) {
-      rx_release<S>(d.rx, st.rx_ci);
-      st.rx_released = st.rx_ci;
-    }
-    st.since_publish += done;
-    if (st.tally.dirty && (settled || st.since_publish >= 32)) {
-      publish<Scope::kSystem>(st.tally, d.counters);
-      st.since_publish = 0;
-    }
-  }
+  if (t.leader()) done = end_pass<S>(d, st, stg, done);
   done = t.from_leader(done);
   t.sync();
   return done;

@@ -20,19 +20,15 @@ struct Arrival {
   bool speculative;
 };
 
-// Team-wide: copy the frame of rx slot `ci` into the staging buffer, after an
-// acquire on the descriptor the leader already read.
-template <Scope S, class Team>
-RT_HD inline void stage_ordered(const Team& t, const EngineDesc& d, uint32_t ci, Staging* stg,
-                                uint32_t len) {
-  if (t.leader()) fence_acquire<S>();
-  t.sync();  // every lane's reads after the leader's acquire
+// Team-wide: copy a frame of `len` bytes from its rx slot into a staging
+// buffer next to the team, fresh from memory (16-byte aligned, rounded up).
+template <class Team>
+RT_HD inline void stage_frame(const Team& t, uint8_t* staging, const uint8_t* slot, uint32_t len) {
   // A lane's loads go out eight at a time before their stores: a long frame is a few
   // round trips to the ring, not one per 16 bytes.
   constexpr uint32_t kInFlight = 8;
-  const uint8_t* slot = d.rx.slot(ci);
   const uint32_t chunks = (len + kChunkBytes - 1) / kChunkBytes;
-  auto* out = reinterpret_cast<Chunk16*>(stg->rx);
+  auto* out = reinterpret_cast<Chunk16*>(staging);
   for (uint32_t base = t.lane(); base < chunks; base += kInFlight * t.size()) {
     Chunk16 v[kInFlight];
     for (uint32_t k = 0; k < kInFlight; ++k)
@@ -41,6 +37,16 @@ RT_HD inline void stage_ordered(const Team& t, const EngineDesc& d, uint32_t ci,
       if (base + k * t.size() < chunks) out[base + k * t.size()] = v[k];
   }
   t.sync();
+}
+
+// Team-wide: copy the frame of rx slot `ci` into the staging buffer, after an
+// acquire on the descriptor the leader already read.
+template <Scope S, class Team>
+RT_HD inline void stage_ordered(const Team& t, const EngineDesc& d, uint32_t ci, Staging* stg,
+                                uint32_t len) {
+  if (t.leader()) fence_acquire<S>();
+  t.sync();  // every lane's reads after the leader's acquire
+  stage_frame(t, stg->rx, d.rx.slot(ci), len);
 }
 
 // Team-wide: the frame at st.rx_ci if its producer published it. With

@@ -542,13 +542,15 @@ RT_HD inline void receive_response(EngineState& st, const FrameView& f) {
 // A frame's ICRC as a team found it before the general path, or unchecked.
 enum class IcrcVerdict : uint8_t { kUnchecked, kGood, kBad };
 
+// A frame's transport and execution once it is decoded (`r`, of `frame_len`
+// bytes): what the general path does after decode, in the order of the ring.
+// A crew's commit (batch.h) calls it with frames decoded in parallel.
 template <Scope S>
-RT_HD RT_COLD inline void receive_packet(const EngineDesc& d, EngineState& st, const Staging* stg,
-                                         ByteSpan frame, uint64_t rx_ts,
-                                         IcrcVerdict icrc = IcrcVerdict::kUnchecked) {
+RT_HD RT_COLD inline void receive_decoded(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                          const DecodeResult& r, uint32_t frame_len, uint64_t rx_ts,
+                                          IcrcVerdict icrc) {
   count(st.tally, Counter::kRxPackets);
-  count(st.tally, Counter::kRxBytes, frame.size);
-  const DecodeResult r = decode(frame);
+  count(st.tally, Counter::kRxBytes, frame_len);
   if (!r.ok()) {
     count(st.tally, Counter::kMalformed);
     return;
@@ -621,6 +623,13 @@ RT_HD RT_COLD inline void receive_packet(const EngineDesc& d, EngineState& st, c
   }
 }
 
+template <Scope S>
+RT_HD RT_COLD inline void receive_packet(const EngineDesc& d, EngineState& st, const Staging* stg,
+                                         ByteSpan frame, uint64_t rx_ts,
+                                         IcrcVerdict icrc = IcrcVerdict::kUnchecked) {
+  receive_decoded<S>(d, st, stg, decode(frame), frame.size, rx_ts, icrc);
+}
+
 // The host's queued payloads, sent as SEND Only to the peer. Stops, without
 // dropping, when the tx ring is full: the host ring is the backpressure.
 template <Scope S>
@@ -664,72 +673,87 @@ RT_HD inline void place_pending(const Team& t, const EngineDesc& d, EngineState&
 // Team-wide: the end of a frame the leader left pending (frames_write): the
 // CRC of its page by the whole team, then, on the leader, its record for the
 // host. The page is the host's from then until it is released.
-template <Scope S, class Team>
-RT_HD inline void finish_frame(const Team& t, const EngineDesc& d, EngineState& st) {
+// The bytes of the frame pending at its end: with a record the sensor's byte
+// count is the frame (a frame that lost packets then fails its CRC instead of
+// looking short and whole).
+RT_HD inline uint64_t pending_frame_bytes(const FramesDesc& fd, const FrameState& fs) {
+  return fs.has_record && fs.meta.bytes_written <= fd.page_bytes ? fs.meta.bytes_written : fs.bytes;
+}
+
+RT_HD inline const uint8_t* pending_frame_page(const EngineDesc& d, const FrameState& fs) {
+  return d.regions[d.frames.region].base + uint64_t(fs.page) * d.frames.page_bytes;
+}
+
+// Leader: the pending frame's record for the host, with its page's CRC. The
+// page is the host's from then until it is released.
+template <Scope S>
+RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t crc) {
   FrameState& fs = st.frames;
   const FramesDesc& fd = d.frames;
   const bool meta = fd.metadata;
   const bool has_record = fs.has_record;
-  // With a record the sensor's byte count is the frame: a frame that lost
-  // packets then fails its CRC instead of looking short and whole.
-  const uint64_t bytes =
-      has_record && fs.meta.bytes_written <= fd.page_bytes ? fs.meta.bytes_written : fs.bytes;
-  const uint8_t* page = d.regions[fd.region].base + uint64_t(fs.page) * fd.page_bytes;
-  const uint32_t crc = crc32_team(t, page, bytes);
-  if (t.leader()) {
-    fs.pending = false;
-    uint8_t* slot = d.record_completions
-                        ? tx_reserve<Scope::kSystem>(d.completions, st.comp_pi, st.comp_ci_seen)
-                        : nullptr;
-    if (!slot || completion_data_bytes(d.completions.slot_bytes) < sizeof(FrameRecord)) {
-      count(st.tally, Counter::kCompletionDrops);  // the host fell behind: no record, page kept
-      count(st.tally, Counter::kFramesDropped);
-    } else {
-      FrameRecord rec{};
-      rec.bytes = bytes;
-      rec.ptp_s = fs.meta.ptp_s;
-      rec.ptp_ns = fs.meta.ptp_ns;
-      rec.rx_first_ns = fs.rx_first_ns;
-      rec.rx_last_ns = fs.rx_last_ns;
-      rec.frame_number = has_record ? fs.meta.frame_number : fs.completed;
-      rec.page = fs.page;
-      rec.crc32 = crc;
-      rec.metadata_crc = fs.meta.crc;
-      rec.psn_first = fs.psn_first;
-      rec.psn_last = fs.end_psn;
-      rec.packets = fs.packets;
-      rec.packets_lost = fs.lost;
-      // What arrived ends at the sensor's byte count, or at HSB's 128-byte pad
-      // after it when the record was appended to the last data packet.
-      const uint64_t want = fs.meta.bytes_written;
-      const uint64_t padded = (want + kHsbPageAlign - 1) / kHsbPageAlign * kHsbPageAlign;
-      const bool crc_checked = meta && fd.check_crc;
-      rec.flags = (fs.end_page == fs.page ? kFramePageMatch : 0u) |
-                  (meta ? kFrameHasMetadata : 0u) | (crc_checked ? kFrameCrcChecked : 0u) |
-                  (has_record && hsb_jamcrc(crc) == fs.meta.crc ? kFrameCrcOk : 0u) |
-                  (has_record && want <= fs.bytes && fs.bytes <= padded ? kFrameBytesOk : 0u);
-      if (crc_checked && !(rec.flags & kFrameCrcOk)) count(st.tally, Counter::kFrameCrcErrors);
-      fd.page_free[fs.page] = 0;  // the host's now; published by the record's release below
-      set_page_busy(fs, fs.page, true);
-      CompletionRecord& c = *reinterpret_cast<CompletionRecord*>(slot);
-      c = CompletionRecord{};
-      c.request_len = uint32_t(sizeof(FrameRecord));
-      c.reply_len = kNoReply;
-      c.imm = fs.imm;
-      c.opcode = 0x2B;
-      c.flags = kCompletionFrame | kCompletionHasImm;
-      c.psn = fs.end_psn;
-      c.rx_timestamp_ns = fs.rx_last_ns;
-      c.done_timestamp_ns = now_ns();
-      copy_bytes(slot + sizeof(CompletionRecord), reinterpret_cast<const uint8_t*>(&rec),
-                 uint32_t(sizeof rec));
-      tx_submit<Scope::kSystem>(d.completions, st.comp_pi,
-                                uint32_t(sizeof(CompletionRecord) + sizeof rec), 0,
-                                c.done_timestamp_ns);
-      count(st.tally, Counter::kFrames);
-      ++fs.completed;
-    }
+  const uint64_t bytes = pending_frame_bytes(fd, fs);
+  fs.pending = false;
+  uint8_t* slot = d.record_completions
+                      ? tx_reserve<Scope::kSystem>(d.completions, st.comp_pi, st.comp_ci_seen)
+                      : nullptr;
+  if (!slot || completion_data_bytes(d.completions.slot_bytes) < sizeof(FrameRecord)) {
+    count(st.tally, Counter::kCompletionDrops);  // the host fell behind: no record, page kept
+    count(st.tally, Counter::kFramesDropped);
+  } else {
+    FrameRecord rec{};
+    rec.bytes = bytes;
+    rec.ptp_s = fs.meta.ptp_s;
+    rec.ptp_ns = fs.meta.ptp_ns;
+    rec.rx_first_ns = fs.rx_first_ns;
+    rec.rx_last_ns = fs.rx_last_ns;
+    rec.frame_number = has_record ? fs.meta.frame_number : fs.completed;
+    rec.page = fs.page;
+    rec.crc32 = crc;
+    rec.metadata_crc = fs.meta.crc;
+    rec.psn_first = fs.psn_first;
+    rec.psn_last = fs.end_psn;
+    rec.packets = fs.packets;
+    rec.packets_lost = fs.lost;
+    // What arrived ends at the sensor's byte count, or at HSB's 128-byte pad
+    // after it when the record was appended to the last data packet.
+    const uint64_t want = fs.meta.bytes_written;
+    const uint64_t padded = (want + kHsbPageAlign - 1) / kHsbPageAlign * kHsbPageAlign;
+    const bool crc_checked = meta && fd.check_crc;
+    rec.flags = (fs.end_page == fs.page ? kFramePageMatch : 0u) | (meta ? kFrameHasMetadata : 0u) |
+                (crc_checked ? kFrameCrcChecked : 0u) |
+                (has_record && hsb_jamcrc(crc) == fs.meta.crc ? kFrameCrcOk : 0u) |
+                (has_record && want <= fs.bytes && fs.bytes <= padded ? kFrameBytesOk : 0u);
+    if (crc_checked && !(rec.flags & kFrameCrcOk)) count(st.tally, Counter::kFrameCrcErrors);
+    fd.page_free[fs.page] = 0;  // the host's now; published by the record's release below
+    set_page_busy(fs, fs.page, true);
+    CompletionRecord& c = *reinterpret_cast<CompletionRecord*>(slot);
+    c = CompletionRecord{};
+    c.request_len = uint32_t(sizeof(FrameRecord));
+    c.reply_len = kNoReply;
+    c.imm = fs.imm;
+    c.opcode = 0x2B;
+    c.flags = kCompletionFrame | kCompletionHasImm;
+    c.psn = fs.end_psn;
+    c.rx_timestamp_ns = fs.rx_last_ns;
+    c.done_timestamp_ns = now_ns();
+    copy_bytes(slot + sizeof(CompletionRecord), reinterpret_cast<const uint8_t*>(&rec),
+               uint32_t(sizeof rec));
+    tx_submit<Scope::kSystem>(d.completions, st.comp_pi,
+                              uint32_t(sizeof(CompletionRecord) + sizeof rec), 0,
+                              c.done_timestamp_ns);
+    count(st.tally, Counter::kFrames);
+    ++fs.completed;
   }
+}
+
+// Team-wide: the end of a frame the leader left pending (frames_write): the
+// CRC of its page by the whole team, then, on the leader, its record.
+template <Scope S, class Team>
+RT_HD inline void finish_frame(const Team& t, const EngineDesc& d, EngineState& st) {
+  const uint32_t crc =
+      crc32_team(t, pending_frame_page(d, st.frames), pending_frame_bytes(d.frames, st.frames));
+  if (t.leader()) record_frame<S>(d, st, crc);
   t.sync();
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "rt/cuda/engine_launch.h"
+#include "rt/engine/batch.h"
 #include "rt/engine/engine.h"
 #include "rt/engine/far_end.h"
 #include "rt/host/memory.h"
@@ -56,6 +57,7 @@ struct TransceiverConfig {
   // cuda executor: the persistent kernel's epochs (cuda/engine_launch.h); 0: one launch.
   uint32_t cuda_epoch_us = 10000;
   uint32_t cuda_epochs_in_flight = 2;
+  uint32_t cuda_warps = 1;  // 1: one warp; more: a crew (engine/batch.h)
 };
 
 // What a flat key holds where the member's type alone does not say it (the others: strings,
@@ -137,6 +139,7 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("stop_timeout_s", c.stop_timeout_s);
   key("cuda_epoch_us", c.cuda_epoch_us);
   key("cuda_epochs_in_flight", c.cuda_epochs_in_flight);
+  key("cuda_warps", c.cuda_warps);
 }
 
 // A completed message as the host reads it from the completion ring.
@@ -289,6 +292,7 @@ class Transceiver {
   std::atomic<bool> cpu_failed_{false};
   std::string cpu_error_;
   std::thread thread_;
+  Batch cpu_batch_{};  // the cpu executor's crew of one (its thread's while it runs)
   std::unique_ptr<cuda::EngineKernel> kernel_;
   std::unique_ptr<SocketNic> nic_;
   SocketNicStats final_nic_stats_{};

@@ -180,13 +180,13 @@ RT_HD inline bool icrc_team_fits(const IcrcLayout& l) {
 
 namespace rt {
 
-// zlib's CRC-32 of n bytes by a team (the frames handler's page CRC): the
-// same chunking as icrc_team() without masks, started from a zero register;
-// zlib's all-ones start is added at the end, carried over the n bytes.
+// The raw CRC-32 register of n bytes (started from zero, not inverted at the
+// end) by a team: the same chunking as icrc_team() without masks. Raw
+// registers of consecutive pieces combine by crc32_x8n shifts (a crew's CRC).
 template <class Team>
-RT_HD inline uint32_t crc32_team(const Team& t, const uint8_t* p, uint64_t n) {
+RT_HD inline uint32_t crc32_raw_team(const Team& t, const uint8_t* p, uint64_t n) {
   if constexpr (Team::kLanes == 1) {
-    return crc32_update_fast(0, p, size_t(n));
+    return ~crc32_update_fast(0xFFFFFFFFu, p, size_t(n));
   } else {
     using namespace icrc_team_detail;
     if (n == 0) return 0;
@@ -224,8 +224,23 @@ RT_HD inline uint32_t crc32_team(const Team& t, const uint8_t* p, uint64_t n) {
         if (k < g) reg = crc32_shift16(tb, 32, reg) ^ chunk_step(tb, 0, ws[k]);
       m -= g;
     }
-    reg = t.xor_all(t.lane() ? crc32_shift16(tb, t.lane(), reg) : reg);
-    return ~(reg ^ crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu));
+    return t.xor_all(t.lane() ? crc32_shift16(tb, t.lane(), reg) : reg);
+  }
+}
+
+// zlib's CRC-32 of n bytes from their raw register: zlib's all-ones start,
+// carried over the n bytes, and the final inversion.
+RT_HD inline uint32_t crc32_from_raw(uint32_t raw, uint64_t n) {
+  return ~(raw ^ crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu));
+}
+
+// zlib's CRC-32 of n bytes by a team (the frames handler's page CRC).
+template <class Team>
+RT_HD inline uint32_t crc32_team(const Team& t, const uint8_t* p, uint64_t n) {
+  if constexpr (Team::kLanes == 1) {
+    return crc32_update_fast(0, p, size_t(n));
+  } else {
+    return crc32_from_raw(crc32_raw_team(t, p, n), n);
   }
 }
 

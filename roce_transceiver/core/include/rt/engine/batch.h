@@ -1,0 +1,290 @@
+// The engine's batch step: a crew (crew.h) serves its queue a batch of frames
+// at a time, in four phases with the crew synchronised between them.
+//
+//   classify  per frame, in parallel (team k takes frames k, k + teams()...):
+//             read it from its slot (staged next to the team when the ring is
+//             across a bus), decode, check its ICRC with every lane. Pure: the
+//             verdict goes into the frame's BatchSlot, the state is untouched.
+//   commit    the crew leader, in ring order: receive_decoded(), the general
+//             path after decode (PSN, message order, RETH checks, the frames
+//             account, handlers, replies, NAKs). A WRITE's placement is noted
+//             in its slot, not done.
+//   execute   per frame, in parallel: the placements the commit noted.
+//   publish   the RC ACK that waited for its data, a frame's end (its page's
+//             CRC by the whole crew, then its record), slots back and counters
+//             (end_pass).
+//
+// Exact: what the commit does is the one-frame-at-a-time general path; what it
+// defers is placement only, and a batch ends before any frame whose handling
+// could see a placement not yet done (a message for a handler, a reply, a
+// duplicate's ACK) and after one that waits for its own (an RC ACK, a frame's
+// end). Frames classified but not committed stay classified for the next pass.
+// A lone frame takes engine_step() (its express path): batches are for streams.
+#pragma once
+
+#include "rt/crew.h"
+#include "rt/engine/engine.h"
+
+namespace rt {
+
+// Frames a batch holds at most: the lanes of the warp that polls their descriptors.
+constexpr uint32_t kMaxBatch = 32;
+
+// One frame of a batch: the classify phase's verdict, then the commit's placement.
+struct BatchSlot {
+  DecodeResult r;  // the frame, decoded where the team read it
+  uint64_t ts;
+  uint32_t len;
+  engine_detail::IcrcVerdict icrc;
+  uint8_t* place_dst;  // what the commit left to place (place_len 0: nothing)
+  const uint8_t* place_src;
+  uint32_t place_len;
+};
+
+// What a crew shares while it serves a queue (a block's shared memory; a CPU
+// thread's own). Slot and staging of rx sequence number q: q & (depth - 1).
+struct Batch {
+  BatchSlot slot[kMaxBatch];
+  uint32_t depth;       // frames a batch may hold: a power of two, 2..kMaxBatch
+  uint8_t* staging;     // depth x rx slot_bytes next to the crew, or null: frames read in place
+  uint32_t classified;  // frames before this rx sequence number are classified (>= rx_ci)
+  uint32_t ready;       // this pass: frames published before this one
+  uint32_t committed;   // this pass: the commit ended before this one
+  uint32_t done;        // this pass: the work done, for every thread
+  uint32_t crc_part[kMaxTeams];
+  // Where the crew's cycles go (clock64, the crew leader's view), for the host.
+  uint64_t cycles[4];  // classify (with the poll), commit, execute, publish
+  uint64_t batches;
+  uint64_t batch_frames;
+};
+
+// The batch depth of a queue: a power of two, at most kMaxBatch and
+// queues.batch, whose staging fits `staging_room` bytes when frames are staged;
+// 1: no batches. Requests with the express path on are taken one at a time
+// (engine_step): the express path skips what a batch would share out, and a
+// request waits for no batch. Batches are for what nothing answers at once:
+// the frames handler's streams, and every queue with express off.
+RT_HD inline uint32_t batch_depth(const EngineDesc& d, uint64_t staging_room, bool staged) {
+  if (d.express && d.handler.kind != HandlerKind::kFrames) return 1;
+  uint32_t depth = 1;
+  while (depth * 2 <= kMaxBatch && depth * 2 <= d.batch &&
+         (!staged || uint64_t(depth) * 2 * d.rx.slot_bytes <= staging_room))
+    depth *= 2;
+  return depth;
+}
+
+RT_HD inline void batch_init(Batch& b, uint32_t depth, uint8_t* staging, uint32_t rx_ci) {
+  b.depth = depth;
+  b.staging = staging;
+  b.classified = rx_ci;
+  b.ready = rx_ci;
+  b.committed = rx_ci;
+  b.done = 0;
+  for (uint64_t& c : b.cycles) c = 0;
+  b.batches = 0;
+  b.batch_frames = 0;
+}
+
+namespace engine_detail {
+
+// Team-wide: how many descriptors from rx sequence `from` on are published, in
+// a row, up to `max` (<= kMaxBatch): one acquire load a lane, all in flight.
+template <Scope S, class Team>
+RT_HD inline uint32_t frames_ready(const Team& t, const RxRing& rx, uint32_t from, uint32_t max) {
+  if constexpr (Team::kLanes == 1) {
+    uint32_t n = 0;
+    while (n < max && rx_poll<S>(rx, from + n)) ++n;
+    return n;
+  } else {
+    const bool ready = t.lane() < max && rx_poll<S>(rx, from + t.lane());
+    const uint32_t not_ready = ~t.ballot(ready);
+#if RT_DEVICE_CODE
+    return not_ready ? uint32_t(__ffs(not_ready)) - 1 : 32u;
+#else
+    return not_ready ? uint32_t(__builtin_ctz(not_ready)) : 32u;
+#endif
+  }
+}
+
+// Team-wide: classify rx sequence number `seq` (published, as frames_ready
+// saw) into `s`: read, decode, ICRC. Changes no engine state.
+template <Scope S, class Team>
+RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, BatchSlot& s,
+                           uint8_t* staging) {
+  const uint8_t* slot = d.rx.slot(seq);
+  uint32_t len = 0;
+  uint64_t ts = 0;
+  if (t.leader()) {
+    fence_acquire<S>();  // after the poll's acquire, by another team of the crew
+    const Chunk16 head =
+        load_fresh16(reinterpret_cast<const uint8_t*>(&d.rx.descs[seq & d.rx.mask()]));
+    len = uint32_t(head.lo);
+    ts = head.hi;
+  }
+  len = t.from_leader(len);
+  len = len < d.rx.slot_bytes ? len : d.rx.slot_bytes;
+  const uint8_t* frame = slot;
+  if (staging) {
+    stage_frame(t, staging, slot, len);
+    frame = staging;
+  }
+  if (t.leader()) {
+    s.r = decode(ByteSpan(frame, len));
+    s.len = len;
+    s.ts = ts;
+    s.place_len = 0;
+  }
+  t.sync();
+  // One lane's CRC is receive_decoded's own check (IcrcVerdict::kUnchecked).
+  IcrcVerdict icrc = IcrcVerdict::kUnchecked;
+  if (Team::kLanes > 1 && d.check_icrc && s.r.ok()) {
+    const FrameView& f = s.r.frame;
+    const IcrcLayout l{f.l3,   f.l3_len, f.ip_version, f.bth + uint32_t(sizeof(Bth)) - f.l3,
+                       f.icrc, nullptr};
+    if (f.ip_version && icrc_team_fits(l))
+      icrc = icrc_team(t, frame, l) == f.icrc_field() ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+  }
+  if (t.leader()) s.icrc = icrc;
+  t.sync();
+}
+
+// Commit: may frame `s` be committed while placements of this batch are not
+// done yet? Only a WRITE whose handling does nothing but note its own: no
+// handler reads it (the frames handler takes an immediate as a frame's end)
+// and, on RC, nothing is sent for it (no ACK asked, not a duplicate).
+RT_HD inline bool places_only(const EngineDesc& d, const EngineState& st, const BatchSlot& s) {
+  if (!s.r.ok()) return true;  // counted as malformed: nothing sent, nothing read
+  const FrameView& f = s.r.frame;
+  if (!(f.op.flags & kWrite) || f.op.is(kResponse) || f.op.is(kAtomic)) return false;
+  if (f.op.has(kImmDt) && d.handler.kind != HandlerKind::kFrames) return false;
+  if (d.qp.transport != Transport::RC) return true;
+  const Bth& bth = f.bth_hdr();
+  return !bth.ack_requested() && bth.psn.get() == st.expected_psn;
+}
+
+// Crew-wide: zlib's CRC-32 of n bytes, a piece of whole 16-byte chunks a team;
+// the pieces' raw registers combined by shifts. Valid on the crew leader.
+template <class Crew>
+RT_HD inline uint32_t crc32_crew(const Crew& c, Batch& b, const uint8_t* p, uint64_t n) {
+  const auto t = c.team();
+  const uint64_t teams = c.teams();
+  const uint64_t piece = ((n + teams - 1) / teams + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
+  const uint64_t from = piece * c.team_index();
+  const uint64_t len = from < n ? (n - from < piece ? n - from : piece) : 0;
+  const uint32_t raw = crc32_raw_team(t, p + (from < n ? from : 0), len);
+  if (t.leader())
+    b.crc_part[c.team_index()] = len ? crc32_mulmod(crc32_x8n(n - from - len), raw) : 0;
+  c.sync();
+  uint32_t all = 0;
+  if (c.leader())
+    for (uint32_t k = 0; k < c.teams(); ++k) all ^= b.crc_part[k];
+  return crc32_from_raw(all, n);
+}
+
+// The clock the crew's profile counts in: SM cycles on a GPU, 0 on a CPU thread.
+RT_HD inline uint64_t crew_clock() {
+#if RT_DEVICE_CODE
+  return clock64();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace engine_detail
+
+// One pass of the loop by a crew: a batch when two frames or more are waiting,
+// else engine_step() by team 0 (a lone frame's express path). Returns the work
+// done, the same for every thread.
+template <Scope S, class Crew>
+RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState& st, Batch& b,
+                                Staging* stg = nullptr) {
+  using namespace engine_detail;
+  const auto t = c.team();
+  const uint64_t t0 = crew_clock();
+  if (c.team_index() == 0) {
+    const uint32_t from = b.classified;
+    const uint32_t n = frames_ready<S>(t, d.rx, from, st.rx_ci + b.depth - from);
+    if (t.leader()) b.ready = from + n;
+  }
+  c.sync();
+  // Read by every thread before team 0 may change them (engine_step, below).
+  const uint32_t first = st.rx_ci;
+  const uint32_t ready = b.ready;
+  const bool lone = b.depth < 2 || (ready - first < 2 && b.classified == first);
+  c.sync();
+  if (lone) {
+    if (c.team_index() == 0) {
+      const uint32_t done = engine_step<S>(t, d, st, stg, 1);
+      if (t.leader()) {
+        b.classified = b.ready = b.committed = st.rx_ci;
+        b.done = done;
+      }
+    }
+    c.sync();
+    return b.done;
+  }
+  // classify what is new
+  const uint32_t fresh = b.classified;
+  for (uint32_t q = fresh + c.team_index(); q - fresh < ready - fresh; q += c.teams()) {
+    const uint32_t i = q & (b.depth - 1);
+    classify<S>(t, d, q, b.slot[i], b.staging ? b.staging + size_t(i) * d.rx.slot_bytes : nullptr);
+  }
+  c.sync();
+  const uint64_t t1 = crew_clock();
+  // commit, in order
+  if (c.leader()) {
+    b.classified = ready;
+    bool placing = false;
+    uint32_t q = first;
+    while (q != ready) {
+      BatchSlot& s = b.slot[q & (b.depth - 1)];
+      if (placing && !places_only(d, st, s)) break;
+      receive_decoded<S>(d, st, stg, s.r, s.len, s.ts, s.icrc);
+      ++q;
+      s.place_dst = st.place_dst;
+      s.place_src = st.place_src;
+      s.place_len = st.place_len;
+      st.place_dst = nullptr;
+      st.place_src = nullptr;
+      st.place_len = 0;
+      placing = placing || s.place_len;
+      if (st.ack_pending || st.frames.pending) break;  // waits for its own placement
+    }
+    b.committed = q;
+  }
+  c.sync();
+  const uint64_t t2 = crew_clock();
+  // execute
+  const uint32_t committed = b.committed;
+  for (uint32_t q = first + c.team_index(); q - first < committed - first; q += c.teams()) {
+    const BatchSlot& s = b.slot[q & (b.depth - 1)];
+    if (s.place_len) copy_bytes_team(t, s.place_dst, s.place_src, s.place_len);
+  }
+  c.sync();
+  const uint64_t t3 = crew_clock();
+  // publish
+  if (c.leader() && st.ack_pending) {
+    st.ack_pending = false;
+    send_aeth<S>(d, st, stg, kAethAck, st.ack_psn);
+  }
+  if (st.frames.pending) {
+    const uint32_t crc = crc32_crew(c, b, pending_frame_page(d, st.frames),
+                                    pending_frame_bytes(d.frames, st.frames));
+    if (c.leader()) record_frame<S>(d, st, crc);
+  }
+  if (c.leader()) {
+    st.rx_ci = committed;
+    b.done = end_pass<S>(d, st, stg, committed - first);
+    const uint64_t t4 = crew_clock();
+    b.cycles[0] += t1 - t0;
+    b.cycles[1] += t2 - t1;
+    b.cycles[2] += t3 - t2;
+    b.cycles[3] += t4 - t3;
+    ++b.batches;
+    b.batch_frames += committed - first;
+  }
+  c.sync();
+  return b.done;
+}
+
+}  // namespace rt

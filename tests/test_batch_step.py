@@ -1,0 +1,232 @@
+"""The batch step (engine/batch.h): frames taken a batch at a time, exactly as one at a time.
+
+Goal: a crew classifies a batch in parallel, commits it in ring order and places it in
+parallel; that is an optimisation only. With the rx ring full before the loop starts (so
+every pass finds a whole batch), a run with ``queues.batch`` 32 or 8 records the same frames,
+transmits the same bytes, delivers the same messages and counts the same counters as the
+same run with ``queues.batch: 1`` (one frame a pass: the general path, tested elsewhere
+against scapy and zlib). On the cuda executor also with ``cuda.warps`` 1, 4 and 8, where the
+batch's frames are classified and placed by different warps at once.
+- a sensor stream, with and without metadata, whose packets are lost, reordered,
+  duplicated and corrupted inside batches, frame ends in the middle of batches, ends lost
+  and whole frames vanished;
+- a queue whose pages are all held by the host (every later packet refused, counted);
+- batches that end early: an echo script with express off (SEND Onlys, a two-packet SEND,
+  immediates, an ICRC error, a PSN gap, a wrong QP) on UC and RC, and RC WRITEs with ACK
+  requests, duplicates and a gap, where an ACK waits for its data.
+
+Oracles: the one-frame-at-a-time run of the same frames, and, for the stream, zlib over
+what the sensor sent (every frame that came whole is recorded with its CRC).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+from typing import Any
+
+import pytest
+from engine_helpers import EXECUTORS, TRANSPORTS, WAIT_S, Peer, make, wait_counters
+from frames_helpers import frames_config, sensor_for
+
+from roce_transceiver.peers.sensor import Faults
+from roce_transceiver.protocol import parse, psn_add
+from roce_transceiver.transceiver import Transceiver
+
+RING = 4096
+VA, RKEY = 0x7F00_1234_0000, 0x1357
+REGIONS = [{"va": VA, "rkey": RKEY, "length": 16384}]
+TIMESTAMPS = ("rx_first_ns", "rx_last_ns", "done_ns")
+
+
+def content(n: int, size: int) -> bytes:
+    return bytes((n * 29 + i * 7) & 0xFF for i in range(size))
+
+
+def shapes(executor: str) -> list[dict[str, Any]]:
+    """The batch settings each run is compared across: the first is the oracle."""
+    out: list[dict[str, Any]] = [{"queues": {"batch": 1}}, {"queues": {"batch": 32}}]
+    if executor == "cuda":
+        out += [{"queues": {"batch": 32}, "cuda": {"warps": w}} for w in (1, 4)]
+        out.append({"queues": {"batch": 8}, "cuda": {"warps": 8}})
+    else:
+        out.append({"queues": {"batch": 8}})
+    return out
+
+
+def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = {**out.get(k, {}), **v} if isinstance(v, dict) else v
+    return out
+
+
+def drain_frames(t: Transceiver, injected: int) -> list[dict[str, Any]]:
+    """Every frame record, in order, once the engine has taken all ``injected`` frames."""
+    wait_counters(t, rx_packets=injected)
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        batch = t.frames(timeout=0.2)
+        if not batch:
+            break
+        for f in batch:
+            d = f.as_dict()
+            for k in TIMESTAMPS:
+                d.pop(k, None)
+            d["payload_crc"] = zlib.crc32(f.data.tobytes())
+            got.append(d)
+            f.release()
+    return got
+
+
+def stream_run(
+    executor: str, extra: dict[str, Any], metadata: bool, seed: int, pages: int
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    config = merged(frames_config(executor, metadata, pages=pages), {"queues": {"rx_depth": RING}})
+    t = Transceiver(merged(config, extra))
+    sensor = sensor_for(t, payload=1024, seed=seed)
+    faults = Faults(loss=0.05, reorder=0.08, duplicate=0.05, corrupt=0.05, end_loss=0.1)
+    injected, sent = 0, []
+    for n in range(40):
+        sensor.faults = faults if 0 < n < 39 else Faults()
+        frame = sensor.frame(n, content(n, rng.choice([700, 2048, 3000, 5000, 8192])))
+        if 0 < n < 39 and rng.random() < 0.1:
+            continue  # vanished whole
+        sent.append(frame)
+        for p in frame.packets:
+            assert t.inject(p), "the script is longer than the rx ring"
+            injected += 1
+    with t:
+        records = drain_frames(t, injected)
+    return {"records": records, "stats": t.stats(), "sent": sent}
+
+
+def assert_same(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
+    oracle = runs[0]
+    for i, run in enumerate(runs[1:], 1):
+        for k in keys:
+            if k == "stats":
+                differ = {
+                    c: (run["stats"][c], oracle["stats"][c])
+                    for c in oracle["stats"]
+                    if c != "express" and run["stats"][c] != oracle["stats"][c]
+                }
+                assert not differ, f"shape {i}: counters (batched, one at a time): {differ}"
+            else:
+                assert run[k] == oracle[k], f"shape {i}: {k} differ"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("metadata", [True, False], ids=["metadata", "no_metadata"])
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_damaged_stream_in_batches_is_recorded_as_one_frame_at_a_time(
+    executor: str, metadata: bool, seed: int
+) -> None:
+    runs = [stream_run(executor, s, metadata, seed, pages=64) for s in shapes(executor)]
+    assert_same(runs, ("records", "stats"))
+    stats = runs[0]["stats"]
+    assert stats["frames"] > 10 and stats["psn_gaps"] + stats["icrc_errors"] > 0, stats
+    whole = {s.frame_number: s.crc32 for s in runs[0]["sent"] if not s.events}
+    for r in runs[-1]["records"]:
+        if r["frame_number"] in whole and metadata and r["packets_lost"] == 0:
+            assert r["crc32"] == whole[r["frame_number"]]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_queue_whose_pages_are_all_held_refuses_the_same_packets_in_batches(
+    executor: str,
+) -> None:
+    runs = [stream_run(executor, s, True, 7, pages=2) for s in shapes(executor)]
+    assert_same(runs, ("records", "stats"))
+    stats = runs[0]["stats"]
+    assert len(runs[0]["records"]) == 2 and stats["frame_page_busy"] > 0, stats
+
+
+# ------------------------------------------------------------- batches that end early
+
+
+def echo_script(peer: Peer) -> list[bytes]:
+    frames: list[bytes] = []
+
+    def send(op: str, payload: bytes, **fields: Any) -> None:
+        frames.append(peer.frame(op, payload, psn=peer.take(), **fields))
+
+    for n in range(6):
+        send("SEND_ONLY", bytes([65 + n]) * (32 + 100 * n))
+    bad = peer.frame("SEND_ONLY", b"G" * 32, psn=peer.psn)
+    frames.append(bad[:-4] + bytes(b ^ 0x5A for b in bad[-4:]))  # ICRC error
+    gap = psn_add(peer.psn, 5)
+    frames.append(peer.frame("SEND_ONLY", b"H" * 32, psn=gap))  # PSN gap
+    if peer.transport == "UC":
+        peer.psn = psn_add(gap, 1)
+    send("SEND_ONLY", b"I" * 32, ack_req=True)
+    send("SEND_ONLY_WITH_IMMEDIATE", b"M" * 32, imm=7)
+    send("SEND_FIRST", b"N" * 256)
+    send("SEND_LAST", b"O" * 10)
+    frames.append(peer.frame("SEND_ONLY", b"P" * 32, psn=peer.psn, dest_qp=peer.qpn + 1))
+    for n in range(8):
+        send("SEND_ONLY", b"Q" * (n + 1))
+    return frames
+
+
+def write_script(peer: Peer) -> list[bytes]:
+    """RC/UC WRITEs into the first region: some ask for an ACK, one is repeated, one skips."""
+    frames: list[bytes] = []
+    for n in range(24):
+        payload = content(n, 512)
+        fields: dict[str, Any] = {"va": VA + 512 * n, "rkey": RKEY, "dma_len": 512}
+        if n % 5 == 4:
+            fields["ack_req"] = True
+        frames.append(peer.frame("RDMA_WRITE_ONLY", payload, psn=peer.take(), **fields))
+        if n == 9:
+            frames.append(frames[-1])  # a duplicate
+        if n == 15:
+            peer.psn = psn_add(peer.psn, 2)  # a gap
+    frames.append(peer.frame("SEND_ONLY", b"end", psn=peer.take()))
+    return frames
+
+
+def drain(take: Any) -> list[Any]:
+    """What ``take()`` returns until it returns nothing (each call waits a little)."""
+    out: list[Any] = []
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        got = take()
+        if not got:
+            break
+        out += got
+    return out
+
+
+def script_run(executor: str, transport: str, extra: dict[str, Any], script: Any) -> dict[str, Any]:
+    base = {"express": False, "queues": {"rx_depth": 256}, "regions": REGIONS}
+    t = make(executor, transport, **merged(base, extra))
+    peer = Peer(t)
+    frames = script(peer)
+    for f in frames:
+        assert t.inject(f)
+    with t:
+        wait_counters(t, rx_packets=len(frames))
+        sent = drain(lambda: t.collect(max_frames=4096, timeout=0.2))
+        messages = [
+            (m.request, m.reply, m.opcode, m.psn, m.imm)
+            for m in drain(lambda: t.receive(timeout=0.2, max_messages=4096))
+        ]
+        region = t.read_region(0)
+    return {"sent": sent, "messages": messages, "stats": t.stats(), "region": region}
+
+
+@pytest.mark.parametrize("script", [echo_script, write_script], ids=["echo", "writes"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_batches_that_end_early_give_the_same_replies_acks_and_counters(
+    executor: str, transport: str, script: Any
+) -> None:
+    runs = [script_run(executor, transport, s, script) for s in shapes(executor)]
+    for run in runs[1:]:
+        assert [parse(f) for f in run["sent"]] == [parse(f) for f in runs[0]["sent"]]
+    assert_same(runs, ("sent", "messages", "region", "stats"))
+    assert runs[0]["stats"]["rx_packets"] > 20
