@@ -200,18 +200,30 @@ class StreamPlan:
 _SIOCGIFADDR = 0x8915
 
 
+_SIOCGIFNETMASK = 0x891B
+
+
 def interface_of(ip: str) -> str | None:
-    """The interface that holds ``ip`` (IPv4), or None."""
-    want = ipaddress.IPv4Address(ip).packed
+    """The interface that holds ``ip`` (IPv4): the one whose address it is, else the one
+    whose network holds it (127.0.0.0/8 on lo), or None."""
+    want = ipaddress.IPv4Address(ip)
+    within = None
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for _, name in socket.if_nameindex():
+            req = struct.pack("256s", name.encode())
             try:
-                got = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()))
+                addr = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, req)[20:24]
+                mask = fcntl.ioctl(s.fileno(), _SIOCGIFNETMASK, req)[20:24]
             except OSError:
                 continue
-            if got[20:24] == want:
+            if addr == want.packed:
                 return name
-    return None
+            net = ipaddress.IPv4Network(
+                f"{ipaddress.IPv4Address(addr)}/{ipaddress.IPv4Address(mask)}", strict=False
+            )
+            if within is None and want in net:
+                within = name
+    return within
 
 
 def _sys_int(interface: str, what: str) -> int | None:
@@ -594,6 +606,15 @@ class HsbStream:
         except HsbError as e:
             log.error("%s", e)
 
+    def stop(self) -> None:
+        """Stop the sensor (its VP_MASK bit), leaving it configured: what is in flight still
+        lands. HsbError if the bridge does not answer (``close()`` tries again)."""
+        if self.channel is not None and self.channel.configured:
+            try:
+                self.channel.stop()
+            except EcbError as e:
+                raise HsbError(f"bridge {self.channel.plan.bridge}: could not stop: {e}") from None
+
     def close(self) -> None:
         ch, self.channel = self.channel, None
         ecb, self._ecb = self._ecb, None
@@ -605,7 +626,7 @@ class HsbStream:
                     raise HsbError(
                         f"bridge {ch.plan.bridge}: could not un-configure sensor "
                         f"{ch.plan.channel.sensor} ({e}); it may still be streaming at "
-                        f"{ch.plan.host_ip}: run roce-transceiver hsb write "
+                        f"{ch.plan.host_ip}: run roce-transceiver hsb write --bridge "
                         f"{ch.plan.bridge} {ch.plan.channel.hif_address + VP_MASK:#x} 0 "
                         "once it answers"
                     ) from None

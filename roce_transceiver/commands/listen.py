@@ -9,14 +9,25 @@ summary with the counters. Exit status 0 when every frame was ok and none was dr
 (``frames_dropped``: its page was still held, its end never came, nothing of it came: see
 docs/frames.md), 1 otherwise, and 1 when the capture (``socket.capture``) lost frames to a
 write error, which stderr names.
+
+``--hsb IP[:SENSOR]`` points a Holoscan Sensor Bridge at it first (docs/hsb.md): waits for the
+bridge's announcement (``hsb.enumerate``), checks the stream against this configuration,
+programs the sensor's data channel with the transceiver's own addresses, QP and pages, and
+starts it (a second stderr line, ``hsb: ... streaming``, says so); on the way out, however the
+command ends (frames counted, time up, Ctrl-C, SIGTERM, SIGHUP, an error), stops and
+un-configures it. A bridge that cannot be programmed is an error (exit 2) naming what to fix;
+one that cannot be un-configured is reported on stderr, exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from typing import Any
 
+from roce_transceiver.commands import CommandError
 from roce_transceiver.commands.argtypes import COUNT, SECONDS
 from roce_transceiver.commands.running import (
     capture_failed,
@@ -39,29 +50,142 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frames", type=COUNT, help="stop after this many frames")
     p.add_argument("--seconds", type=SECONDS, help="stop after this long")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    p.add_argument(
+        "--hsb",
+        type=_bridge,
+        metavar="IP[:SENSOR]",
+        help="program the sensor bridge at IP (its sensor SENSOR, default the config's "
+        "hsb.sensor) to stream here, and un-program it on exit",
+    )
     p.set_defaults(run=run)
+
+
+def _bridge(text: str) -> tuple[str, int | None]:
+    import ipaddress
+
+    ip, _, sensor = text.partition(":")
+    try:
+        ipaddress.IPv4Address(ip)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: IP[:SENSOR], an IPv4 address") from None
+    if not sensor:
+        return ip, None
+    if not sensor.isdigit() or int(sensor) > 31:
+        raise argparse.ArgumentTypeError(f"{text!r}: the sensor is 0 to 31")
+    return ip, int(sensor)
 
 
 def run(args: argparse.Namespace) -> int:
     check_positive("listen", frames=args.frames, seconds=args.seconds)
     seen = bad = 0
-    with running_transceiver("listen", args.config, {"handler": "frames"}, "listening") as t:
-        start = time.monotonic()
-        while (args.frames is None or seen < args.frames) and (
-            args.seconds is None or time.monotonic() - start < args.seconds
-        ):
-            for f in t.frames(timeout=0.1):
-                seen += 1
-                bad += not f.ok
-                d = f.as_dict()
-                f.release()
-                print(json.dumps(d) if args.json else _line(d), flush=True)
+    overrides: dict[str, Any] = {"handler": "frames"}
+    stream = None
+    if args.hsb:
+        stream, more = _find_bridge(args)
+        overrides |= more
+    hsb_error, late = None, 0
+    with running_transceiver("listen", args.config, overrides, "listening") as t:
+        try:
+            if stream is not None:
+                _open(stream, t.config)
+            start = time.monotonic()
+            while (args.frames is None or seen < args.frames) and (
+                args.seconds is None or time.monotonic() - start < args.seconds
+            ):
+                for f in t.frames(timeout=0.1):
+                    seen += 1
+                    bad += not f.ok
+                    d = f.as_dict()
+                    f.release()
+                    print(json.dumps(d) if args.json else _line(d), flush=True)
+        finally:
+            if stream is not None:
+                late, hsb_error = _stop_and_close(stream, t)
     stats = t.stats()
     dropped = stats["frames_dropped"]  # frames the engine knows of and could not deliver
     summary = {"frames": seen, "bad": bad, "dropped": dropped, "counters": moved(stats)}
+    if stream is not None and stream.plan is not None:
+        summary["hsb"] = {
+            **stream.plan.as_dict(),
+            "late_frames": late,
+            "unconfigured": hsb_error is None,
+        }
     text = f"{seen} frames, {bad} bad, {dropped} dropped; {summary['counters']}"
     print(json.dumps(summary) if args.json else text)
-    return 1 if capture_failed("listen", t) or bad or dropped else 0
+    failed = capture_failed("listen", t) or hsb_error is not None
+    return 1 if failed or bad or dropped else 0
+
+
+def _find_bridge(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The session for ``--hsb``, its bridge's announcement heard (``hsb.enumerate``), and
+    the overrides that point the transceiver's peer at the bridge."""
+    from roce_transceiver.config import ConfigError, load_config
+    from roce_transceiver.hsb_control import EnumerationError
+    from roce_transceiver.hsb_stream import HsbStream
+
+    ip, sensor = args.hsb
+    more: dict[str, Any] = {"hsb.bridge": ip, "peer.ip": ip}
+    if sensor is not None:
+        more["hsb.sensor"] = sensor
+    try:
+        cfg = load_config(args.config, {"handler": "frames", **more})
+        announcement = HsbStream.find(cfg)
+    except (ConfigError, OSError) as e:
+        raise CommandError(f"listen: {e}") from None
+    except EnumerationError as e:
+        raise CommandError(f"listen --hsb: {e}") from None
+    if announcement is not None and cfg["peer"]["mac"] == "auto":
+        more["peer.mac"] = announcement.mac.lower()  # the neighbour table may not have it yet
+    stream = HsbStream(cfg, source=args.config)
+    stream.announcement = announcement
+    return stream, more
+
+
+def _open(stream: Any, cfg: dict[str, Any]) -> None:
+    from roce_transceiver.hsb_stream import HsbError
+
+    stream.cfg = cfg  # the transceiver's own, as it resolved it
+    try:
+        plan = stream.open(stream.announcement)
+    except HsbError as e:
+        raise CommandError(f"listen --hsb: {e}") from None
+    print(
+        f"hsb: {plan.bridge} sensor {plan.channel.sensor} (data plane {plan.channel.data_plane}) "
+        f"streaming to {plan.host_ip}:{plan.host_port} qp {plan.qpn:#x}, "
+        f"{plan.frame_bytes}-byte frames in {plan.packet_bytes}-byte packets",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _stop_and_close(stream: Any, t: Any) -> tuple[int, str | None]:
+    """Stop the sensor, take (and release) the frames still in flight, so that they neither
+    hold pages nor count as dropped, then un-configure. The frames taken, and the error (said
+    on stderr) if the bridge could not be reached."""
+    from roce_transceiver.hsb_stream import HsbError
+
+    late = 0
+    try:
+        stream.stop()
+        for _ in range(_DRAIN_BATCHES):  # bounded: a bridge that ignores the stop streams on
+            batch = t.frames(timeout=_DRAIN_QUIET_S)
+            if not batch:
+                break
+            for f in batch:
+                f.release()
+            late += len(batch)
+    except HsbError:
+        pass  # close() tries again, and says what to do if the bridge is gone
+    try:
+        stream.close()
+    except HsbError as e:
+        print(f"listen --hsb: {e}", file=sys.stderr, flush=True)
+        return late, str(e)
+    return late, None
+
+
+_DRAIN_QUIET_S = 0.05  # no frame for this long after the stop: nothing is in flight
+_DRAIN_BATCHES = 100
 
 
 def _line(d: dict) -> str:

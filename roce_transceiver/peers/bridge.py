@@ -404,6 +404,7 @@ class SoftwareBridge:
                 self._stop.wait(0.002)  # a register poll, as the FPGA's state machine waits
                 continue
             if snapshot != current:
+                next_at = time.monotonic()  # paced from its start, not from the bridge's
                 if sensor is not None:
                     psn = sensor.psn  # the PSN runs on across a reprogramming, as HSB's does
                 sensor, frame_bytes, port = self._sensor(snapshot, psn)
