@@ -28,9 +28,11 @@ import ipaddress
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 __all__ = [
     "BOARDS",
@@ -135,8 +137,28 @@ class EcbCounters:
 
 
 class Ecb:
-    """A client of one bridge's control port. Not thread-safe: one request at a time, as the
-    bridge takes them. ``timeout`` is per try; a request is tried ``1 + retries`` times."""
+    """A client of one bridge's control port: one request at a time (a lock), as the bridge
+    takes them. ``timeout`` is per try; a request is tried ``1 + retries`` times.
+
+    The bridge keeps one sequence for its control port, so every stream of a process that
+    talks to one bridge must share one client (:meth:`shared`): two clients would each
+    break the other's sequence (SEQUENCE_CHECK_FAIL)."""
+
+    _shared: ClassVar[dict[tuple[str, int], Ecb]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def shared(cls, ip: str, port: int = CONTROL_PORT, **kw: Any) -> Ecb:
+        """The process's client of the bridge at ``ip:port`` (made with ``kw`` by its first
+        user); each user closes it once, the socket goes with the last."""
+        with cls._shared_lock:
+            client = cls._shared.get((ip, port))
+            if client is None:
+                client = cls(ip, port, **kw)
+                client._key = (ip, port)
+                cls._shared[(ip, port)] = client
+            client._users += 1
+            return client
 
     def __init__(
         self,
@@ -167,6 +189,9 @@ class Ecb:
         # the last host that spoke to it left there.
         self._latched = False
         self.counters = EcbCounters()
+        self._lock = threading.Lock()
+        self._key: tuple[str, int] | None = None  # set when shared
+        self._users = 0
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             # Connected: replies from anyone else are not ours, and an ICMP port unreachable
@@ -192,6 +217,12 @@ class Ecb:
         return str(self._sock.getsockname()[0])
 
     def close(self) -> None:
+        if self._key is not None:
+            with Ecb._shared_lock:
+                self._users -= 1
+                if self._users > 0:
+                    return
+                Ecb._shared.pop(self._key, None)
         self._sock.close()
 
     def __enter__(self) -> Ecb:
@@ -249,6 +280,12 @@ class Ecb:
         return s
 
     def _execute(self, command: int, pairs: list[tuple[int, int | None]], what: str) -> bytes:
+        with self._lock:
+            return self._execute_locked(command, pairs, what)
+
+    def _execute_locked(
+        self, command: int, pairs: list[tuple[int, int | None]], what: str
+    ) -> bytes:
         sequence = self._next_sequence()
         check = self.sequence_check and self._latched
         tries = 1 + self.retries

@@ -562,11 +562,13 @@ class HsbStream:
 
     def open(self, announcement: Announcement | None = None) -> StreamPlan:
         h = self.cfg["hsb"]
+        if not h["bridge"]:
+            raise HsbError("hsb.bridge is null: no bridge to program (listen --hsb IP sets it)")
         try:
             self.announcement = announcement or self.find(self.cfg)
         except EnumerationError as e:
             raise HsbError(str(e)) from None
-        ecb = Ecb(
+        ecb = Ecb.shared(
             h["bridge"],
             h["control_port"],
             timeout=h["timeout_s"],

@@ -22,6 +22,7 @@ one that cannot be un-configured is reported on stderr, exit status 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -85,13 +86,16 @@ def run(args: argparse.Namespace) -> int:
         overrides |= more
     hsb_error, late = None, 0
     with running_transceiver("listen", args.config, overrides, "listening") as t:
+        opener = None
         try:
             if stream is not None:
-                _open(stream, t.config)
+                opener = _Opener(stream, t.config)
             start = time.monotonic()
             while (args.frames is None or seen < args.frames) and (
                 args.seconds is None or time.monotonic() - start < args.seconds
             ):
+                if opener is not None:
+                    opener.check()
                 for f in t.frames(timeout=0.1):
                     seen += 1
                     bad += not f.ok
@@ -99,8 +103,9 @@ def run(args: argparse.Namespace) -> int:
                     f.release()
                     print(json.dumps(d) if args.json else _line(d), flush=True)
         finally:
-            if stream is not None:
-                late, hsb_error = _stop_and_close(stream, t)
+            if opener is not None:
+                late, hsb_error = _stop_and_close(stream, t, opener)
+                opener.check()  # a failed programming not reported yet
     stats = t.stats()
     dropped = stats["frames_dropped"]  # frames the engine knows of and could not deliver
     summary = {"frames": seen, "bad": bad, "dropped": dropped, "counters": moved(stats)}
@@ -141,41 +146,82 @@ def _find_bridge(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return stream, more
 
 
-def _open(stream: Any, cfg: dict[str, Any]) -> None:
-    from roce_transceiver.hsb_stream import HsbError
+class _Opener:
+    """Programs the bridge in a thread while the caller takes frames: its last request
+    starts the sensor, and if that reply is lost the retry waits while frames already come;
+    taken at once they neither hold pages nor are dropped."""
 
-    stream.cfg = cfg  # the transceiver's own, as it resolved it
-    try:
-        plan = stream.open(stream.announcement)
-    except HsbError as e:
-        raise CommandError(f"listen --hsb: {e}") from None
-    print(
-        f"hsb: {plan.bridge} sensor {plan.channel.sensor} (data plane {plan.channel.data_plane}) "
-        f"streaming to {plan.host_ip}:{plan.host_port} qp {plan.qpn:#x}, "
-        f"{plan.frame_bytes}-byte frames in {plan.packet_bytes}-byte packets",
-        file=sys.stderr,
-        flush=True,
-    )
+    def __init__(self, stream: Any, cfg: dict[str, Any]) -> None:
+        import threading
+
+        stream.cfg = cfg  # the transceiver's own, as it resolved it
+        self.stream = stream
+        self.error: BaseException | None = None
+        self.reported = False
+        self._thread = threading.Thread(target=self._run, name="hsb-open", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            plan = self.stream.open(self.stream.announcement)
+        except BaseException as e:  # handed to the main thread by check()
+            self.error = e
+            return
+        print(
+            f"hsb: {plan.bridge} sensor {plan.channel.sensor} (data plane "
+            f"{plan.channel.data_plane}) streaming to {plan.host_ip}:{plan.host_port} qp "
+            f"{plan.qpn:#x}, {plan.frame_bytes}-byte frames in {plan.packet_bytes}-byte packets",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def check(self) -> None:
+        """Raise what the programming failed with, once it has."""
+        from roce_transceiver.hsb_stream import HsbError
+
+        if self._thread.is_alive() or self.error is None or self.reported:
+            return
+        self.reported = True
+        if isinstance(self.error, HsbError):
+            raise CommandError(f"listen --hsb: {self.error}") from None
+        raise self.error
+
+    def join(self) -> None:
+        """Wait for the programming to end (bounded: every request's tries are)."""
+        self._thread.join()
 
 
-def _stop_and_close(stream: Any, t: Any) -> tuple[int, str | None]:
+def _stop_and_close(stream: Any, t: Any, opener: _Opener) -> tuple[int, str | None]:
     """Stop the sensor, take (and release) the frames still in flight, so that they neither
     hold pages nor count as dropped, then un-configure. The frames taken, and the error (said
     on stderr) if the bridge could not be reached."""
+    import threading
+
     from roce_transceiver.hsb_stream import HsbError
 
     late = 0
-    try:
-        stream.stop()
-        for _ in range(_DRAIN_BATCHES):  # bounded: a bridge that ignores the stop streams on
-            batch = t.frames(timeout=_DRAIN_QUIET_S)
+
+    def stop() -> None:
+        opener.join()  # what it wrote is un-written only once it is done writing
+        with contextlib.suppress(HsbError):  # close() tries again, and says what to do
+            stream.stop()
+
+    # The stop may take retries; meanwhile frames still come: take them, or their pages stay
+    # held and the frames behind them are dropped.
+    stopper = threading.Thread(target=stop, name="hsb-stop")
+    stopper.start()
+    until = None  # once stopped: until a quiet spell, bounded (a bridge may ignore the stop)
+    while until is None or time.monotonic() < until:
+        stopping = stopper.is_alive()
+        batch = t.frames(timeout=_DRAIN_QUIET_S)
+        for f in batch:
+            f.release()
+        late += len(batch)
+        if not stopping:
             if not batch:
                 break
-            for f in batch:
-                f.release()
-            late += len(batch)
-    except HsbError:
-        pass  # close() tries again, and says what to do if the bridge is gone
+            until = until or time.monotonic() + _DRAIN_MOST_S
+    stopper.join()
     try:
         stream.close()
     except HsbError as e:
@@ -185,7 +231,7 @@ def _stop_and_close(stream: Any, t: Any) -> tuple[int, str | None]:
 
 
 _DRAIN_QUIET_S = 0.05  # no frame for this long after the stop: nothing is in flight
-_DRAIN_BATCHES = 100
+_DRAIN_MOST_S = 1.0  # bounded: a bridge that ignores the stop would stream on
 
 
 def _line(d: dict) -> str:
