@@ -320,3 +320,19 @@ def test_streams_that_would_mix_are_caught() -> None:
     assert any("frames.rkey" in p for p in check_streams([a, same_rkey]))
     assert any("pick another hsb.sensor" in p for p in check_streams([a, a]))
     assert Channel(0, 1, 2).vp_address == 0x1080 and Channel(1, 0, 1).hif_address == 0x02010300
+
+
+def test_the_bridge_record_is_appended_when_it_fits_else_its_own_packet_at_the_same_place() -> None:
+    from roce_transceiver.peers.link import Addresses
+    from roce_transceiver.peers.sensor import Sensor
+    from roce_transceiver.protocol import parse
+
+    a = Addresses(
+        "02:00:00:00:00:09", BRIDGE_IP, 12288, 1, "02:00:00:00:00:01", HOST_IP, 0x11, "UC"
+    )
+    s = Sensor(a, va=0x10000, rkey=5, page_bytes=8192, pages=2, payload=1024, record="hsb")
+    fits = [parse(p) for p in s.frame(0, bytes(1000)).packets]  # 1000 + 24 pad + 128 > 1024
+    assert [len(p.payload) for p in fits] == [1000, 128]
+    assert fits[1].reth.va == 0x10000 + 1024 and fits[1].opcode == 0x2B
+    small = [parse(p) for p in s.frame(1, bytes(700)).packets]  # 700 + 68 + 128 <= 1024
+    assert [len(p.payload) for p in small] == [896] and small[0].opcode == 0x2B
