@@ -13,6 +13,7 @@ Oracles: the bridge's own registers and request log; HSB's user guide for the fo
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
@@ -336,3 +337,29 @@ def test_the_bridge_record_is_appended_when_it_fits_else_its_own_packet_at_the_s
     assert fits[1].reth.va == 0x10000 + 1024 and fits[1].opcode == 0x2B
     small = [parse(p) for p in s.frame(1, bytes(700)).packets]  # 700 + 68 + 128 <= 1024
     assert [len(p.payload) for p in small] == [896] and small[0].opcode == 0x2B
+
+
+def test_cli_hsb_enumerate_read_write(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_helpers import run_cli
+
+    port = free_port()
+    with SoftwareBridge(
+        BRIDGE_IP, control_port=0, announce_to=(HOST_IP, port), announce_interval=0.05
+    ) as b:
+        status, out, _ = run_cli(capsys, "hsb", "enumerate", "--port", str(port), "--json")
+        assert status == 0 and json.loads(out.splitlines()[0])["ip"] == BRIDGE_IP
+        at = ["--bridge", BRIDGE_IP, "--port", str(b.control_port)]
+        assert run_cli(capsys, "hsb", "write", "0x1000", "7", "0x9", *at)[0] == 0
+        status, out, _ = run_cli(capsys, "hsb", "read", "0x1000", "--count", "2", *at)
+        assert status == 0 and out.split() == [
+            "0x00001000",
+            "0x00000007",
+            "0x00001004",
+            "0x00000009",
+        ]
+        status, _, err = run_cli(capsys, "hsb", "read", "0x5000", *at)
+        assert status == 2 and "0x03 INVALID_ADDR" in err
+    status, out, _ = run_cli(
+        capsys, "hsb", "enumerate", "--port", str(free_port()), "--seconds", "0.1"
+    )
+    assert status == 1 and "no bridge heard" in out
