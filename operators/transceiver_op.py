@@ -25,6 +25,11 @@ goes on and counts what the host did not take (``completion_drops``, ``frames_dr
 
 A peer in the same graph says when it is done with :meth:`finish`; the operator then emits
 what is still coming, up to what the peer expects or ``drain_timeout_s``, and stops itself.
+
+With ``hsb.bridge`` set in the transceiver's configuration (its ``hsb:`` section, docs/hsb.md),
+``start()`` also points that Holoscan Sensor Bridge at the transceiver (enumeration, checks,
+data channel configured and started) and ``stop()`` stops and un-configures it before the
+transceiver stops; a bridge that cannot be programmed fails ``start()`` naming the fix.
 """
 
 from __future__ import annotations
@@ -123,6 +128,7 @@ class RoceTransceiverOp(Operator):
         self.max_messages = max_messages
         self.drain_timeout_s = drain_timeout_s
         self.transceiver: Transceiver | None = None
+        self.hsb: Any = None  # the bridge's session (hsb.bridge set), while running
         self.executor: str | None = None  # what runs the loop, once started
         self.final_stats: dict[str, int] = {}
         self.emitted = {"frames": 0, "messages": 0, "stats": 0, "tx": 0}
@@ -148,6 +154,16 @@ class RoceTransceiverOp(Operator):
         t = Transceiver(self.config)
         self.executor = t.executor
         t.start()
+        if t.config["hsb"]["bridge"]:
+            from roce_transceiver.hsb_stream import HsbStream
+
+            self.hsb = HsbStream(t.config)
+            try:
+                self.hsb.open()
+            except BaseException:
+                self.hsb = None
+                t.stop()
+                raise
         # Published only once running: peers in other threads take it as "ready".
         self.transceiver = t
         self._next_stats = time.monotonic() + self.stats_period_s
@@ -157,10 +173,15 @@ class RoceTransceiverOp(Operator):
         if t is None:
             return
         self._frames.clear()
+        hsb, self.hsb = self.hsb, None
         try:
-            t.stop()
+            if hsb is not None:
+                hsb.close()  # the bridge first: it must not stream at a host that went away
         finally:
-            self.final_stats = t.stats()
+            try:
+                t.stop()
+            finally:
+                self.final_stats = t.stats()
 
     def finish(self, expect: int | None = None) -> None:
         """The peer is done (any thread): emit what is left, ``expect`` messages or frames in

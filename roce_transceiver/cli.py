@@ -1,4 +1,5 @@
-"""The ``roce-transceiver`` command line: decode, craft, info, bench, echo, listen, peer, run.
+"""The ``roce-transceiver`` command line: decode, craft, info, bench, echo, listen, peer, run,
+hsb.
 
 Every failure the user can cause (bad arguments, a file that is not a pcap, a
 field out of range) is one line on stderr, ``roce-transceiver: error: ...``,
@@ -20,6 +21,7 @@ from roce_transceiver.commands import (
     craft,
     decode,
     echo,
+    hsb,
     info,
     listen,
     peer,
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (decode, craft, info, bench, echo, listen, peer, run):
+    for command in (decode, craft, info, bench, echo, listen, peer, run, hsb):
         command.register(sub)
     return parser
 

@@ -77,6 +77,15 @@ def _ip(v: str) -> str | None:
     return None
 
 
+def _ipv4(v: str) -> str | None:
+    try:
+        if ipaddress.ip_address(v).version == 4:
+            return None
+    except ValueError:
+        pass
+    return "must be an IPv4 address (a bridge's control plane is IPv4)"
+
+
 def _regions(v: list[Any]) -> str | None:
     """at most 8 entries {va, rkey, length}, rkeys distinct, length > 0."""
     if len(v) > 8:
@@ -263,6 +272,105 @@ SCHEMA = Section(
                     maximum=2**64 - 1,
                 ),
                 "rkey": Field(int, 0x46524D53, "the pages' rkey", minimum=0, maximum=2**32 - 1),
+            },
+        ),
+        "hsb": Section(
+            "A Holoscan Sensor Bridge to program over its control plane, so that it streams "
+            "into the frames handler (docs/hsb.md; listen --hsb, RoceTransceiverOp).",
+            {
+                "bridge": Field(
+                    str,
+                    None,
+                    "the bridge's IPv4 address; null: no bridge is programmed",
+                    nullable=True,
+                    check=_ipv4,
+                ),
+                "sensor": Field(
+                    int, 0, "which of its sensors (data channels) streams", minimum=0, maximum=31
+                ),
+                "data_plane": Field(
+                    int,
+                    None,
+                    "its Ethernet port; null: the one its announcement names (0 without)",
+                    nullable=True,
+                    minimum=0,
+                    maximum=255,
+                ),
+                "sifs_per_sensor": Field(
+                    int,
+                    None,
+                    "sensor interfaces per sensor (spaces the sensors' registers); null: by "
+                    "the board its announcement names (hololink's table; 2 when unknown)",
+                    nullable=True,
+                    minimum=1,
+                    maximum=32,
+                ),
+                "control_port": Field(
+                    int, 8192, "its control (ECB) UDP port", minimum=1, maximum=65535
+                ),
+                "enumerate": Field(
+                    bool,
+                    True,
+                    "wait for its announcement before programming it (learns its MAC, data "
+                    "plane and board); false: program it at once",
+                ),
+                "enumeration_port": Field(
+                    int, 12267, "UDP port the announcements come to", minimum=1, maximum=65535
+                ),
+                "enumeration_timeout_s": Field(
+                    float, 3.0, "how long to wait for its announcement", minimum=0.01, maximum=60.0
+                ),
+                "timeout_s": Field(
+                    float,
+                    0.25,
+                    "how long one control request waits for its reply",
+                    minimum=0.001,
+                    maximum=60.0,
+                ),
+                "retries": Field(
+                    int,
+                    4,
+                    "times a request is sent again after a silence",
+                    minimum=0,
+                    maximum=100,
+                ),
+                "sequence_check": Field(
+                    bool, True, "ask the bridge to refuse requests out of sequence"
+                ),
+                "packet_bytes": Field(
+                    int,
+                    None,
+                    "payload bytes per packet the bridge sends (a multiple of 128); null: the "
+                    "largest the MTU and queues.slot_bytes take",
+                    nullable=True,
+                    minimum=128,
+                    maximum=65408,
+                ),
+                "frame_bytes": Field(
+                    int,
+                    None,
+                    "bytes per frame (the sensor's frame size); null: the largest a page holds",
+                    nullable=True,
+                    minimum=1,
+                    maximum=1 << 30,
+                ),
+                "frame_rate": Field(
+                    float,
+                    None,
+                    "frames per second the sensor sends, for the link budget check; null: "
+                    "not checked",
+                    nullable=True,
+                    minimum=0.001,
+                    maximum=1e6,
+                ),
+                "link_gbps": Field(
+                    float,
+                    None,
+                    "the link's speed for the budget; null: the interface's (sysfs)",
+                    nullable=True,
+                    minimum=0.001,
+                    maximum=1e4,
+                ),
             },
         ),
         "qec": Section(
@@ -654,6 +762,13 @@ NOT_IN_ENGINE: dict[str, str] = {
     "what this machine lacks (roce_transceiver/doca.py, docs/deployment.md)"
     for key in ("device", "gpu_pci", "nic_handler", "gid_index", "mtu")
 }
+NOT_IN_ENGINE.update(
+    {
+        f"hsb.{key}": "the bridge's control plane: roce_transceiver/hsb_stream.py programs "
+        "the bridge from it before the engine's frames arrive; the engine never sees it"
+        for key in SCHEMA.keys["hsb"].keys  # type: ignore[union-attr]
+    }
+)
 
 
 def _get(cfg: dict[str, Any], dotted: str) -> Any:

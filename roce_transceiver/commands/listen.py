@@ -9,14 +9,26 @@ summary with the counters. Exit status 0 when every frame was ok and none was dr
 (``frames_dropped``: its page was still held, its end never came, nothing of it came: see
 docs/frames.md), 1 otherwise, and 1 when the capture (``socket.capture``) lost frames to a
 write error, which stderr names.
+
+``--hsb IP[:SENSOR]`` points a Holoscan Sensor Bridge at it first (docs/hsb.md): waits for the
+bridge's announcement (``hsb.enumerate``), checks the stream against this configuration,
+programs the sensor's data channel with the transceiver's own addresses, QP and pages, and
+starts it (a second stderr line, ``hsb: ... streaming``, says so); on the way out, however the
+command ends (frames counted, time up, Ctrl-C, SIGTERM, SIGHUP, an error), stops and
+un-configures it. A bridge that cannot be programmed is an error (exit 2) naming what to fix;
+one that cannot be un-configured is reported on stderr, exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 import time
+from typing import Any
 
+from roce_transceiver.commands import CommandError
 from roce_transceiver.commands.argtypes import COUNT, SECONDS
 from roce_transceiver.commands.running import (
     capture_failed,
@@ -39,29 +51,187 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--frames", type=COUNT, help="stop after this many frames")
     p.add_argument("--seconds", type=SECONDS, help="stop after this long")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    p.add_argument(
+        "--hsb",
+        type=_bridge,
+        metavar="IP[:SENSOR]",
+        help="program the sensor bridge at IP (its sensor SENSOR, default the config's "
+        "hsb.sensor) to stream here, and un-program it on exit",
+    )
     p.set_defaults(run=run)
+
+
+def _bridge(text: str) -> tuple[str, int | None]:
+    import ipaddress
+
+    ip, _, sensor = text.partition(":")
+    try:
+        ipaddress.IPv4Address(ip)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: IP[:SENSOR], an IPv4 address") from None
+    if not sensor:
+        return ip, None
+    if not sensor.isdigit() or int(sensor) > 31:
+        raise argparse.ArgumentTypeError(f"{text!r}: the sensor is 0 to 31")
+    return ip, int(sensor)
 
 
 def run(args: argparse.Namespace) -> int:
     check_positive("listen", frames=args.frames, seconds=args.seconds)
     seen = bad = 0
-    with running_transceiver("listen", args.config, {"handler": "frames"}, "listening") as t:
-        start = time.monotonic()
-        while (args.frames is None or seen < args.frames) and (
-            args.seconds is None or time.monotonic() - start < args.seconds
-        ):
-            for f in t.frames(timeout=0.1):
-                seen += 1
-                bad += not f.ok
-                d = f.as_dict()
-                f.release()
-                print(json.dumps(d) if args.json else _line(d), flush=True)
+    overrides: dict[str, Any] = {"handler": "frames"}
+    stream = None
+    if args.hsb:
+        stream, more = _find_bridge(args)
+        overrides |= more
+    hsb_error, late = None, 0
+    with running_transceiver("listen", args.config, overrides, "listening") as t:
+        opener = None
+        try:
+            if stream is not None:
+                opener = _Opener(stream, t.config)
+            start = time.monotonic()
+            while (args.frames is None or seen < args.frames) and (
+                args.seconds is None or time.monotonic() - start < args.seconds
+            ):
+                if opener is not None:
+                    opener.check()
+                for f in t.frames(timeout=0.1):
+                    seen += 1
+                    bad += not f.ok
+                    d = f.as_dict()
+                    f.release()
+                    print(json.dumps(d) if args.json else _line(d), flush=True)
+        finally:
+            if opener is not None:
+                late, hsb_error = _stop_and_close(stream, t, opener)
+                opener.check()  # a failed programming not reported yet
     stats = t.stats()
     dropped = stats["frames_dropped"]  # frames the engine knows of and could not deliver
     summary = {"frames": seen, "bad": bad, "dropped": dropped, "counters": moved(stats)}
+    if stream is not None and stream.plan is not None:
+        summary["hsb"] = {
+            **stream.plan.as_dict(),
+            "late_frames": late,
+            "unconfigured": hsb_error is None,
+        }
     text = f"{seen} frames, {bad} bad, {dropped} dropped; {summary['counters']}"
     print(json.dumps(summary) if args.json else text)
-    return 1 if capture_failed("listen", t) or bad or dropped else 0
+    failed = capture_failed("listen", t) or hsb_error is not None
+    return 1 if failed or bad or dropped else 0
+
+
+def _find_bridge(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The session for ``--hsb``, its bridge's announcement heard (``hsb.enumerate``), and
+    the overrides that point the transceiver's peer at the bridge."""
+    from roce_transceiver.config import ConfigError, load_config
+    from roce_transceiver.hsb_control import EnumerationError
+    from roce_transceiver.hsb_stream import HsbStream
+
+    ip, sensor = args.hsb
+    more: dict[str, Any] = {"hsb.bridge": ip, "peer.ip": ip}
+    if sensor is not None:
+        more["hsb.sensor"] = sensor
+    try:
+        cfg = load_config(args.config, {"handler": "frames", **more})
+        announcement = HsbStream.find(cfg)
+    except (ConfigError, OSError) as e:
+        raise CommandError(f"listen: {e}") from None
+    except EnumerationError as e:
+        raise CommandError(f"listen --hsb: {e}") from None
+    if announcement is not None and cfg["peer"]["mac"] == "auto":
+        more["peer.mac"] = announcement.mac.lower()  # the neighbour table may not have it yet
+    stream = HsbStream(cfg, source=args.config)
+    stream.announcement = announcement
+    return stream, more
+
+
+class _Opener:
+    """Programs the bridge in a thread while the caller takes frames: its last request
+    starts the sensor, and if that reply is lost the retry waits while frames already come;
+    taken at once they neither hold pages nor are dropped."""
+
+    def __init__(self, stream: Any, cfg: dict[str, Any]) -> None:
+        import threading
+
+        stream.cfg = cfg  # the transceiver's own, as it resolved it
+        self.stream = stream
+        self.error: BaseException | None = None
+        self.reported = False
+        self._thread = threading.Thread(target=self._run, name="hsb-open", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            plan = self.stream.open(self.stream.announcement)
+        except BaseException as e:  # handed to the main thread by check()
+            self.error = e
+            return
+        print(
+            f"hsb: {plan.bridge} sensor {plan.channel.sensor} (data plane "
+            f"{plan.channel.data_plane}) streaming to {plan.host_ip}:{plan.host_port} qp "
+            f"{plan.qpn:#x}, {plan.frame_bytes}-byte frames in {plan.packet_bytes}-byte packets",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def check(self) -> None:
+        """Raise what the programming failed with, once it has."""
+        from roce_transceiver.hsb_stream import HsbError
+
+        if self._thread.is_alive() or self.error is None or self.reported:
+            return
+        self.reported = True
+        if isinstance(self.error, HsbError):
+            raise CommandError(f"listen --hsb: {self.error}") from None
+        raise self.error
+
+    def join(self) -> None:
+        """Wait for the programming to end (bounded: every request's tries are)."""
+        self._thread.join()
+
+
+def _stop_and_close(stream: Any, t: Any, opener: _Opener) -> tuple[int, str | None]:
+    """Stop the sensor, take (and release) the frames still in flight, so that they neither
+    hold pages nor count as dropped, then un-configure. The frames taken, and the error (said
+    on stderr) if the bridge could not be reached."""
+    import threading
+
+    from roce_transceiver.hsb_stream import HsbError
+
+    late = 0
+
+    def stop() -> None:
+        opener.join()  # what it wrote is un-written only once it is done writing
+        with contextlib.suppress(HsbError):  # close() tries again, and says what to do
+            stream.stop()
+
+    # The stop may take retries; meanwhile frames still come: take them, or their pages stay
+    # held and the frames behind them are dropped.
+    stopper = threading.Thread(target=stop, name="hsb-stop")
+    stopper.start()
+    until = None  # once stopped: until a quiet spell, bounded (a bridge may ignore the stop)
+    while until is None or time.monotonic() < until:
+        stopping = stopper.is_alive()
+        batch = t.frames(timeout=_DRAIN_QUIET_S)
+        for f in batch:
+            f.release()
+        late += len(batch)
+        if not stopping:
+            if not batch:
+                break
+            until = until or time.monotonic() + _DRAIN_MOST_S
+    stopper.join()
+    try:
+        stream.close()
+    except HsbError as e:
+        print(f"listen --hsb: {e}", file=sys.stderr, flush=True)
+        return late, str(e)
+    return late, None
+
+
+_DRAIN_QUIET_S = 0.05  # no frame for this long after the stop: nothing is in flight
+_DRAIN_MOST_S = 1.0  # bounded: a bridge that ignores the stop would stream on
 
 
 def _line(d: dict) -> str:

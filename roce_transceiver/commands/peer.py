@@ -1,4 +1,6 @@
-"""``roce-transceiver peer qpu``: a software quantum controller talking to a transceiver.
+"""``roce-transceiver peer qpu``: a software quantum controller talking to a transceiver;
+``peer sensor``: HSB-style frames at it; ``peer bridge``: a software sensor bridge that a host
+programs over HSB's control plane (roce_transceiver/peers/bridge.py, docs/hsb.md).
 
 The peer reads the transceiver's own YAML and mirrors it (its addresses are the config's
 ``peer`` section), sends requests over the network and checks the answers
@@ -115,6 +117,142 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     sn.add_argument("--json", action="store_true", help="one JSON object per frame sent")
     sn.set_defaults(run=run_sensor)
+    register_bridge(kinds)
+
+
+def _status_at(text: str) -> tuple[int, int]:
+    address, _, status = text.partition("=")
+    try:
+        return int(address, 0), int(status, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: ADDR=STATUS (e.g. 0x1000=0x03)") from None
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.partition(":")
+    return host, integer(1, 65535)(port) if port else 12267
+
+
+def register_bridge(kinds: argparse._SubParsersAction) -> None:
+    b = kinds.add_parser(
+        "bridge",
+        help="a software Holoscan Sensor Bridge: enumeration, control plane, programmed streams",
+        description="Run a software sensor bridge at --ip: it announces itself, answers the "
+        "Ethernet Control Bus, and streams frames where its registers say once a host "
+        "programs it (roce-transceiver listen --hsb). Runs until --seconds or a signal, then "
+        "prints a summary.",
+    )
+    b.add_argument("--ip", required=True, help="its address (one of this host's)")
+    b.add_argument(
+        "--mac", default="02:48:53:42:00:01", help="its MAC (packet link: the interface's)"
+    )
+    b.add_argument(
+        "--control-port",
+        type=integer(0, 65535),
+        default=8192,
+        help="ECB port (default 8192; 0: any, the banner says which)",
+    )
+    b.add_argument("--sensors", type=integer(1, 16), default=2, help="sensors (default 2)")
+    b.add_argument("--data-planes", type=integer(1, 8), default=1, help="data planes")
+    b.add_argument(
+        "--announce",
+        type=_host_port,
+        metavar="ADDR[:PORT]",
+        default=("255.255.255.255", 12267),
+        help="where announcements go (default 255.255.255.255:12267)",
+    )
+    b.add_argument("--no-announce", action="store_true", help="send no announcements")
+    b.add_argument("--announce-interval", type=SECONDS, default=1.0, help="seconds (default 1)")
+    b.add_argument(
+        "--link",
+        choices=("udp", "packet"),
+        default="udp",
+        help="udp: from a UDP socket; packet: whole frames on --interface",
+    )
+    b.add_argument("--interface", help="packet link: the interface")
+    b.add_argument("--frames", type=COUNT, help="frames per sensor at most")
+    b.add_argument("--rate", type=RATE, help="frames per second per sensor")
+    b.add_argument("--seconds", type=SECONDS, help="stop after this long (default: a signal)")
+    b.add_argument("--drop-requests", type=FRACTION, default=0.0, help="ECB requests lost")
+    b.add_argument("--drop-replies", type=FRACTION, default=0.0, help="ECB replies lost")
+    b.add_argument("--mute-after", type=integer(0), help="answer this many requests, then none")
+    b.add_argument(
+        "--error-at",
+        type=_status_at,
+        action="append",
+        default=[],
+        metavar="ADDR=STATUS",
+        help="answer STATUS to requests touching ADDR",
+    )
+    b.add_argument("--json", action="store_true", help="JSON lines")
+    b.set_defaults(run=run_bridge)
+
+
+def run_bridge(args: argparse.Namespace) -> int:
+    import threading
+    import time
+
+    from roce_transceiver.commands.running import Stopped
+    from roce_transceiver.peers.bridge import BridgeFaults, SoftwareBridge
+
+    out = threading.Lock()
+
+    def report(f: Any) -> None:
+        line = {"sensor": f.sensor, "frame_number": f.frame_number, "page": f.page}
+        line |= {"bytes": f.bytes, "crc32": f.crc32, "qpn": f.qpn, "host_ip": f.host_ip}
+        with out:
+            print(json.dumps(line) if args.json else str(line), flush=True)
+
+    faults = BridgeFaults(
+        drop_requests=args.drop_requests,
+        drop_replies=args.drop_replies,
+        status=dict(args.error_at),
+        mute_after=args.mute_after,
+    )
+    try:
+        bridge = SoftwareBridge(
+            args.ip,
+            mac=args.mac,
+            control_port=args.control_port,
+            data_planes=args.data_planes,
+            sensors=args.sensors,
+            announce_to=None if args.no_announce else args.announce,
+            announce_interval=args.announce_interval,
+            link=args.link,
+            interface=args.interface,
+            frames=args.frames,
+            rate=args.rate,
+            faults=faults,
+            on_frame=report,
+        ).start()
+    except (ValueError, OSError) as e:
+        raise CommandError(f"peer bridge: {e}") from None
+    print(
+        f"bridge {args.ip}: control port {bridge.control_port}, {args.sensors} sensors, "
+        f"{args.link} link; running",
+        file=sys.stderr,
+        flush=True,
+    )
+    ticks = threading.Event()  # never set: a wait the signals interrupt
+    try:
+        end = None if args.seconds is None else time.monotonic() + args.seconds
+        while end is None or time.monotonic() < end:
+            ticks.wait(0.2 if end is None else min(0.2, max(end - time.monotonic(), 0)))
+    except Stopped:
+        pass
+    finally:
+        bridge.stop()
+    summary = {
+        "answered": bridge.answered,
+        "requests": len(bridge.requests),
+        "sent": {str(vp): len(f) for vp, f in bridge.sent.items()},
+        "refused": {str(vp): r for vp, r in bridge.refused.items() if r},
+        "streaming_at_exit": [vp for vp in range(bridge.vps) if bridge.streaming(vp)],
+        "errors": bridge.errors,
+    }
+    with out:
+        print(json.dumps(summary) if args.json else str(summary), flush=True)
+    return 1 if bridge.errors else 0
 
 
 _SENSOR_OP = "RDMA_WRITE_ONLY_WITH_IMMEDIATE"

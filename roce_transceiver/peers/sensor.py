@@ -6,7 +6,10 @@ that is a WRITE Only with Immediate (immediate = psn[19:0] << 12 | page): with m
 128-byte record (hsb.py), either in a packet of its own written at the page's last 128 bytes
 (``record="separate"``) or, as HSB's emulator does by default, appended to the last data packet
 behind a zero pad to HSB's 128-byte alignment (``record="appended"``, the record landing at
-page + round_up(frame bytes, 128)); without metadata, the last data packet itself. Faults can
+page + round_up(frame bytes, 128)), or, as HSB's bridge and emulator decide per frame
+(``record="hsb"``), appended when it fits the packet's payload and in a WRITE with Immediate
+of its own at that same place when it does not; without metadata, the last data packet itself.
+:mod:`roce_transceiver.peers.bridge` drives a Sensor from a bridge's registers. Faults can
 be injected at given rates (loss, reordering, duplication, corrupt ICRC), and every injection is
 recorded so a test knows what to expect.
 """
@@ -86,8 +89,8 @@ class Sensor:
             raise ValueError(f"payload {payload}: a positive multiple of 4 bytes")
         if psn_bits not in (20, 24):
             raise ValueError(f"psn_bits {psn_bits}: 24, or 20 as HSB's emulator counts")
-        if record not in ("separate", "appended"):
-            raise ValueError(f"record {record!r}: 'separate' or 'appended'")
+        if record not in ("separate", "appended", "hsb"):
+            raise ValueError(f"record {record!r}: 'separate', 'appended' or 'hsb'")
         self.addresses = addresses
         self.va, self.rkey = va, rkey
         self.page_bytes, self.pages = page_bytes, pages
@@ -124,7 +127,7 @@ class Sensor:
         if not self.metadata:
             return self.page_bytes
         room = self.page_bytes - METADATA_BYTES
-        return room - room % PAGE_ALIGN if self.record == "appended" else room
+        return room - room % PAGE_ALIGN if self.record != "separate" else room
 
     def _next_psn(self) -> int:
         psn = self.psn
@@ -151,6 +154,10 @@ class Sensor:
                 frame_number=frame_number & 0xFFFF,
             ).pack()
         appended = self.metadata and self.record == "appended"
+        at_frame_end = self.metadata and self.record != "separate"  # the record's place
+        if self.metadata and self.record == "hsb":
+            last = len(chunks[-1]) + (-len(content) % PAGE_ALIGN) + METADATA_BYTES
+            appended = last <= self.payload
         data: list[bytes] = []
         end: list[bytes] = []
         for k, chunk in enumerate(chunks):
@@ -170,11 +177,12 @@ class Sensor:
             )
         if self.metadata and not appended:
             psn = self._next_psn()
+            at = -(-len(content) // PAGE_ALIGN) * PAGE_ALIGN if at_frame_end else None
             end.append(
                 self._write(
                     "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
                     self._with_psn(record, psn),
-                    base + self.page_bytes - METADATA_BYTES,
+                    base + (self.page_bytes - METADATA_BYTES if at is None else at),
                     psn,
                     imm=imm_encode(psn, page),
                 )

@@ -1,0 +1,290 @@
+"""The whole HSB flow: enumerate -> check -> configure -> stream -> stop -> un-configure, with
+the software bridge (peers/bridge.py) and the transceiver (cpu executor, socket NIC).
+
+Goal:
+- ``listen --hsb`` on ``lo`` receives exactly the frames the bridge streamed (number, CRC-32),
+  and leaves the bridge un-configured (VP_MASK clear, every vp register 0): after its frame
+  count, after SIGTERM, and with ECB packets lost on the way.
+- A bridge that refuses a register is an error naming the status, and nothing streams; a
+  bridge that stops answering mid-stream ends listen in bounded time, saying on stderr that
+  it may still be streaming and what clears it; no announcement is a bounded, named error.
+- Two sensors of one bridge, one QP (and transceiver) each: each receives only its sensor's
+  frames.
+- Across a network namespace (root): the bridge inside (``peer bridge``, broadcast
+  announcements), listen outside in packet mode; the packet size follows the veth's MTU.
+The cuda executor is not run here (CI has no GPU); the control plane does not depend on it.
+Oracles: the bridge's record of what it sent (CRC-32 per frame) and its registers.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_helpers import CLI, started
+from net_helpers import run_cmd
+
+from roce_transceiver.config import load_config
+from roce_transceiver.hsb_stream import HsbStream, check_streams
+from roce_transceiver.peers.bridge import BridgeFaults, SoftwareBridge
+from roce_transceiver.transceiver import Transceiver
+
+BRIDGE_IP = "127.0.17.9"
+HOSTS = ("127.0.17.1", "127.0.17.2")
+VP_REGS = [0x1000 + 4 * i for i in range(12)]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((HOSTS[0], 0))
+        return int(s.getsockname()[1])
+
+
+def host_config(b: SoftwareBridge, port: int, host: str = HOSTS[0], **more: object) -> dict:
+    return {
+        "executor": "cpu",
+        "nic": "socket",
+        "socket": {"mode": "udp"},
+        "local": {"ip": host},
+        "peer": {"ip": BRIDGE_IP},
+        "qp": {"transport": "UC"},
+        "handler": "frames",
+        "frames": {"pages": 4, "page_bytes": 65536},
+        "queues": {"rx_depth": 1024},
+        "hsb": {
+            "control_port": b.control_port,
+            "enumeration_port": port,
+            "enumeration_timeout_s": 5.0,
+            "frame_bytes": 20000,
+            "timeout_s": 0.1,
+            **more,
+        },
+    }
+
+
+@pytest.fixture
+def lo_bridge(request: pytest.FixtureRequest) -> Iterator[tuple[SoftwareBridge, int]]:
+    faults = getattr(request, "param", None) or BridgeFaults()
+    port = free_port()
+    b = SoftwareBridge(
+        BRIDGE_IP,
+        control_port=0,
+        announce_to=(HOSTS[0], port),
+        announce_interval=0.05,
+        rate=200,
+        faults=faults,
+    )
+    with b:
+        yield b, port
+    assert not b.errors
+
+
+def write(tmp_path: Path, cfg: dict) -> Path:
+    path = tmp_path / "hsb.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def listen(path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = [*CLI, "listen", "--config", str(path), "--json", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def unconfigured(b: SoftwareBridge, vp: int = 0) -> bool:
+    base = b.vp_address(vp)
+    return not b.streaming(vp) and all(b.register(base + 4 * i) == 0 for i in range(12))
+
+
+def test_listen_hsb_receives_what_the_bridge_streamed_and_unconfigures_it(
+    lo_bridge: tuple[SoftwareBridge, int], tmp_path: Path
+) -> None:
+    b, port = lo_bridge
+    done = listen(write(tmp_path, host_config(b, port)), "--hsb", BRIDGE_IP, "--frames", "6")
+    assert done.returncode == 0, done.stderr
+    *frames, summary = [json.loads(x) for x in done.stdout.splitlines()]
+    sent = {f.frame_number: f.crc32 for f in b.sent[0]}
+    assert len(frames) >= 6 and all(f["ok"] and f["bytes"] == 20000 for f in frames)
+    assert {f["frame_number"]: f["crc32"] for f in frames}.items() <= sent.items()
+    assert summary["dropped"] == 0 and summary["hsb"]["unconfigured"]
+    assert summary["hsb"]["qpn"] == 0x11 and summary["hsb"]["packet_bytes"] == 1920
+    assert unconfigured(b) and b.refused[0] == []
+    assert "hsb: 127.0.17.9 sensor 0 (data plane 0) streaming" in done.stderr
+
+
+def test_listen_hsb_unconfigures_on_sigterm(
+    lo_bridge: tuple[SoftwareBridge, int], tmp_path: Path
+) -> None:
+    b, port = lo_bridge
+    path = write(tmp_path, host_config(b, port))
+    with started([*CLI, "listen", "--config", str(path), "--hsb", BRIDGE_IP], "listening") as p:
+        sel = selectors.DefaultSelector()
+        sel.register(p.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout=30), "no frame within 30 s"
+        assert p.stdout.readline().startswith("frame 0 page 0 20000 B")
+        assert b.streaming(0)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert "SIGTERM: stopping" in err and unconfigured(b)
+
+
+@pytest.mark.parametrize(
+    "lo_bridge", [BridgeFaults(drop_requests=0.2, drop_replies=0.2)], indirect=True
+)
+def test_listen_hsb_programs_the_bridge_through_lost_ecb_packets(
+    lo_bridge: tuple[SoftwareBridge, int], tmp_path: Path
+) -> None:
+    b, port = lo_bridge
+    cfg = host_config(b, port, retries=10)
+    done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "3")
+    assert done.returncode == 0, done.stderr
+    assert unconfigured(b)
+    assert b.answered < len(b.requests) + 1  # some were dropped on the way (the seed's)
+
+
+def test_a_register_the_bridge_refuses_is_an_error_and_nothing_streams(tmp_path: Path) -> None:
+    port = free_port()
+    faults = BridgeFaults(status={0x1000 + 0x28: 0x03})  # HOST_IP
+    with SoftwareBridge(
+        BRIDGE_IP,
+        control_port=0,
+        announce_to=(HOSTS[0], port),
+        announce_interval=0.05,
+        faults=faults,
+    ) as b:
+        done = listen(write(tmp_path, host_config(b, port)), "--hsb", BRIDGE_IP, "--frames", "1")
+        assert done.returncode == 2
+        assert "0x03 INVALID_ADDR" in done.stderr and "write block 0x2000304" in done.stderr
+        assert not b.streaming(0) and b.sent[0] == []
+
+
+def test_a_bridge_that_stops_answering_mid_stream_ends_listen_in_bounded_time(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    # Enough answers to configure and start (version, VP_MASK read+write, the block write and
+    # read back, VP_MASK read+write): then silence, as a bridge that hung or lost its link.
+    faults = BridgeFaults(mute_after=7)
+    with SoftwareBridge(
+        BRIDGE_IP,
+        control_port=0,
+        announce_to=(HOSTS[0], port),
+        announce_interval=0.05,
+        rate=200,
+        faults=faults,
+    ) as b:
+        cfg = host_config(b, port, retries=2)
+        start = time.monotonic()
+        done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "3")
+        took = time.monotonic() - start
+        assert done.returncode == 1, done.stderr
+        assert "could not un-configure sensor 0" in done.stderr
+        assert "may still be streaming at 127.0.17.1" in done.stderr
+        assert "hsb write --bridge 127.0.17.9 0x200030c 0" in done.stderr
+        assert b.streaming(0)  # as a real bridge would: nothing told it to stop
+        summary = json.loads(done.stdout.splitlines()[-1])
+        assert summary["frames"] >= 3 and not summary["hsb"]["unconfigured"]
+    assert took < 30
+
+
+def test_no_announcement_is_a_bounded_named_error(tmp_path: Path) -> None:
+    b = SoftwareBridge(BRIDGE_IP, control_port=0)  # announces nothing
+    with b:
+        cfg = host_config(b, free_port(), enumeration_timeout_s=0.3)
+        start = time.monotonic()
+        done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "1")
+    assert done.returncode == 2
+    assert "no announcement from 127.0.17.9 within 0.3 s" in done.stderr
+    assert time.monotonic() - start < 20
+    # Without enumeration it is programmed at once, and streams.
+    cfg["hsb"]["enumerate"] = False
+    with SoftwareBridge(BRIDGE_IP, control_port=0, rate=200) as b2:
+        cfg["hsb"]["control_port"] = b2.control_port
+        done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "2")
+        assert done.returncode == 0, done.stderr
+        assert unconfigured(b2)
+
+
+def test_two_sensors_stream_to_two_transceivers_one_qp_each(
+    lo_bridge: tuple[SoftwareBridge, int],
+) -> None:
+    b, port = lo_bridge
+    cfgs = [
+        load_config(host_config(b, port, bridge=BRIDGE_IP)),
+        load_config(
+            {
+                **host_config(b, port, HOSTS[1], sensor=1, bridge=BRIDGE_IP),
+                "qp": {"transport": "UC", "qpn": 0x22},
+                "frames": {"pages": 4, "page_bytes": 65536, "rkey": 0x5354524D},
+            }
+        ),
+    ]
+    got: list[dict[int, int]] = [{}, {}]
+    with Transceiver(cfgs[0]) as t0, Transceiver(cfgs[1]) as t1:
+        streams = [HsbStream(c) for c in cfgs]
+        plans = [s.open() for s in streams]
+        try:
+            assert check_streams(plans) == []
+            deadline = time.monotonic() + 30
+            while min(len(g) for g in got) < 5 and time.monotonic() < deadline:
+                for i, t in enumerate((t0, t1)):
+                    for f in t.frames(timeout=0.02):
+                        assert f.ok, f.as_dict()
+                        got[i][f.frame_number] = f.crc32
+                        f.release()
+        finally:
+            for s in streams:
+                s.close()
+    assert min(len(g) for g in got) >= 5, got
+    # sensor 1 is vp 2 (two SIFs per sensor, hololink's default for an unknown board)
+    for g, vp, qpn in ((got[0], 0, 0x11), (got[1], 2, 0x22)):
+        sent = {f.frame_number: f.crc32 for f in b.sent[vp]}
+        assert g.items() <= sent.items()
+        assert {f.qpn for f in b.sent[vp]} == {qpn}
+    assert unconfigured(b, 0) and unconfigured(b, 2)
+
+
+@pytest.mark.netns
+def test_bridge_in_a_namespace_streams_to_listen_in_packet_mode(
+    veth_namespace: tuple[str, str, str], tmp_path: Path
+) -> None:
+    ns, ours, theirs = veth_namespace
+    run_cmd("ip", "addr", "add", "10.79.0.1/24", "dev", ours)
+    run_cmd("ip", "netns", "exec", ns, "ip", "addr", "add", "10.79.0.2/24", "dev", theirs)
+    mac = run_cmd("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{theirs}/address").strip()
+    cfg = {
+        "executor": "cpu",
+        "nic": "socket",
+        "socket": {"mode": "packet", "interface": ours},
+        "local": {"mac": "auto", "ip": "10.79.0.1"},
+        "peer": {"mac": "auto", "ip": "10.79.0.2"},  # --hsb takes the announced MAC
+        "qp": {"transport": "UC"},
+        "handler": "frames",
+        "frames": {"pages": 4, "page_bytes": 65536},
+        "queues": {"rx_depth": 1024},
+        "hsb": {"frame_bytes": 30000, "timeout_s": 0.2},
+    }
+    path = write(tmp_path, cfg)
+    bridge = [*CLI, "peer", "bridge", "--ip", "10.79.0.2", "--mac", mac, "--rate", "100"]
+    bridge += ["--announce", "10.79.0.255", "--announce-interval", "0.2", "--json"]
+    with started(["ip", "netns", "exec", ns, *bridge], "running") as br:
+        done = listen(path, "--hsb", "10.79.0.2", "--frames", "8")
+        br.send_signal(signal.SIGTERM)
+        out, _ = br.communicate(timeout=30)
+    assert done.returncode == 0, done.stderr
+    *frames, summary = [json.loads(x) for x in done.stdout.splitlines()]
+    *streamed, bridge_summary = [json.loads(x) for x in out.splitlines()]
+    sent = {s["frame_number"]: s["crc32"] for s in streamed if s["sensor"] == 0}
+    assert len(frames) >= 8 and all(f["ok"] and f["bytes"] == 30000 for f in frames)
+    assert {f["frame_number"]: f["crc32"] for f in frames}.items() <= sent.items()
+    assert summary["hsb"]["packet_bytes"] == 1408  # veth MTU 1500: 1500 - 64, in 128s
+    assert summary["hsb"]["host_mac"] == Path(f"/sys/class/net/{ours}/address").read_text().strip()
+    assert bridge_summary["streaming_at_exit"] == [] and bridge_summary["errors"] == []

@@ -1,0 +1,92 @@
+"""RoceTransceiverOp with an ``hsb:`` section: the bridge is programmed at start() and
+un-programmed at stop(), and a bridge that refuses fails start() naming the status.
+
+Oracles: the software bridge's record of what it sent (CRC-32 per frame) and its registers.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+holoscan = pytest.importorskip("holoscan", reason="the operators need Holoscan")
+
+from holoscan.core import Application, Operator  # noqa: E402
+from holoscan.schedulers import GreedyScheduler  # noqa: E402
+
+from operators import RoceTransceiverOp  # noqa: E402
+from roce_transceiver.peers.bridge import BridgeFaults, SoftwareBridge  # noqa: E402
+
+BRIDGE_IP, HOST_IP = "127.0.17.9", "127.0.17.1"
+
+
+def transceiver(b: SoftwareBridge) -> dict:
+    return {
+        "executor": "cpu",
+        "nic": "socket",
+        "socket": {"mode": "udp"},
+        "local": {"ip": HOST_IP},
+        "peer": {"ip": BRIDGE_IP},
+        "qp": {"transport": "UC"},
+        "handler": "frames",
+        "frames": {"pages": 4, "page_bytes": 65536},
+        "queues": {"rx_depth": 1024},
+        "hsb": {
+            "bridge": BRIDGE_IP,
+            "control_port": b.control_port,
+            "enumerate": False,
+            "frame_bytes": 20000,
+            "timeout_s": 0.1,
+        },
+    }
+
+
+class _Frames(Operator):
+    def __init__(self, fragment, *args, op, want, **kwargs):
+        self.op, self.want, self.seen = op, want, {}
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec):
+        spec.input("frames")
+
+    def compute(self, op_input, op_output, context):
+        op_input.receive("frames")
+        self.seen[self.op.metadata["frame_number"]] = self.op.metadata["crc32"]
+        if len(self.seen) == self.want:
+            self.op.finish()
+
+
+def run(cfg: dict, want: int = 5) -> Application:
+    class App(Application):
+        def compose(self):
+            self.roce = RoceTransceiverOp(self, name="roce", transceiver=cfg)
+            self.sink = _Frames(self, name="sink", op=self.roce, want=want)
+            self.add_flow(self.roce, self.sink, {("frames", "frames")})
+
+    app = App()
+    app.scheduler(GreedyScheduler(app, name="g", stop_on_deadlock=True, max_duration_ms=60_000))
+    app.run()
+    return app
+
+
+def test_the_operator_programs_the_bridge_at_start_and_unprograms_it_at_stop() -> None:
+    with SoftwareBridge(BRIDGE_IP, control_port=0, rate=200) as b:
+        app = run(transceiver(b))
+        assert len(app.sink.seen) >= 5
+        sent = {f.frame_number: f.crc32 for f in b.sent[0]}
+        assert app.sink.seen.items() <= sent.items()
+        assert not b.streaming(0)
+        assert all(b.register(0x1000 + 4 * i) == 0 for i in range(12))
+        assert app.roce.transceiver is None and app.roce.hsb is None
+    assert not b.errors
+
+
+def test_a_bridge_that_refuses_fails_start_naming_the_status() -> None:
+    faults = BridgeFaults(status={0x1000 + 0x28: 0x03})  # HOST_IP
+    with SoftwareBridge(BRIDGE_IP, control_port=0, faults=faults) as b:
+        with pytest.raises(Exception, match="0x03 INVALID_ADDR"):
+            run(transceiver(b))
+        assert not b.streaming(0)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((HOST_IP, 4791))  # the transceiver stopped: its port is free again
