@@ -230,3 +230,26 @@ def test_batches_that_end_early_give_the_same_replies_acks_and_counters(
         assert [parse(f) for f in run["sent"]] == [parse(f) for f in runs[0]["sent"]]
     assert_same(runs, ("sent", "messages", "region", "stats"))
     assert runs[0]["stats"]["rx_packets"] > 20
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_page_written_twice_in_one_batch_holds_the_later_frame(executor: str) -> None:
+    """Frame 0 (page 0) loses its end, frame 1 (page 1) closes it incomplete, frame 2 writes
+    page 0 again at the same offsets: all 26 packets in one batch, whose placements a crew
+    of warps carries out at once. Page 0 must hold frame 2's bytes, as it would one packet at
+    a time (a race between the two writers of an offset would show in its CRC)."""
+    for n in range(5):
+        config = merged(frames_config(executor, True, pages=2), {"queues": {"batch": 32}})
+        t = Transceiver(config)
+        sensor = sensor_for(t, payload=256)
+        lost_end = sensor.frame(0, content(100 + n, 2048))
+        between = sensor.frame(1, content(1, 2048))
+        later = sensor.frame(2, content(2 + n, 2048))
+        packets = lost_end.packets[:-1] + between.packets + later.packets
+        for p in packets:
+            assert t.inject(p)
+        with t:
+            records = drain_frames(t, len(packets))
+        assert [r["frame_number"] for r in records] == [1, 2]
+        assert records[1]["ok"] and records[1]["payload_crc"] == zlib.crc32(later.content)
+        assert t.stats()["frames_incomplete"] == 1

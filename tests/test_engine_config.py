@@ -387,10 +387,12 @@ def test_epoch_stats_are_zeros_on_the_cpu_executor_and_name_each_figure() -> Non
     )
     assert {k: stats[k] for k in epochs} == dict.fromkeys(epochs, 0)
     assert stats["batch_depth"] == 16 and stats["batch_cycles"] == (0, 0, 0, 0)
+    assert stats["classify_cycles"] == (0, 0, 0, 0, 0)
     assert stats["batch_frames"] <= 6 and set(stats) == {
         *epochs,
         "batch_depth",
         "batches",
         "batch_frames",
         "batch_cycles",
+        "classify_cycles",
     }

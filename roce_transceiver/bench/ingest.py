@@ -81,14 +81,22 @@ def _profile(epochs: dict[str, Any]) -> dict[str, Any]:
     frames = epochs.get("batch_frames", 0)
     if not frames:
         return {}
-    phases = ("classify", "commit", "execute", "publish")
-    per = {p: c / frames for p, c in zip(phases, epochs["batch_cycles"], strict=True)}
-    return {
+    out: dict[str, Any] = {
         "batch_depth": epochs["batch_depth"],
         "batches": epochs["batches"],
         "frames_per_batch": frames / max(1, epochs["batches"]),
-        "cycles_per_frame": per,
     }
+    if any(epochs["batch_cycles"]):  # a GPU's clock (a CPU thread's crew has none)
+        phases = ("classify", "commit", "execute", "publish")
+        out["cycles_per_frame"] = {
+            p: c / frames for p, c in zip(phases, epochs["batch_cycles"], strict=True)
+        }
+        *parts, team0 = epochs["classify_cycles"]
+        out["classify_cycles_per_frame_one_warp"] = {
+            p: c / max(1, team0)
+            for p, c in zip(("stage", "decode", "icrc", "verdict"), parts, strict=True)
+        }
+    return out
 
 
 def _row(
@@ -224,13 +232,16 @@ def run(
             for k, v in r["floor"].items()
         )
         prof = r["profile"]
-        cycles = (
-            " "
-            + "/".join(f"{c:.0f}" for c in prof["cycles_per_frame"].values())
-            + f" ({prof['frames_per_batch']:.1f} a batch)"
-            if prof
-            else ""
-        )
+        cycles = ""
+        if "cycles_per_frame" in prof:
+            one = prof["classify_cycles_per_frame_one_warp"].values()
+            cycles = (
+                " "
+                + "/".join(f"{c:.0f}" for c in prof["cycles_per_frame"].values())
+                + f" ({prof['frames_per_batch']:.1f} a batch; a warp's stage/decode/icrc/verdict "
+                + "/".join(f"{c:.0f}" for c in one)
+                + ")"
+            )
         print(
             f"{r['payload']:>8} {('on' if r['metadata'] else 'off'):>8} {r['warps']:>5} "
             f"{r['packets_per_s'] / 1e6:>8.3f} {r['gbit_per_s']:>8.2f} "

@@ -45,6 +45,7 @@ struct KernelControl {
   uint64_t batch_cycles[4];  // a crew's SM cycles: classify, commit, execute, publish
   uint64_t batches;
   uint64_t batch_frames;
+  uint64_t classify_cycles[5];  // team 0's: stage, decode, ICRC, verdict; frames it took
 };
 
 // Device memory: what one epoch leaves the next, besides the engine's state.
@@ -53,7 +54,7 @@ struct EpochRecord {
   uint64_t last_end_ns;  // %globaltimer at the last epoch's end
   uint64_t epochs, gap_total_ns, gap_max_ns;
   uint64_t warmup_total_ns, warmup_max_ns, first_pass_total_ns, first_pass_max_ns;
-  uint64_t batch_cycles[4], batches, batch_frames;
+  uint64_t batch_cycles[4], batches, batch_frames, classify_cycles[5];
 };
 
 // Adds `ns` to a total and a maximum kept in device memory, and mirrors both to the host's.
@@ -65,11 +66,12 @@ __device__ void tally_ns(uint64_t ns, uint64_t& total, uint64_t& max, uint64_t* 
   store_relaxed<Scope::kSystem>(host_max, max);
 }
 
-// The state between shared and device memory, a word a lane, every lane's
-// loads in flight before its stores (one round trip, not one per word).
-__device__ void copy_state(const WarpTeam& team, EngineState* dst, const EngineState* src) {
-  static_assert(sizeof(EngineState) % 8 == 0, "copied in 8-byte words");
-  constexpr uint32_t kWords = sizeof(EngineState) / 8;
+// A struct between memories, a word a lane, every lane's loads in flight
+// before its stores (one round trip, not one per word).
+template <class T>
+__device__ void copy_words(const WarpTeam& team, T* dst, const T* src) {
+  static_assert(sizeof(T) % 8 == 0 && alignof(T) >= 8, "copied in 8-byte words");
+  constexpr uint32_t kWords = sizeof(T) / 8;
   constexpr uint32_t kPerLane = (kWords + 31) / 32;
   auto* d = reinterpret_cast<uint64_t*>(dst);
   const auto* s = reinterpret_cast<const uint64_t*>(src);
@@ -89,12 +91,11 @@ __device__ void copy_state(const WarpTeam& team, EngineState* dst, const EngineS
 // Warp 0 keeps the engine's state in shared memory, where every thread reads
 // it; the block's thread 0 is the leader that keeps the books.
 template <Scope S, bool kCrew>
-__device__ void run_epoch(const EngineDesc& d, EngineState* state, KernelControl* ctl,
+__device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state, KernelControl* ctl,
                           EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns,
                           uint32_t depth) {
-  // Dynamic shared memory: warp 0's staging (a frame in, a reply out), then
-  // the crew's batch staging, depth frames.
-  extern __shared__ __align__(16) uint8_t staging[];
+  // Dynamic shared memory (stg): warp 0's staging (a frame in, a reply out),
+  // then the crew's batch staging, depth frames.
   __shared__ EngineState st;
   __shared__ uint32_t quit;
   const uint64_t began = globaltimer_ns();
@@ -102,8 +103,7 @@ __device__ void run_epoch(const EngineDesc& d, EngineState* state, KernelControl
   const WarpTeam team;
   const BlockCrew crew;
   const bool warp0 = crew.team_index() == 0;
-  Staging stg{staging, staging + d.rx.slot_bytes};
-  if (warp0) copy_state(team, &st, state);
+  if (warp0) copy_words(team, &st, state);
   uint64_t passes = 0;  // the leader's
   if (crew.leader()) {
     passes = rec->passes;
@@ -118,7 +118,7 @@ __device__ void run_epoch(const EngineDesc& d, EngineState* state, KernelControl
     __shared__ Batch b;
     batch = &b;
     __syncthreads();  // the state is in
-    if (crew.leader()) batch_init(b, depth, staging + 2 * size_t(d.rx.slot_bytes), st.rx_ci);
+    if (crew.leader()) batch_init(b, depth, stg.rx + 2 * size_t(d.rx.slot_bytes), st.rx_ci);
   }
   __syncthreads();
   const uint64_t until = epoch_ns ? began + epoch_ns : ~uint64_t(0);
@@ -165,26 +165,43 @@ __device__ void run_epoch(const EngineDesc& d, EngineState* state, KernelControl
       rec->batch_frames += batch->batch_frames;
       for (uint32_t k = 0; k < 4; ++k)
         store_relaxed<Scope::kSystem>(&ctl->batch_cycles[k], rec->batch_cycles[k]);
+      for (uint32_t k = 0; k < 5; ++k) {
+        rec->classify_cycles[k] += batch->classify_cycles[k];
+        store_relaxed<Scope::kSystem>(&ctl->classify_cycles[k], rec->classify_cycles[k]);
+      }
       store_relaxed<Scope::kSystem>(&ctl->batches, rec->batches);
       store_relaxed<Scope::kSystem>(&ctl->batch_frames, rec->batch_frames);
     }
   }
   __syncthreads();
-  if (warp0) copy_state(team, state, &st);
+  if (warp0) copy_words(team, state, &st);
 }
 
 template <Scope S>
 __global__ void engine_kernel(EngineDesc d, EngineState* state, KernelControl* ctl,
                               EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns) {
-  run_epoch<S, false>(d, state, ctl, rec, heartbeat, epoch_ns, 1);
+  extern __shared__ __align__(16) uint8_t staging[];
+  Staging stg{staging, staging + d.rx.slot_bytes};
+  run_epoch<S, false>(d, stg, state, ctl, rec, heartbeat, epoch_ns, 1);
 }
 
-// The crew's registers are bounded so that kMaxCrewWarps warps fit one SM.
+// The crew's registers are bounded so that kMaxCrewWarps warps fit one SM (one block a
+// SM: 128 registers a thread).
 template <Scope S>
-__global__ void __launch_bounds__(kMaxCrewWarps * 32)
-    crew_kernel(EngineDesc d, EngineState* state, KernelControl* ctl, EpochRecord* rec,
-                uint64_t* heartbeat, uint64_t epoch_ns, uint32_t depth) {
-  run_epoch<S, true>(d, state, ctl, rec, heartbeat, epoch_ns, depth);
+__global__ void __launch_bounds__(kMaxCrewWarps * 32, 1)
+    crew_kernel(const __grid_constant__ EngineDesc param, EngineState* state, KernelControl* ctl,
+                EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns, uint32_t depth) {
+  // The descriptor and the staging pointers in shared memory: every function of
+  // the engine takes them by reference, and a parameter whose address is taken
+  // is copied to each thread's local memory, where 512 threads' copies fall out
+  // of L1 (a crew's verdict and commit spent thousands of cycles there).
+  extern __shared__ __align__(16) uint8_t staging[];
+  __shared__ EngineDesc d;
+  __shared__ Staging stg;
+  if (threadIdx.x < 32) copy_words(WarpTeam{}, &d, &param);
+  if (threadIdx.x == 0) stg = Staging{staging, staging + param.rx.slot_bytes};
+  __syncthreads();
+  run_epoch<S, true>(d, stg, state, ctl, rec, heartbeat, epoch_ns, depth);
 }
 
 template <Scope S>
@@ -424,6 +441,7 @@ EpochStats EngineKernel::epoch_stats() const {
   EpochStats e{c.epochs,        c.gap_total_ns,        c.gap_max_ns,       c.warmup_total_ns,
                c.warmup_max_ns, c.first_pass_total_ns, c.first_pass_max_ns};
   for (uint32_t k = 0; k < 4; ++k) e.batch_cycles[k] = c.batch_cycles[k];
+  for (uint32_t k = 0; k < 5; ++k) e.classify_cycles[k] = c.classify_cycles[k];
   e.batches = c.batches;
   e.batch_frames = c.batch_frames;
   e.batch_depth = impl_->batch_depth;

@@ -318,6 +318,9 @@ void register_engine(pb::module_& m) {
              d["batch_frames"] = s.batch_frames;
              d["batch_cycles"] = pb::make_tuple(s.batch_cycles[0], s.batch_cycles[1],
                                                 s.batch_cycles[2], s.batch_cycles[3]);
+             d["classify_cycles"] =
+                 pb::make_tuple(s.classify_cycles[0], s.classify_cycles[1], s.classify_cycles[2],
+                                s.classify_cycles[3], s.classify_cycles[4]);
              return d;
            })
       .def("counters",

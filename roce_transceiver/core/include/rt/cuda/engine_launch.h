@@ -42,7 +42,8 @@ struct EpochStats {
   uint64_t batch_cycles[4] = {0, 0, 0, 0};
   uint64_t batches = 0;
   uint64_t batch_frames = 0;
-  uint32_t batch_depth = 1;  // frames a batch holds at most (1: no crew)
+  uint64_t classify_cycles[5] = {0, 0, 0, 0, 0};  // team 0's: stage, decode, ICRC, verdict; frames
+  uint32_t batch_depth = 1;                       // frames a batch holds at most (1: no crew)
 };
 
 class EngineKernel {

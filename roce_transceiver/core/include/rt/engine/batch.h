@@ -30,12 +30,28 @@ namespace rt {
 // Frames a batch holds at most: the lanes of the warp that polls their descriptors.
 constexpr uint32_t kMaxBatch = 32;
 
+// What classify found of a frame the frames handler may take as part of a
+// stream run (stream_continues): a WRITE Only, no immediate, no ACK asked,
+// that passes every check of the general path that depends on the frame alone
+// (decode, ICRC, QP, P_Key, transport, its RETH's region being the pages,
+// the page bounds). `ok` false: the general path takes it.
+struct StreamWrite {
+  bool ok;
+  uint32_t psn;
+  uint32_t page, offset;
+  uint32_t len;  // payload bytes
+  uint64_t va;
+  uint32_t dma_len;
+  uint8_t* dst;  // where its payload goes in the page
+};
+
 // One frame of a batch: the classify phase's verdict, then the commit's placement.
 struct BatchSlot {
   DecodeResult r;  // the frame, decoded where the team read it
   uint64_t ts;
   uint32_t len;
   engine_detail::IcrcVerdict icrc;
+  StreamWrite stream;
   uint8_t* place_dst;  // what the commit left to place (place_len 0: nothing)
   const uint8_t* place_src;
   uint32_t place_len;
@@ -52,10 +68,21 @@ struct Batch {
   uint32_t committed;   // this pass: the commit ended before this one
   uint32_t done;        // this pass: the work done, for every thread
   uint32_t crc_part[kMaxTeams];
+  // crc32_crew's shifts for the last length it saw (a stream's frames are one size):
+  // each team's piece to the end, and zlib's start over the whole.
+  uint64_t crc_n;
+  uint32_t crc_shift[kMaxTeams];
+  uint32_t crc_start;
+  uint64_t run_bytes;  // the last stream run's payload bytes (commit)
+  // Commit: the span of the bytes the batch's noted placements write (execute
+  // writes them all at once, in no order).
+  uintptr_t pending_lo, pending_hi;
   // Where the crew's cycles go (clock64, the crew leader's view), for the host.
   uint64_t cycles[4];  // classify (with the poll), commit, execute, publish
   uint64_t batches;
   uint64_t batch_frames;
+  // Inside classify, as team 0 saw it over the frames it took: stage, decode, ICRC.
+  uint64_t classify_cycles[5];  // stage, decode, ICRC, verdict; [4]: the frames team 0 took
 };
 
 // The batch depth of a queue: a power of two, at most kMaxBatch and
@@ -80,12 +107,23 @@ RT_HD inline void batch_init(Batch& b, uint32_t depth, uint8_t* staging, uint32_
   b.ready = rx_ci;
   b.committed = rx_ci;
   b.done = 0;
+  b.crc_n = ~uint64_t(0);
   for (uint64_t& c : b.cycles) c = 0;
   b.batches = 0;
   b.batch_frames = 0;
+  for (uint64_t& c : b.classify_cycles) c = 0;
 }
 
 namespace engine_detail {
+
+// The clock the crew's profile counts in: SM cycles on a GPU, 0 on a CPU thread.
+RT_HD inline uint64_t crew_clock() {
+#if RT_DEVICE_CODE
+  return clock64();
+#else
+  return 0;
+#endif
+}
 
 // Team-wide: how many descriptors from rx sequence `from` on are published, in
 // a row, up to `max` (<= kMaxBatch): one acquire load a lane, all in flight.
@@ -106,11 +144,169 @@ RT_HD inline uint32_t frames_ready(const Team& t, const RxRing& rx, uint32_t fro
   }
 }
 
+// Classify: `r` as a stream run may take it (StreamWrite), from the frame alone.
+RT_HD inline StreamWrite stream_write(const EngineDesc& d, const DecodeResult& r,
+                                      IcrcVerdict icrc) {
+  StreamWrite w{};
+  if (d.handler.kind != HandlerKind::kFrames || !r.ok()) return w;
+  if (d.check_icrc && icrc != IcrcVerdict::kGood) return w;
+  const FrameView& f = r.frame;
+  if (!(f.op.flags & kWrite) || !f.op.is(kOnly) || f.op.has(kImmDt) || !f.op.has(kReth)) return w;
+  if (f.op.transport != d.qp.transport) return w;
+  const Bth& bth = f.bth_hdr();
+  const uint16_t pkey = bth.pkey.get();
+  if (bth.dest_qp.get() != d.qp.qpn || (pkey & 0x7FFF) != (d.qp.pkey & 0x7FFF) ||
+      !((pkey | d.qp.pkey) & 0x8000))
+    return w;
+  if (d.qp.transport == Transport::RC && bth.ack_requested()) return w;
+  const Reth& reth = f.ext_hdr<Reth>(kReth);
+  const uint64_t va = reth.va.get();
+  const uint32_t dma_len = reth.dma_len.get();
+  const FramesDesc& fd = d.frames;
+  if (f.payload_len > dma_len || find_region(d, reth.rkey.get(), va, dma_len) != int(fd.region))
+    return w;
+  const MemRegion& region = d.regions[fd.region];
+  const uint32_t at = uint32_t(va - region.va);  // inside the region: its length is 32 bits
+  const uint32_t page = at / fd.page_bytes;
+  const uint32_t offset = at % fd.page_bytes;
+  if (page >= fd.pages || offset + f.payload_len > fd.page_bytes) return w;
+  w.ok = true;
+  w.psn = bth.psn.get();
+  w.page = page;
+  w.offset = offset;
+  w.len = f.payload_len;
+  w.va = va;
+  w.dma_len = dma_len;
+  w.dst = region.base + at;
+  return w;
+}
+
+// Commit: frame `s` goes on the frame in progress, in sequence, into a page
+// that is the engine's: the general path would only account for it and place
+// it (frames_write), so commit_stream_write() does just that.
+RT_HD inline bool stream_continues(const EngineState& st, const BatchSlot& s) {
+  const FrameState& fs = st.frames;
+  const StreamWrite& w = s.stream;
+  return w.ok && st.in_message == 0 && !st.resync && w.psn == st.expected_psn && fs.open &&
+         fs.page == w.page && w.psn != fs.last_psn && psn_diff_sensor(w.psn, fs.psn_first) >= 0 &&
+         !page_busy(fs, w.page);
+}
+
+// Commit: frame q's placement of `len` bytes at `dst` is noted. Execute places
+// the batch's frames in parallel, so one that writes where an earlier one of
+// the batch writes (a frame after another on the same page, a retransmission)
+// must not race it: the earlier ones are placed now, in order, by the leader
+// (rare: a damaged or interleaved stream).
+RT_HD inline void order_placement(Batch& b, uint32_t first, uint32_t q, const uint8_t* dst,
+                                  uint32_t len) {
+  if (!len) return;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(dst), hi = lo + len;
+  if (lo < b.pending_hi && hi > b.pending_lo) {
+    for (uint32_t p = first; p != q; ++p) {
+      BatchSlot& s = b.slot[p & (b.depth - 1)];
+      if (!s.place_len) continue;
+      copy_bytes(s.place_dst, s.place_src, s.place_len);
+      s.place_len = 0;
+    }
+    b.pending_lo = lo;
+    b.pending_hi = hi;
+    return;
+  }
+  b.pending_lo = lo < b.pending_lo ? lo : b.pending_lo;
+  b.pending_hi = hi > b.pending_hi ? hi : b.pending_hi;
+}
+
+// Team-wide, before the commit: bit i set when frame first + i would go on
+// from frame first + i - 1 in a stream run (both StreamWrites, the same page,
+// the next PSN), one lane a frame. What the state adds is the leader's to check.
+template <class Team>
+RT_HD inline uint32_t stream_links(const Team& t, const Batch& b, uint32_t first, uint32_t ready) {
+  const auto linked = [&](uint32_t i) {
+    if (i == 0 || i >= ready - first) return false;
+    const StreamWrite& a = b.slot[(first + i - 1) & (b.depth - 1)].stream;
+    const StreamWrite& w = b.slot[(first + i) & (b.depth - 1)].stream;
+    return a.ok && w.ok && a.page == w.page && w.psn == psn_add(a.psn, 1);
+  };
+  if constexpr (Team::kLanes == 1) {
+    uint32_t links = 0;
+    for (uint32_t i = 1; i < ready - first; ++i) links |= uint32_t(linked(i)) << i;
+    return links;
+  } else {
+    return t.ballot(linked(t.lane()));
+  }
+}
+
+// Commit: the frames from q on that stream_continues() takes, q first: what
+// receive_decoded() changes for each, at once (their placements are noted by
+// classify). `links` >> 1 bit i: frame q + 1 + i is linked to the one before.
+// Returns how many it took (>= 1); b.run_bytes their payload bytes.
+RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Batch& b,
+                                        uint32_t first, uint32_t q, uint32_t ready,
+                                        uint32_t links) {
+  FrameState& fs = st.frames;
+  uint32_t k = 0;
+  uint64_t frame_bytes = 0, payload = 0;
+  uint32_t end = fs.bytes;
+  const StreamWrite* last = nullptr;
+  uint64_t last_ts = 0;
+  // The span the run writes, and whether each frame writes past the one before (a
+  // sensor's frames do): then the run needs order_placement() only as a whole.
+  uintptr_t lo = ~uintptr_t(0), hi = 0;
+  bool ascending = true;
+  // Linked frames go on in sequence; only how far from the frame's first PSN is the state's.
+  for (; q + k != ready && (k == 0 || (links >> k & 1u)); ++k) {
+    const BatchSlot& s = b.slot[(q + k) & (b.depth - 1)];
+    const StreamWrite& w = s.stream;
+    if (k && psn_diff_sensor(w.psn, fs.psn_first) < 0) break;
+    if (w.len) {
+      const uintptr_t at = reinterpret_cast<uintptr_t>(w.dst);
+      ascending = ascending && at >= hi;
+      lo = at < lo ? at : lo;
+      hi = at + w.len > hi ? at + w.len : hi;
+    }
+    frame_bytes += s.len;
+    payload += w.len;
+    if (w.len && w.offset + w.len > end) end = w.offset + w.len;
+    last = &w;
+    last_ts = s.ts;
+  }
+  if (ascending && (hi <= lo || lo >= b.pending_hi || hi <= b.pending_lo)) {
+    if (hi > lo) {
+      b.pending_lo = lo < b.pending_lo ? lo : b.pending_lo;
+      b.pending_hi = hi > b.pending_hi ? hi : b.pending_hi;
+    }
+  } else {
+    for (uint32_t i = 0; i < k; ++i) {
+      const StreamWrite& w = b.slot[(q + i) & (b.depth - 1)].stream;
+      order_placement(b, first, q + i, w.dst, w.len);
+    }
+  }
+  count(st.tally, Counter::kRxPackets, k);
+  count(st.tally, Counter::kRxBytes, frame_bytes);
+  st.write_region = d.frames.region;
+  st.write_start_va = last->va;
+  st.write_next_va = last->va + last->len;
+  st.write_remaining = last->dma_len - last->len;
+  fs.packets += k;
+  fs.last_psn = last->psn;
+  fs.rx_last_ns = last_ts;
+  fs.bytes = end;
+  st.in_message = 0;
+  st.expected_psn = psn_add(last->psn, 1);
+  if (d.qp.transport == Transport::RC) {
+    st.nak_sent = false;
+    st.msn = psn_add(st.msn, k);
+  }
+  b.run_bytes = payload;
+  return k;
+}
+
 // Team-wide: classify rx sequence number `seq` (published, as frames_ready
 // saw) into `s`: read, decode, ICRC. Changes no engine state.
 template <Scope S, class Team>
 RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, BatchSlot& s,
-                           uint8_t* staging) {
+                           uint8_t* staging, uint64_t* prof) {
+  const uint64_t c0 = crew_clock();
   const uint8_t* slot = d.rx.slot(seq);
   uint32_t len = 0;
   uint64_t ts = 0;
@@ -128,6 +324,7 @@ RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, Bat
     stage_frame(t, staging, slot, len);
     frame = staging;
   }
+  const uint64_t c1 = crew_clock();
   if (t.leader()) {
     s.r = decode(ByteSpan(frame, len));
     s.len = len;
@@ -135,16 +332,36 @@ RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, Bat
     s.place_len = 0;
   }
   t.sync();
-  // One lane's CRC is receive_decoded's own check (IcrcVerdict::kUnchecked).
+  const uint64_t c2 = crew_clock();
+  uint64_t c3 = 0;
   IcrcVerdict icrc = IcrcVerdict::kUnchecked;
-  if (Team::kLanes > 1 && d.check_icrc && s.r.ok()) {
+  if (d.check_icrc && s.r.ok()) {
     const FrameView& f = s.r.frame;
-    const IcrcLayout l{f.l3,   f.l3_len, f.ip_version, f.bth + uint32_t(sizeof(Bth)) - f.l3,
-                       f.icrc, nullptr};
-    if (f.ip_version && icrc_team_fits(l))
-      icrc = icrc_team(t, frame, l) == f.icrc_field() ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+    if constexpr (Team::kLanes == 1) {
+      icrc = icrc_ok(f) ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+    } else {
+      const IcrcLayout l{f.l3,   f.l3_len, f.ip_version, f.bth + uint32_t(sizeof(Bth)) - f.l3,
+                         f.icrc, nullptr};
+      if (f.ip_version && icrc_team_fits(l))
+        icrc = icrc_team(t, frame, l) == f.icrc_field() ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+    }
   }
-  if (t.leader()) s.icrc = icrc;
+  if (t.leader()) {
+    c3 = crew_clock();
+    s.icrc = icrc;
+    s.stream = stream_write(d, s.r, icrc);
+    // A run's placement, noted now; the commit notes another for a frame it takes otherwise.
+    s.place_dst = s.stream.dst;
+    s.place_src = s.r.frame.base + s.r.frame.payload;
+    s.place_len = s.stream.ok ? s.stream.len : 0;
+    if (prof) {
+      prof[0] += c1 - c0;
+      prof[1] += c2 - c1;
+      prof[2] += c3 - c2;
+      prof[3] += crew_clock() - c3;
+      ++prof[4];
+    }
+  }
   t.sync();
 }
 
@@ -172,22 +389,22 @@ RT_HD inline uint32_t crc32_crew(const Crew& c, Batch& b, const uint8_t* p, uint
   const uint64_t from = piece * c.team_index();
   const uint64_t len = from < n ? (n - from < piece ? n - from : piece) : 0;
   const uint32_t raw = crc32_raw_team(t, p + (from < n ? from : 0), len);
-  if (t.leader())
-    b.crc_part[c.team_index()] = len ? crc32_mulmod(crc32_x8n(n - from - len), raw) : 0;
+  // The shifts cost each team's leader a few thousand cycles: worked out once per length.
+  const bool fresh = b.crc_n != n;
+  if (t.leader()) {
+    if (fresh) b.crc_shift[c.team_index()] = crc32_x8n(n - from - len);
+    b.crc_part[c.team_index()] = len ? crc32_mulmod(b.crc_shift[c.team_index()], raw) : 0;
+  }
   c.sync();
   uint32_t all = 0;
-  if (c.leader())
+  if (c.leader()) {
+    if (fresh) {
+      b.crc_start = crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu);
+      b.crc_n = n;
+    }
     for (uint32_t k = 0; k < c.teams(); ++k) all ^= b.crc_part[k];
-  return crc32_from_raw(all, n);
-}
-
-// The clock the crew's profile counts in: SM cycles on a GPU, 0 on a CPU thread.
-RT_HD inline uint64_t crew_clock() {
-#if RT_DEVICE_CODE
-  return clock64();
-#else
-  return 0;
-#endif
+  }
+  return ~(all ^ b.crc_start);
 }
 
 }  // namespace engine_detail
@@ -227,30 +444,43 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
   const uint32_t fresh = b.classified;
   for (uint32_t q = fresh + c.team_index(); q - fresh < ready - fresh; q += c.teams()) {
     const uint32_t i = q & (b.depth - 1);
-    classify<S>(t, d, q, b.slot[i], b.staging ? b.staging + size_t(i) * d.rx.slot_bytes : nullptr);
+    classify<S>(t, d, q, b.slot[i], b.staging ? b.staging + size_t(i) * d.rx.slot_bytes : nullptr,
+                c.team_index() == 0 ? b.classify_cycles : nullptr);
   }
   c.sync();
   const uint64_t t1 = crew_clock();
   // commit, in order
-  if (c.leader()) {
-    b.classified = ready;
-    bool placing = false;
-    uint32_t q = first;
-    while (q != ready) {
-      BatchSlot& s = b.slot[q & (b.depth - 1)];
-      if (placing && !places_only(d, st, s)) break;
-      receive_decoded<S>(d, st, stg, s.r, s.len, s.ts, s.icrc);
-      ++q;
-      s.place_dst = st.place_dst;
-      s.place_src = st.place_src;
-      s.place_len = st.place_len;
-      st.place_dst = nullptr;
-      st.place_src = nullptr;
-      st.place_len = 0;
-      placing = placing || s.place_len;
-      if (st.ack_pending || st.frames.pending) break;  // waits for its own placement
+  if (c.team_index() == 0) {
+    const uint32_t links = stream_links(t, b, first, ready);
+    if (t.leader()) {
+      b.classified = ready;
+      b.pending_lo = ~uintptr_t(0);
+      b.pending_hi = 0;
+      bool placing = false;
+      uint32_t q = first;
+      while (q != ready) {
+        BatchSlot& s = b.slot[q & (b.depth - 1)];
+        if (placing && !places_only(d, st, s)) break;
+        if (stream_continues(st, s)) {
+          const uint32_t k = commit_stream_run(d, st, b, first, q, ready, links >> (q - first));
+          placing = placing || b.run_bytes;
+          q += k;
+          continue;  // a run ends on nothing that waits
+        }
+        receive_decoded<S>(d, st, stg, s.r, s.len, s.ts, s.icrc);
+        s.place_dst = st.place_dst;
+        s.place_src = st.place_src;
+        s.place_len = st.place_len;
+        st.place_dst = nullptr;
+        st.place_src = nullptr;
+        st.place_len = 0;
+        order_placement(b, first, q, s.place_dst, s.place_len);
+        ++q;
+        placing = placing || s.place_len;
+        if (st.ack_pending || st.frames.pending) break;  // waits for its own placement
+      }
+      b.committed = q;
     }
-    b.committed = q;
   }
   c.sync();
   const uint64_t t2 = crew_clock();
