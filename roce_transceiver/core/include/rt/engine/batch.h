@@ -154,10 +154,7 @@ RT_HD inline StreamWrite stream_write(const EngineDesc& d, const DecodeResult& r
   if (!(f.op.flags & kWrite) || !f.op.is(kOnly) || f.op.has(kImmDt) || !f.op.has(kReth)) return w;
   if (f.op.transport != d.qp.transport) return w;
   const Bth& bth = f.bth_hdr();
-  const uint16_t pkey = bth.pkey.get();
-  if (bth.dest_qp.get() != d.qp.qpn || (pkey & 0x7FFF) != (d.qp.pkey & 0x7FFF) ||
-      !((pkey | d.qp.pkey) & 0x8000))
-    return w;
+  if (bth.dest_qp.get() != d.qp.qpn || !pkey_matches(bth.pkey.get(), d.qp.pkey)) return w;
   if (d.qp.transport == Transport::RC && bth.ack_requested()) return w;
   const Reth& reth = f.ext_hdr<Reth>(kReth);
   const uint64_t va = reth.va.get();

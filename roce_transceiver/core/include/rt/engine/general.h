@@ -137,6 +137,11 @@ RT_HD inline Verdict check_sequence(const EngineDesc& d, EngineState& st, const 
   return starts ? Verdict::kAccept : Verdict::kDrop;
 }
 
+// P_Key match (IBA 10.9.3): the same 15-bit key, and not both limited members.
+RT_HD inline bool pkey_matches(uint16_t pkey, uint16_t ours) {
+  return (pkey & 0x7FFF) == (ours & 0x7FFF) && ((pkey | ours) & 0x8000);
+}
+
 // The region an RDMA WRITE may land in, or -1. Overflow-safe: va + len is
 // never computed where it could wrap.
 RT_HD inline int find_region(const EngineDesc& d, uint32_t rkey, uint64_t va, uint32_t len) {
@@ -566,9 +571,7 @@ RT_HD RT_COLD inline void receive_decoded(const EngineDesc& d, EngineState& st, 
     count(st.tally, Counter::kWrongQp);
     return;
   }
-  // P_Key match (IBA 10.9.3): same 15-bit key, and not both limited members.
-  const uint16_t pkey = bth.pkey.get();
-  if ((pkey & 0x7FFF) != (d.qp.pkey & 0x7FFF) || !((pkey | d.qp.pkey) & 0x8000)) {
+  if (!pkey_matches(bth.pkey.get(), d.qp.pkey)) {
     count(st.tally, Counter::kBadPkey);
     return;
   }
