@@ -18,6 +18,12 @@ struct alignas(16) Crc32Tables {
   // of its eight nibbles' entries: eight lookups instead of 16 j table steps.
   // j = 32: 512 bytes, a warp's stride.
   uint32_t shift16[33][8][16];
+  // chunk16[n][v]: the raw register (started from zero) after a 16-byte chunk whose
+  // only non-zero nibble is v at nibble n (byte n / 2, the high half when n is odd).
+  // A chunk is linear in its nibbles, so its register is the XOR of 32 lookups; each
+  // table is 16 words, one a bank, so a warp's 32 lanes never wait on one another
+  // (an 8-bit table's 256 words do: several lanes a bank).
+  uint32_t chunk16[32][16];
 };
 static_assert(sizeof(Crc32Tables) % 16 == 0, "copied to shared memory in 16-byte chunks");
 
@@ -38,6 +44,15 @@ RT_HD constexpr Crc32Tables make_crc32_tables() {
         tables.shift16[j][k][n] = x;
         for (int i = 0; i < 16; ++i) x = tables.t[0][x & 0xFF] ^ (x >> 8);
       }
+    }
+  for (uint32_t n = 0; n < 32; ++n)
+    for (uint32_t v = 0; v < 16; ++v) {
+      uint32_t c = 0;
+      for (uint32_t i = 0; i < 16; ++i) {
+        const uint32_t byte = i == n / 2 ? v << (4 * (n % 2)) : 0;
+        c = tables.t[0][(c ^ byte) & 0xFF] ^ (c >> 8);
+      }
+      tables.chunk16[n][v] = c;
     }
   return tables;
 }
@@ -94,6 +109,16 @@ RT_HD inline uint32_t crc32_step8(const Crc32Tables& tb, uint32_t c, uint32_t lo
   return tb.t[7][lo & 0xFF] ^ tb.t[6][(lo >> 8) & 0xFF] ^ tb.t[5][(lo >> 16) & 0xFF] ^
          tb.t[4][lo >> 24] ^ tb.t[3][hi & 0xFF] ^ tb.t[2][(hi >> 8) & 0xFF] ^
          tb.t[1][(hi >> 16) & 0xFF] ^ tb.t[0][hi >> 24];
+}
+
+// The raw register of a 16-byte chunk (four little-endian words), started from zero.
+RT_HD inline uint32_t crc32_chunk16(const Crc32Tables& tb, const uint32_t w[4]) {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (uint32_t n = 0; n < 32; ++n) r ^= tb.chunk16[n][(w[n / 8] >> (4 * (n % 8))) & 15u];
+  return r;
 }
 
 // The raw register c after 16 j zero bytes (j <= 32).
