@@ -31,7 +31,7 @@ namespace rt {
 constexpr uint32_t kMaxBatch = 32;
 
 // What classify found of a frame the frames handler may take as part of a
-// stream run (stream_continues): a WRITE Only, no immediate, no ACK asked,
+// stream run (stream_takes): a WRITE Only, no immediate, no ACK asked,
 // that passes every check of the general path that depends on the frame alone
 // (decode, ICRC, QP, P_Key, transport, its RETH's region being the pages,
 // the page bounds). `ok` false: the general path takes it.
@@ -178,15 +178,18 @@ RT_HD inline StreamWrite stream_write(const EngineDesc& d, const DecodeResult& r
   return w;
 }
 
-// Commit: frame `s` goes on the frame in progress, in sequence, into a page
-// that is the engine's: the general path would only account for it and place
-// it (frames_write), so commit_stream_write() does just that.
-RT_HD inline bool stream_continues(const EngineState& st, const BatchSlot& s) {
+// Commit: frame `s` comes in sequence into a page that is the engine's, and
+// either goes on with the frame in progress or opens the next one (closing the
+// one in progress as incomplete, as a packet for another page does): the
+// general path would only account for it and place it (frames_write), so
+// commit_stream_run() does just that.
+RT_HD inline bool stream_takes(const EngineState& st, const BatchSlot& s) {
   const FrameState& fs = st.frames;
   const StreamWrite& w = s.stream;
-  return w.ok && st.in_message == 0 && !st.resync && w.psn == st.expected_psn && fs.open &&
-         fs.page == w.page && w.psn != fs.last_psn && psn_diff_sensor(w.psn, fs.psn_first) >= 0 &&
-         !page_busy(fs, w.page);
+  if (!w.ok || st.in_message != 0 || st.resync || w.psn != st.expected_psn || page_busy(fs, w.page))
+    return false;
+  const bool goes_on = fs.open && fs.page == w.page;
+  return !goes_on || (w.psn != fs.last_psn && psn_diff_sensor(w.psn, fs.psn_first) >= 0);
 }
 
 // Commit: frame q's placement of `len` bytes at `dst` is noted. Execute places
@@ -233,7 +236,8 @@ RT_HD inline uint32_t stream_links(const Team& t, const Batch& b, uint32_t first
   }
 }
 
-// Commit: the frames from q on that stream_continues() takes, q first: what
+// Commit: the frames from q on that stream_takes() takes, q first (opening its
+// frame when it starts one), and those linked after it: what
 // receive_decoded() changes for each, at once (their placements are noted by
 // classify). `links` >> 1 bit i: frame q + 1 + i is linked to the one before.
 // Returns how many it took (>= 1); b.run_bytes their payload bytes.
@@ -241,9 +245,16 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
                                         uint32_t first, uint32_t q, uint32_t ready,
                                         uint32_t links) {
   FrameState& fs = st.frames;
+  const BatchSlot& head = b.slot[q & (b.depth - 1)];
+  const bool opens = !fs.open || fs.page != head.stream.page;
+  if (opens) {  // as frames_write() would: the packet that opens it counts as its first
+    if (fs.open) close_incomplete(d.frames, st);
+    open_frame(d.frames, st, head.stream.psn, head.stream.page, head.stream.offset, head.stream.len,
+               head.ts);
+  }
   uint32_t k = 0;
   uint64_t frame_bytes = 0, payload = 0;
-  uint32_t end = fs.bytes;
+  uint32_t end = uint32_t(fs.bytes);
   const StreamWrite* last = nullptr;
   uint64_t last_ts = 0;
   // The span the run writes, and whether each frame writes past the one before (a
@@ -284,7 +295,7 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
   st.write_start_va = last->va;
   st.write_next_va = last->va + last->len;
   st.write_remaining = last->dma_len - last->len;
-  fs.packets += k;
+  fs.packets += opens ? k - 1 : k;
   fs.last_psn = last->psn;
   fs.rx_last_ns = last_ts;
   fs.bytes = end;
@@ -458,7 +469,7 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
       while (q != ready) {
         BatchSlot& s = b.slot[q & (b.depth - 1)];
         if (placing && !places_only(d, st, s)) break;
-        if (stream_continues(st, s)) {
+        if (stream_takes(st, s)) {
           const uint32_t k = commit_stream_run(d, st, b, first, q, ready, links >> (q - first));
           placing = placing || b.run_bytes;
           q += k;
