@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from hsb_helpers import bridge_host_config
 
 from roce_transceiver.config import load_config
 from roce_transceiver.hsb_control import (
@@ -235,18 +236,7 @@ def test_find_bridge_gives_up_in_time_naming_what_it_heard() -> None:
 
 # ------------------------------------------------------------------------ checks
 def hsb_config(**hsb: object) -> dict:
-    cfg = {
-        "executor": "cpu",
-        "nic": "socket",
-        "socket": {"mode": "udp"},
-        "local": {"ip": HOST_IP},
-        "peer": {"ip": BRIDGE_IP},
-        "qp": {"transport": "UC"},
-        "handler": "frames",
-        "frames": {"pages": 4, "page_bytes": 65536},
-        "hsb": {"bridge": BRIDGE_IP, **hsb},
-    }
-    return cfg
+    return bridge_host_config(HOST_IP, BRIDGE_IP, rx_depth=None, bridge=BRIDGE_IP, **hsb)
 
 
 def problems(cfg: dict, path_mtu: int | None = None) -> list[str]:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_helpers import CLI, started
+from hsb_helpers import bridge_host_config
 from net_helpers import run_cmd
 
 from roce_transceiver.config import load_config
@@ -49,25 +50,14 @@ def free_port() -> int:
 
 
 def host_config(b: SoftwareBridge, port: int, host: str = HOSTS[0], **more: object) -> dict:
-    return {
-        "executor": "cpu",
-        "nic": "socket",
-        "socket": {"mode": "udp"},
-        "local": {"ip": host},
-        "peer": {"ip": BRIDGE_IP},
-        "qp": {"transport": "UC"},
-        "handler": "frames",
-        "frames": {"pages": 4, "page_bytes": 65536},
-        "queues": {"rx_depth": 1024},
-        "hsb": {
-            "control_port": b.control_port,
-            "enumeration_port": port,
-            "enumeration_timeout_s": 5.0,
-            "frame_bytes": 20000,
-            "timeout_s": 0.1,
-            **more,
-        },
+    hsb: dict[str, object] = {
+        "control_port": b.control_port,
+        "enumeration_port": port,
+        "enumeration_timeout_s": 5.0,
+        "frame_bytes": 20000,
+        "timeout_s": 0.1,
     }
+    return bridge_host_config(host, BRIDGE_IP, **{**hsb, **more})
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ holoscan = pytest.importorskip("holoscan", reason="the operators need Holoscan")
 
 from holoscan.core import Application, Operator  # noqa: E402
 from holoscan.schedulers import GreedyScheduler  # noqa: E402
+from hsb_helpers import bridge_host_config  # noqa: E402
 
 from operators import RoceTransceiverOp  # noqa: E402
 from roce_transceiver.peers.bridge import BridgeFaults, SoftwareBridge  # noqa: E402
@@ -22,24 +23,15 @@ BRIDGE_IP, HOST_IP = "127.0.17.9", "127.0.17.1"
 
 
 def transceiver(b: SoftwareBridge) -> dict:
-    return {
-        "executor": "cpu",
-        "nic": "socket",
-        "socket": {"mode": "udp"},
-        "local": {"ip": HOST_IP},
-        "peer": {"ip": BRIDGE_IP},
-        "qp": {"transport": "UC"},
-        "handler": "frames",
-        "frames": {"pages": 4, "page_bytes": 65536},
-        "queues": {"rx_depth": 1024},
-        "hsb": {
-            "bridge": BRIDGE_IP,
-            "control_port": b.control_port,
-            "enumerate": False,
-            "frame_bytes": 20000,
-            "timeout_s": 0.1,
-        },
-    }
+    return bridge_host_config(
+        HOST_IP,
+        BRIDGE_IP,
+        bridge=BRIDGE_IP,
+        control_port=b.control_port,
+        enumerate=False,
+        frame_bytes=20000,
+        timeout_s=0.1,
+    )
 
 
 class _Frames(Operator):
