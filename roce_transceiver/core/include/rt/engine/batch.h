@@ -5,10 +5,12 @@
 //             read it from its slot (staged next to the team when the ring is
 //             across a bus), decode, check its ICRC with every lane. Pure: the
 //             verdict goes into the frame's BatchSlot, the state is untouched.
-//   commit    the crew leader, in ring order: receive_decoded(), the general
-//             path after decode (PSN, message order, RETH checks, the frames
-//             account, handlers, replies, NAKs). A WRITE's placement is noted
-//             in its slot, not done.
+//   commit    the crew leader, in ring order: a run of WRITE Onlys that come in
+//             sequence into the frames handler's pages in a few stores
+//             (commit_stream_run); any other frame through receive_decoded(),
+//             the general path after decode (PSN, message order, RETH checks,
+//             the frames account, handlers, replies, NAKs). A WRITE's placement
+//             is noted in its slot, not done.
 //   execute   per frame, in parallel: the placements the commit noted.
 //   publish   the RC ACK that waited for its data, a frame's end (its page's
 //             CRC by the whole crew, then its record), slots back and counters
@@ -81,8 +83,9 @@ struct Batch {
   uint64_t cycles[4];  // classify (with the poll), commit, execute, publish
   uint64_t batches;
   uint64_t batch_frames;
-  // Inside classify, as team 0 saw it over the frames it took: stage, decode, ICRC.
-  uint64_t classify_cycles[5];  // stage, decode, ICRC, verdict; [4]: the frames team 0 took
+  // Inside classify, as team 0 saw it over the frames it took: stage, decode, ICRC,
+  // verdict; [4]: how many frames that was.
+  uint64_t classify_cycles[5];
 };
 
 // The batch depth of a queue: a power of two, at most kMaxBatch and
