@@ -60,6 +60,22 @@ def test_bench_ingest_cli_rejects_a_bad_payload(capsys) -> None:
     assert status == 2 and "--payloads" in err
 
 
+@pytest.mark.parametrize("warps", ["0", "17", "4,x"])
+def test_bench_ingest_cli_rejects_a_crew_it_cannot_run(capsys, warps: str) -> None:
+    status, _, err = run_cli(capsys, "bench", "ingest", "--warps", warps)
+    assert status == 2 and "--warps" in err
+
+
+def test_bench_ingest_reports_the_cpu_crews_batches(tmp_path) -> None:
+    # The cpu executor's crew of one takes the preloaded stream in batches: their depth
+    # and count are in the row's profile; it has no cycle clock, so no cycles.
+    r = ingest.run("cpu", (1024,), json_path=str(tmp_path / "ingest.json"))
+    for row in r["rows"]:
+        prof = row["profile"]
+        assert prof["batch_depth"] == 32 and prof["batches"] > 0, prof
+        assert 1 < prof["frames_per_batch"] <= 32 and "cycles_per_frame" not in prof
+
+
 @pytest.mark.gpu
 def test_bench_ingest_on_the_gpu_with_device_memory_rings(tmp_path) -> None:
     r = ingest.run("cuda", (4096,), json_path=str(tmp_path / "ingest.json"))
