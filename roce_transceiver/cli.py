@@ -26,6 +26,7 @@ from roce_transceiver.commands import (
     info,
     listen,
     peer,
+    plot,
     run,
 )
 from roce_transceiver.commands.running import stop_signals
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (decode, craft, info, bench, echo, listen, peer, run, hsb, doctor):
+    for command in (decode, craft, info, bench, echo, listen, peer, run, hsb, doctor, plot):
         command.register(sub)
     return parser
 
