@@ -390,6 +390,9 @@ def latency_report(title: str, app: Any, cfg: dict[str, Any]) -> Report:
             report.rows[f"floor {floor} (us)"] = f"p50 {f.p50:.2f}  p99 {f.p99:.2f}"
             report.rows["p50 / floor p50"] = f"{p.p50 / f.p50:.2f}"
             report.data["floor"] = {"name": floor, **f.as_dict(), "ratio_p50": p.p50 / f.p50}
+            if lat.histogram is not None:  # the pictures show the floor of the same run
+                lat.histogram = lat.histogram.with_floor(f, floor)
+                lat.write_histogram()
         else:
             report.rows[f"floor {floor}"] = f"not measured: {measured}"
     s = roce.final_stats

@@ -57,6 +57,12 @@ class LatencyStatsOp(Operator):
             return
         self.histogram = Histogram.from_samples(samples, "us", self.bins)
         self.percentiles = self.histogram.summary
+        self.write_histogram()
+
+    def write_histogram(self) -> None:
+        """``self.histogram`` to ``png`` and ``json`` (again once the floor is known)."""
+        if self.histogram is None:
+            return
         if self.png:
             self.histogram.write_png(self.png, self.title)
         if self.json:

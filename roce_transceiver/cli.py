@@ -1,5 +1,5 @@
 """The ``roce-transceiver`` command line: decode, craft, info, bench, echo, listen, peer, run,
-hsb.
+hsb, doctor, plot.
 
 Every failure the user can cause (bad arguments, a file that is not a pcap, a
 field out of range) is one line on stderr, ``roce-transceiver: error: ...``,
@@ -20,11 +20,13 @@ from roce_transceiver.commands import (
     bench,
     craft,
     decode,
+    doctor,
     echo,
     hsb,
     info,
     listen,
     peer,
+    plot,
     run,
 )
 from roce_transceiver.commands.running import stop_signals
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (decode, craft, info, bench, echo, listen, peer, run, hsb):
+    for command in (decode, craft, info, bench, echo, listen, peer, run, hsb, doctor, plot):
         command.register(sub)
     return parser
 

@@ -4,8 +4,8 @@ Goal: each app runs its graph to the end and its checks are real: the round trip
 answered and echoed, every sensor frame is byte-exact (or damaged exactly as the sensor damaged
 it), every QEC correction is the table's and no heavier than pymatching's. Oracles: the peers'
 own records (what was sent), the Python decoders, the files the apps write (PNG decoded by
-Pillow, histogram counts summed). Negative cases: faults without ``allow_loss`` fail the run
-(exit 1), bad configuration is exit 2 with the key and line.
+Pillow, histogram counts summed, the floor in the histogram's JSON). Negative cases: faults
+without ``allow_loss`` fail the run (exit 1), bad configuration is exit 2 with the key and line.
 """
 
 from __future__ import annotations
@@ -46,10 +46,14 @@ def test_roundtrip_latency_app(tmp_path, scheduler):
     assert summary["floor"]["name"] == "cpu_thread_pingpong"
     hist = json.loads((tmp_path / "roundtrip_latency.json").read_text())
     assert sum(hist["counts"]) == 600 and len(hist["edges"]) == len(hist["counts"]) + 1
+    assert hist["floor"]["name"] == "cpu_thread_pingpong"  # the floor of the same run, drawn
+    assert hist["floor"]["p50"] == pytest.approx(summary["floor"]["p50"])
     from PIL import Image
 
+    from roce_transceiver.plots import LATENCY_SIZE
+
     with Image.open(tmp_path / "roundtrip_latency.png") as png:
-        assert png.format == "PNG" and png.size == (800, 420)
+        assert png.format == "PNG" and png.size == LATENCY_SIZE
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
