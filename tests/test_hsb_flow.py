@@ -26,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -60,18 +61,25 @@ def host_config(b: SoftwareBridge, port: int, host: str = HOSTS[0], **more: obje
     return bridge_host_config(host, BRIDGE_IP, **{**hsb, **more})
 
 
-@pytest.fixture
-def lo_bridge(request: pytest.FixtureRequest) -> Iterator[tuple[SoftwareBridge, int]]:
-    faults = getattr(request, "param", None) or BridgeFaults()
-    port = free_port()
-    b = SoftwareBridge(
+def announcing_bridge(port: int, faults: BridgeFaults, rate: int | None = 200) -> SoftwareBridge:
+    """A software bridge on lo announcing itself to ``port`` every 50 ms (``rate``: frames a
+    second once programmed; None, the bridge's default)."""
+    kw: dict[str, Any] = {} if rate is None else {"rate": rate}
+    return SoftwareBridge(
         BRIDGE_IP,
         control_port=0,
         announce_to=(HOSTS[0], port),
         announce_interval=0.05,
-        rate=200,
         faults=faults,
+        **kw,
     )
+
+
+@pytest.fixture
+def lo_bridge(request: pytest.FixtureRequest) -> Iterator[tuple[SoftwareBridge, int]]:
+    faults = getattr(request, "param", None) or BridgeFaults()
+    port = free_port()
+    b = announcing_bridge(port, faults)
     with b:
         yield b, port
     assert not b.errors
@@ -143,13 +151,7 @@ def test_listen_hsb_programs_the_bridge_through_lost_ecb_packets(
 def test_a_register_the_bridge_refuses_is_an_error_and_nothing_streams(tmp_path: Path) -> None:
     port = free_port()
     faults = BridgeFaults(status={0x1000 + 0x28: 0x03})  # HOST_IP
-    with SoftwareBridge(
-        BRIDGE_IP,
-        control_port=0,
-        announce_to=(HOSTS[0], port),
-        announce_interval=0.05,
-        faults=faults,
-    ) as b:
+    with announcing_bridge(port, faults, rate=None) as b:
         done = listen(write(tmp_path, host_config(b, port)), "--hsb", BRIDGE_IP, "--frames", "1")
         assert done.returncode == 2
         assert "0x03 INVALID_ADDR" in done.stderr and "write block 0x2000304" in done.stderr
@@ -163,14 +165,7 @@ def test_a_bridge_that_stops_answering_mid_stream_ends_listen_in_bounded_time(
     # Enough answers to configure and start (version, VP_MASK read+write, the block write and
     # read back, VP_MASK read+write): then silence, as a bridge that hung or lost its link.
     faults = BridgeFaults(mute_after=7)
-    with SoftwareBridge(
-        BRIDGE_IP,
-        control_port=0,
-        announce_to=(HOSTS[0], port),
-        announce_interval=0.05,
-        rate=200,
-        faults=faults,
-    ) as b:
+    with announcing_bridge(port, faults) as b:
         cfg = host_config(b, port, retries=2)
         start = time.monotonic()
         done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "3")

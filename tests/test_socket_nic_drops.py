@@ -21,7 +21,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+
+from child_helpers import accounted, final_once_accounted
 
 from roce_transceiver.protocol import build
 
@@ -52,16 +53,6 @@ def child() -> None:
                 break
             print(json.dumps(t.stats()), flush=True)
     print(json.dumps(t.stats()), flush=True)
-
-
-def ask(proc: subprocess.Popen, what: str) -> dict:
-    proc.stdin.write(what + "\n")
-    proc.stdin.flush()
-    return json.loads(proc.stdout.readline())
-
-
-def accounted(s: dict) -> int:
-    return s["nic_rx_frames"] + s["nic_rx_ring_full"] + s["nic_filtered"] + s["nic_kernel_drops"]
 
 
 def test_udp_mode_counts_the_kernels_drops_exactly() -> None:
@@ -122,14 +113,7 @@ def flood(proc: subprocess.Popen) -> tuple[dict, int]:
         finally:
             os.kill(proc.pid, signal.SIGCONT)
     # The NIC catches up; every datagram ends up read or counted as the kernel's drop.
-    deadline = time.monotonic() + WAIT_S
-    stats = ask(proc, "stats")
-    while accounted(stats) < sent and time.monotonic() < deadline:
-        time.sleep(0.05)  # a poll interval of a counter that must reach `sent`
-        stats = ask(proc, "stats")
-    final = ask(proc, "stop")
-    proc.wait(timeout=WAIT_S)
-    return final, sent
+    return final_once_accounted(proc, sent, WAIT_S), sent
 
 
 if __name__ == "__main__":

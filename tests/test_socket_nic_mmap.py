@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_helpers import accounted, ask, final_once_accounted
 from conftest import skip_missing
 from engine_helpers import wait_counters
 
@@ -314,10 +315,6 @@ def test_the_echo_loop_answers_through_the_ring(
 # -- drops, and a ring that cannot be had (in a child process) ---------------------------
 
 
-def accounted(s: dict[str, int]) -> int:
-    return s["nic_rx_frames"] + s["nic_rx_ring_full"] + s["nic_filtered"] + s["nic_kernel_drops"]
-
-
 def child(argv: list[str]) -> None:
     """A transceiver on interface argv[1] (sink handler, UC, socket.rx_path argv[2]); with
     argv[3] ``cap``, the address space is first capped so that the ring cannot be mapped.
@@ -365,14 +362,6 @@ def start_child(v: netns.VethNamespace, rx_path: str, cap: bool) -> subprocess.P
     )
 
 
-def ask(proc: subprocess.Popen, what: str) -> dict:
-    proc.stdin.write(what + "\n")
-    proc.stdin.flush()
-    line = proc.stdout.readline()
-    assert line, proc.stderr.read()
-    return json.loads(line)
-
-
 def first_line(proc: subprocess.Popen) -> dict:
     line = proc.stdout.readline()
     assert line, proc.stderr.read()
@@ -396,13 +385,7 @@ def test_kernel_drops_are_counted_exactly_when_the_ring_overflows(
                 sent = blast(v, frames, repeat=1250)  # 80 000 frames
             finally:
                 os.kill(proc.pid, signal.SIGCONT)
-            deadline = time.monotonic() + WAIT_S
-            stats = ask(proc, "stats")
-            while accounted(stats) < sent and time.monotonic() < deadline:
-                time.sleep(0.05)  # a poll interval of a counter that must reach `sent`
-                stats = ask(proc, "stats")
-            final = ask(proc, "stop")
-            proc.wait(timeout=WAIT_S)
+            final = final_once_accounted(proc, sent, WAIT_S)
         finally:
             if proc.poll() is None:
                 proc.kill()
