@@ -423,10 +423,27 @@ SCHEMA = Section(
             maximum=0xFFFF,
         ),
         "queues": Section(
-            "Ring sizes (GPUNetIO-shaped queues).",
+            "The queues (GPUNetIO-shaped rx/tx ring pairs) and their ring sizes.",
             {
-                "rx_depth": Field(int, 256, "rx ring slots", **_DEPTH),
-                "tx_depth": Field(int, 256, "tx ring slots", **_DEPTH),
+                "count": Field(
+                    int,
+                    1,
+                    "rx/tx ring pairs, each served by its own engine (cuda: a block of "
+                    "cuda.warps warps on its own SM; cpu: a thread); the NIC steers each packet "
+                    "to one (queues.steer)",
+                    minimum=1,
+                    maximum=16,
+                ),
+                "steer": Field(
+                    str,
+                    "qp",
+                    "how a packet picks its queue: qp, queue i is QP qp.qpn + i (its peer "
+                    "qp.peer_qpn + i; a sensor stream each); udp_sport, every queue is QP "
+                    "qp.qpn and a packet goes to queue (UDP source port mod count)",
+                    choices=("qp", "udp_sport"),
+                ),
+                "rx_depth": Field(int, 256, "rx ring slots, per queue", **_DEPTH),
+                "tx_depth": Field(int, 256, "tx ring slots, per queue", **_DEPTH),
                 "slot_bytes": Field(
                     int,
                     2048,
@@ -553,6 +570,23 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("the pages run past the end of the 64-bit address space", "frames.va")
     if cfg["executor"] == "cuda" and cfg["cpu_core"] is not None:
         raise fail("pins the cpu executor's thread; executor 'cuda' has none", "cpu_core")
+    queues = cfg["queues"]["count"]
+    if cfg["handler"] == "frames" and cfg["frames"]["pages"] % queues:
+        raise fail(
+            f"{cfg['frames']['pages']} pages for {queues} queues: each queue takes an equal "
+            "share of the pages (queue i's are pages i*pages/count on), so frames.pages must "
+            "be a multiple of queues.count",
+            "frames.pages",
+        )
+    if queues > 1 and cfg["queues"]["steer"] == "qp":
+        for key in ("qp.qpn", "qp.peer_qpn"):
+            section, name = key.split(".")
+            if cfg[section][name] + queues - 1 > 0xFFFFFF:
+                raise fail(
+                    f"queue i is QP {key} + i: {queues} queues from {cfg[section][name]} run "
+                    "past the 24-bit QP numbers",
+                    key,
+                )
     sock = cfg["socket"]
     if sock["rx_path"] == "mmap" and sock["mode"] != "packet":
         raise fail(
@@ -670,6 +704,8 @@ TO_CORE: dict[str, str] = {
     "qp.tx_psn": "tx_psn",
     "local.udp_sport": "udp_sport",
     "vlan": "vlan",
+    "queues.count": "queues",
+    "queues.steer": "steer",
     "queues.rx_depth": "rx_depth",
     "queues.tx_depth": "tx_depth",
     "queues.slot_bytes": "slot_bytes",

@@ -45,6 +45,7 @@ class Frame:
     rx_first_ns: int
     rx_last_ns: int
     done_ns: int = 0  # when the engine recorded it (its clock: %globaltimer on the GPU)
+    queue: int = 0  # the queue (queues.count) whose stream it came on
     _data: Callable[[], np.ndarray] = field(repr=False, compare=False, default=lambda: np.empty(0))
     _device: Callable[[], Any] = field(repr=False, compare=False, default=lambda: None)
     _release: Callable[[], None] = field(repr=False, compare=False, default=lambda: None)

@@ -55,6 +55,7 @@ class Completion:
     reply_dropped: bool  # the handler answered but the tx ring was full
     rx_timestamp_ns: int
     done_timestamp_ns: int
+    queue: int = 0  # the queue (queues.count) whose engine completed it
 
     @property
     def request_array(self) -> np.ndarray:
@@ -212,12 +213,21 @@ class Transceiver:
             out.update({k: int(v) for k, v in self._core.nic_stats().items()})
         return out
 
+    def queue_stats(self, queue: int) -> dict[str, int]:
+        """One queue's counters (``stats()`` adds every queue's up): 0 to queues.count - 1."""
+        queue = check_int("queue_stats()", "queue", queue, 0, self.config["queues"]["count"] - 1)
+        if not self._stopped:
+            self._check()
+        return {k: int(v) for k, v in self._core.queue_counters(queue).items()}
+
     def epoch_stats(self) -> dict[str, Any]:
         """cuda executor: its epochs so far (``epochs``) and the relaunch gaps between them,
         measured on the GPU (``gap_total_ns``, ``gap_max_ns``); with a crew of warps
         (``cuda.warps`` > 1) its batches: ``batch_depth``, ``batches``, ``batch_frames`` and
         ``batch_cycles`` (SM cycles in classify, commit, execute, publish: where a batch's
-        time goes). Zeros on the cpu executor. After stop(), the final figures."""
+        time goes), added up over the queues; ``blocks``: the engines, one a queue (a block,
+        or a thread). Zeros on the cpu executor but its batches after stop(). After stop(),
+        the final figures."""
         return {
             k: tuple(int(x) for x in v) if isinstance(v, tuple) else int(v)
             for k, v in self._core.epoch_stats().items()
@@ -266,7 +276,9 @@ class Transceiver:
             if frame is None:
                 self._messages.append(Completion(**r))
             else:
-                self._frames.append(self._frame({**frame, "done_ns": r["done_timestamp_ns"]}))
+                self._frames.append(
+                    self._frame({**frame, "done_ns": r["done_timestamp_ns"], "queue": r["queue"]})
+                )
 
     def _frame(self, f: dict[str, Any]) -> Frame:
         page, n = f["page"], f["bytes"]

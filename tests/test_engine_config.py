@@ -388,8 +388,10 @@ def test_epoch_stats_are_zeros_on_the_cpu_executor_and_name_each_figure() -> Non
     assert {k: stats[k] for k in epochs} == dict.fromkeys(epochs, 0)
     assert stats["batch_depth"] == 16 and stats["batch_cycles"] == (0, 0, 0, 0)
     assert stats["classify_cycles"] == (0, 0, 0, 0, 0)
+    assert stats["blocks"] == 1  # a thread a queue
     assert stats["batch_frames"] <= 6 and set(stats) == {
         *epochs,
+        "blocks",
         "batch_depth",
         "batches",
         "batch_frames",

@@ -10,13 +10,19 @@ RDMA WRITE Only packets. The rate is timed by the engine's own clock (%globaltim
 GPU): from the first frame's record to the last one's, over the packets in between. Every
 frame is checked: whole, and its CRC-32 that of the bytes sent.
 
+With several queues (``--queues``, queues.count) there is a stream a queue, each on its queue's
+QP and pages, all preloaded, so the queues' engines (a block each: an SM each) take them at
+once; the rate is every queue's packets over the span from the first record to the last.
+
 The floor, in the same run: a device-to-device copy of the same payload bytes by the engine's
-resources (one warp on one SM) and by one whole SM (1024 threads), timed with CUDA events
-(cupy); on the cpu executor, one thread's memcpy of the same bytes (numpy).
+resources (one warp, the crew's warps, one whole SM of 1024 threads; a block of each per
+queue), timed with CUDA events (cupy); on the cpu executor, one thread's memcpy of the same
+bytes (numpy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -27,7 +33,8 @@ from typing import Any, TextIO
 
 from roce_transceiver.bench.machine import machine_info
 from roce_transceiver.config import load_config
-from roce_transceiver.peers.sensor import Sensor
+from roce_transceiver.peers.link import Addresses
+from roce_transceiver.peers.sensor import HSB_SOURCE_PORT, Sensor
 from roce_transceiver.transceiver import Transceiver
 
 __all__ = ["PAYLOADS", "run"]
@@ -36,6 +43,7 @@ PAYLOADS = (64, 1024, 4096)
 FRAME_BYTES = 65536
 RING = 16384  # packets preloaded per row (the rx ring's depth)
 HEADERS = 78 + 4  # Ethernet, IPv4, UDP, BTH, RETH, ImmDt; ICRC
+MAX_PAGES = 4096  # frames.pages at most, shared by the queues
 
 
 def _slot_bytes(payload: int) -> int:
@@ -43,18 +51,22 @@ def _slot_bytes(payload: int) -> int:
     return max(256, -(-need // 64) * 64)
 
 
-def _config(executor: str, payload: int, metadata: bool, frames: int, warps: int) -> dict:
+def _config(
+    executor: str, payload: int, metadata: bool, frames: int, warps: int, queues: int = 1
+) -> dict:
+    """``frames`` pages a queue: each frame of a queue's stream has a page of its own."""
     config: dict[str, Any] = {
         "executor": executor,
         "far_end": "gpu" if executor == "cuda" else "cpu",
         "handler": "frames",
         "qp": {"transport": "UC"},
         "frames": {
-            "pages": frames,
+            "pages": frames * queues,
             "page_bytes": FRAME_BYTES + (128 if metadata else 0),
             "metadata": metadata,
         },
         "queues": {
+            "count": queues,
             "rx_depth": RING,
             "slot_bytes": _slot_bytes(payload),
             "completion_depth": 4096,
@@ -65,15 +77,35 @@ def _config(executor: str, payload: int, metadata: bool, frames: int, warps: int
     return config
 
 
-def _stream(payload: int, metadata: bool) -> tuple[int, list[Any], list[bytes]]:
-    """Frames (as many as the ring holds) of one stream, and their packets."""
+def _stream(payload: int, metadata: bool, queues: int = 1) -> tuple[int, list[Any], list[bytes]]:
+    """Frames (as many as a queue's ring holds) of a stream a queue, each sensor on its queue's
+    QP and pages, and their packets, the streams' in turn as they would meet on one wire."""
     per_frame = -(-FRAME_BYTES // payload) + (1 if metadata else 0)
-    frames = RING // per_frame
-    sensor = Sensor.for_config(
-        load_config(_config("cpu", payload, metadata, frames, 1)), payload=payload
-    )
-    sent = list(sensor.frames(frames, FRAME_BYTES))
-    return per_frame, sent, [p for s in sent for p in s.packets]
+    frames = min(RING // per_frame, MAX_PAGES // queues)  # a page a frame
+    cfg = load_config(_config("cpu", payload, metadata, frames, 1, queues))
+    streams = []
+    for q in range(queues):
+        base = Sensor.for_config(cfg, payload=payload)
+        sensor = Sensor(
+            dataclasses.replace(
+                Addresses.mirror(cfg, own_port=HSB_SOURCE_PORT),
+                their_qpn=cfg["qp"]["qpn"] + q,
+                own_qpn=cfg["qp"]["peer_qpn"] + q,
+            ),
+            va=base.va + q * frames * base.page_bytes,
+            rkey=base.rkey,
+            page_bytes=base.page_bytes,
+            pages=frames,
+            payload=payload,
+            metadata=metadata,
+            first_psn=cfg["qp"]["rx_psn"],
+        )
+        streams.append(list(sensor.frames(frames, FRAME_BYTES)))
+    sent = [s for stream in streams for s in stream]
+    packets = [
+        p for n in range(frames) for stream in streams for p in stream[n].packets
+    ]  # frame n of every stream, then frame n + 1
+    return per_frame, sent, packets
 
 
 def _profile(epochs: dict[str, Any]) -> dict[str, Any]:
@@ -104,37 +136,46 @@ def _row(
     payload: int,
     metadata: bool,
     warps: int,
+    queues: int,
     stream: tuple[int, list[Any], list[bytes]],
     out: TextIO,
 ) -> dict[str, Any]:
     per_frame, sent, packets = stream
-    frames = len(sent)
-    t = Transceiver(_config(executor, payload, metadata, frames, warps))
+    frames = len(sent) // queues  # a queue's
+    t = Transceiver(_config(executor, payload, metadata, frames, warps, queues))
     if t.preload(packets) != len(packets):
-        raise RuntimeError(f"{len(packets)} packets do not fit the rx ring of {RING}")
-    got = []
+        raise RuntimeError(f"{len(packets)} packets do not fit {queues} rx rings of {RING}")
+    got: list[tuple[int, Any, int]] = []  # (queue, frame, done_ns)
     with t:
         deadline = time.monotonic() + 120.0
-        while len(got) < frames and time.monotonic() < deadline:
+        while len(got) < len(sent) and time.monotonic() < deadline:
             for f in t.frames(timeout=1.0):
-                got.append((f.frame_number, f.ok, f.crc32, f.bytes, f.done_ns))
+                got.append((f.queue, (f.frame_number, f.ok, f.crc32, f.bytes), f.done_ns))
                 f.release()
         stats = t.stats()
     epochs = t.epoch_stats()
-    whole = sum(
-        1
-        for (n, ok, crc, size, _), s in zip(got, sent, strict=False)
-        if ok and n == s.frame_number and crc == zlib.crc32(s.content) and size == FRAME_BYTES
-    )
-    # The engine's clock, first record to last: the packets of every frame after the first.
-    span_ns = got[-1][4] - got[0][4] if len(got) > 1 else 0
+    whole = 0
+    for q in range(queues):
+        mine = [g for g in got if g[0] == q]
+        expect = sent[q * frames : (q + 1) * frames]
+        whole += sum(
+            1
+            for (_, (n, ok, crc, size), _), s in zip(mine, expect, strict=False)
+            if ok and n == s.frame_number and crc == zlib.crc32(s.content) and size == FRAME_BYTES
+        )
+    # The engines' clock (one for the GPU), first record to last: the packets of every frame
+    # after the first.
+    done = sorted(g[2] for g in got)
+    span_ns = done[-1] - done[0] if len(done) > 1 else 0
     timed = (len(got) - 1) * per_frame
     pps = timed / (span_ns * 1e-9) if span_ns > 0 else 0.0
     row = {
         "payload": payload,
         "metadata": metadata,
         "warps": warps if executor == "cuda" else 0,
-        "frames": frames,
+        "queues": queues,
+        "sms": queues if executor == "cuda" else 0,
+        "frames": len(sent),
         "packets": len(packets),
         "frames_whole": whole,
         "frames_dropped": stats["frames_dropped"],
@@ -145,17 +186,18 @@ def _row(
     }
     who = f" warps {warps:>2}" if executor == "cuda" else ""
     print(
-        f"  {executor}{who} payload {payload:>4} B metadata {'on ' if metadata else 'off'}: "
-        f"{whole}/{frames} frames whole, {pps / 1e6:.3f} Mpps, {row['gbit_per_s']:.2f} Gb/s",
+        f"  {executor}{who} queues {queues:>2} payload {payload:>4} B metadata "
+        f"{'on ' if metadata else 'off'}: {whole}/{len(sent)} frames whole, "
+        f"{pps / 1e6:.3f} Mpps, {row['gbit_per_s']:.2f} Gb/s",
         file=out,
     )
     return row
 
 
-def _copy_floor_gpu(total_bytes: int, warps: int) -> dict[str, float]:
+def _copy_floor_gpu(total_bytes: int, warps: int, blocks: int = 1) -> dict[str, float]:
     """Gb/s of a device-to-device copy of ``total_bytes`` by one warp, by ``warps`` warps (the
-    crew's threads) and by one 1024-thread block, on one SM (cupy RawKernel, 16-byte loads and
-    stores, CUDA events)."""
+    crew's threads) and by one 1024-thread block, a block each on ``blocks`` SMs (cupy
+    RawKernel, 16-byte loads and stores, CUDA events)."""
     import cupy
 
     src = cupy.arange(total_bytes // 16 * 4, dtype=cupy.uint32)
@@ -163,16 +205,18 @@ def _copy_floor_gpu(total_bytes: int, warps: int) -> dict[str, float]:
     kernel = cupy.RawKernel(
         r"""
         extern "C" __global__ void copy16(const uint4* s, uint4* d, unsigned long long n) {
-          for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+          const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+          for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+            d[i] = s[i];
         }""",
         "copy16",
     )
     out = {}
     for name, threads in (("one_warp", 32), ("crew", 32 * warps), ("one_sm", 1024)):
-        kernel((1,), (threads,), (src, dst, cupy.uint64(src.size // 4)))  # warm
+        kernel((blocks,), (threads,), (src, dst, cupy.uint64(src.size // 4)))  # warm
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
-        kernel((1,), (threads,), (src, dst, cupy.uint64(src.size // 4)))
+        kernel((blocks,), (threads,), (src, dst, cupy.uint64(src.size // 4)))
         end.record()
         end.synchronize()
         seconds = cupy.cuda.get_elapsed_time(start, end) * 1e-3
@@ -180,7 +224,7 @@ def _copy_floor_gpu(total_bytes: int, warps: int) -> dict[str, float]:
     return out
 
 
-def _copy_floor_cpu(total_bytes: int, warps: int) -> dict[str, float]:
+def _copy_floor_cpu(total_bytes: int, warps: int, blocks: int = 1) -> dict[str, float]:
     import numpy as np
 
     src = np.ones(total_bytes, dtype=np.uint8)
@@ -202,9 +246,10 @@ def run(
     json_path: str | None = None,
     out: TextIO = sys.stdout,
     warps: Sequence[int] = WARPS,
+    queues: Sequence[int] = (1,),
 ) -> dict[str, Any]:
-    """One row per payload size, metadata mode and crew (cuda), each with the copy floor of
-    its bytes."""
+    """One row per payload size, metadata mode, queue count and crew (cuda), each with the
+    copy floor of its bytes by the same resources."""
     if executor == "auto":
         from roce_transceiver import _core
 
@@ -213,16 +258,17 @@ def run(
     rows = []
     for payload in payloads:
         for metadata in (False, True):
-            stream = _stream(payload, metadata)
-            for w in crews:
-                row = _row(executor, payload, metadata, w, stream, out)
-                total = row["packets"] * payload
-                row["floor"] = (_copy_floor_gpu if executor == "cuda" else _copy_floor_cpu)(
-                    total, w
-                )
-                rows.append(row)
+            for nq in queues:
+                stream = _stream(payload, metadata, nq)
+                for w in crews:
+                    row = _row(executor, payload, metadata, w, nq, stream, out)
+                    total = row["packets"] * payload
+                    floor = _copy_floor_gpu if executor == "cuda" else _copy_floor_cpu
+                    row["floor"] = floor(total, w, nq)
+                    rows.append(row)
     print(
-        f"{'payload':>8} {'metadata':>8} {'warps':>5} {'Mpps':>8} {'Gb/s':>8} {'whole':>10}  "
+        f"{'payload':>8} {'metadata':>8} {'queues':>6} {'warps':>5} {'Mpps':>8} {'Gb/s':>8} "
+        f"{'whole':>10}  "
         "floor (Gb/s); crew cycles per frame: classify/commit/execute/publish",
         file=out,
     )
@@ -243,7 +289,8 @@ def run(
                 + ")"
             )
         print(
-            f"{r['payload']:>8} {('on' if r['metadata'] else 'off'):>8} {r['warps']:>5} "
+            f"{r['payload']:>8} {('on' if r['metadata'] else 'off'):>8} {r['queues']:>6} "
+            f"{r['warps']:>5} "
             f"{r['packets_per_s'] / 1e6:>8.3f} {r['gbit_per_s']:>8.2f} "
             f"{r['frames_whole']:>4}/{r['frames']:<5}  {floor};{cycles}",
             file=out,

@@ -143,6 +143,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N,N,...",
         help="cuda executor: the crews to run each stream with (cuda.warps; default 1,4,8,16)",
     )
+    ingest.add_argument(
+        "--queues",
+        type=integer_list(1, 16),
+        default=(1,),
+        metavar="N,N,...",
+        help="queues (queues.count) to run each row with: a stream a queue, on its own QP, "
+        "a block (an SM) or thread a queue (default 1)",
+    )
     ingest.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     ingest.set_defaults(run=run_ingest)
 
@@ -258,7 +266,9 @@ def run_ingest(args: argparse.Namespace) -> int:
     from roce_transceiver.transceiver import TransceiverError
 
     try:
-        r = ingest.run(args.executor, args.payloads, json_path=args.json, warps=args.warps)
+        r = ingest.run(
+            args.executor, args.payloads, json_path=args.json, warps=args.warps, queues=args.queues
+        )
     except (TransceiverError, RuntimeError, ValueError, ImportError) as e:
         raise CommandError(f"bench ingest: {e}") from None
     return 0 if all(row["frames_whole"] == row["frames"] for row in r["rows"]) else 1

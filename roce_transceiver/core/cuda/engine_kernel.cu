@@ -31,10 +31,20 @@ constexpr uint32_t kControlEvery = 256;
 // How often the leader reads the clock for the end of its epoch (a register read).
 constexpr uint32_t kClockEvery = 16;
 
+// A crew's profile: SM cycles in classify, commit, execute, publish; batches and their
+// frames; team 0's classify pieces (stage, decode, ICRC, verdict) and the frames it took.
+struct CrewProfile {
+  uint64_t batch_cycles[4];
+  uint64_t batches;
+  uint64_t batch_frames;
+  uint64_t classify_cycles[5];
+};
+
 // Pinned, mapped: the host's stop request and what the epochs cost, for the host.
 struct KernelControl {
   uint32_t stop;  // written by the host (a plain store, no CUDA call), read by the kernel
   uint32_t pad;
+  // Block 0's epochs (every block's begin and end together: one launch holds them all).
   uint64_t epochs;  // written by the kernel at each epoch's start
   uint64_t gap_total_ns;
   uint64_t gap_max_ns;
@@ -42,19 +52,16 @@ struct KernelControl {
   uint64_t warmup_max_ns;
   uint64_t first_pass_total_ns;  // the first pass of the loop (cold caches)
   uint64_t first_pass_max_ns;
-  uint64_t batch_cycles[4];  // a crew's SM cycles: classify, commit, execute, publish
-  uint64_t batches;
-  uint64_t batch_frames;
-  uint64_t classify_cycles[5];  // team 0's: stage, decode, ICRC, verdict; frames it took
+  CrewProfile crew[kMaxQueues];  // a queue's, each written by its own block
 };
 
-// Device memory: what one epoch leaves the next, besides the engine's state.
+// Device memory, one a block: what one epoch leaves the next, besides the engine's state.
 struct EpochRecord {
-  uint64_t passes;       // loop passes so far (the heartbeat)
+  uint64_t passes;       // loop passes so far (block 0's: the heartbeat)
   uint64_t last_end_ns;  // %globaltimer at the last epoch's end
   uint64_t epochs, gap_total_ns, gap_max_ns;
   uint64_t warmup_total_ns, warmup_max_ns, first_pass_total_ns, first_pass_max_ns;
-  uint64_t batch_cycles[4], batches, batch_frames, classify_cycles[5];
+  CrewProfile crew;
 };
 
 // Adds `ns` to a total and a maximum kept in device memory, and mirrors both to the host's.
@@ -85,15 +92,17 @@ __device__ void copy_words(const WarpTeam& team, T* dst, const T* src) {
   team.sync();
 }
 
-// One epoch of the loop, by one warp (kCrew false: engine_step, the team's
-// express path for requests) or by the block's warps as a crew (kCrew true:
-// crew_step, batches of frames classified and placed by every warp; batch.h).
-// Warp 0 keeps the engine's state in shared memory, where every thread reads
-// it; the block's thread 0 is the leader that keeps the books.
+// One epoch of one queue's loop (the block's), by one warp (kCrew false:
+// engine_step, the team's express path for requests) or by the block's warps
+// as a crew (kCrew true: crew_step, batches of frames classified and placed by
+// every warp; batch.h). Warp 0 keeps the engine's state in shared memory, where
+// every thread reads it; the block's thread 0 is the leader that keeps the
+// books. Block 0's leader also keeps the epochs' and the heartbeat's.
 template <Scope S, bool kCrew>
 __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state, KernelControl* ctl,
                           EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns,
                           uint32_t depth) {
+  const bool books = blockIdx.x == 0;
   // Dynamic shared memory (stg): warp 0's staging (a frame in, a reply out),
   // then the crew's batch staging, depth frames.
   __shared__ EngineState st;
@@ -107,10 +116,11 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
   uint64_t passes = 0;  // the leader's
   if (crew.leader()) {
     passes = rec->passes;
-    if (rec->epochs)
+    if (books && rec->epochs)
       tally_ns(began - rec->last_end_ns, rec->gap_total_ns, rec->gap_max_ns, &ctl->gap_total_ns,
                &ctl->gap_max_ns);
-    store_relaxed<Scope::kSystem>(&ctl->epochs, ++rec->epochs);
+    ++rec->epochs;
+    if (books) store_relaxed<Scope::kSystem>(&ctl->epochs, rec->epochs);
     quit = 0;
   }
   Batch* batch = nullptr;
@@ -123,7 +133,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
   __syncthreads();
   const uint64_t until = epoch_ns ? began + epoch_ns : ~uint64_t(0);
   uint64_t warm = 0;  // the leader's clock at the first pass's start
-  if (crew.leader()) {
+  if (crew.leader() && books) {
     warm = globaltimer_ns();
     tally_ns(warm - began, rec->warmup_total_ns, rec->warmup_max_ns, &ctl->warmup_total_ns,
              &ctl->warmup_max_ns);
@@ -135,11 +145,11 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
       engine_step<S>(team, d, st, &stg, d.batch);  // queues.batch frames a pass at most
     if (crew.leader()) {
       ++passes;
-      if (first)
+      if (first && books)
         tally_ns(globaltimer_ns() - warm, rec->first_pass_total_ns, rec->first_pass_max_ns,
                  &ctl->first_pass_total_ns, &ctl->first_pass_max_ns);
       if (passes % kControlEvery == 0) {
-        store_relaxed<Scope::kSystem>(heartbeat, passes);
+        if (books) store_relaxed<Scope::kSystem>(heartbeat, passes);
         if (load_acquire<Scope::kSystem>(&ctl->stop)) quit = 1;
       }
       if (passes % kClockEvery == 0 && globaltimer_ns() >= until) quit = 1;
@@ -156,52 +166,63 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
       st.rx_released = st.rx_ci;
     }
     publish<Scope::kSystem>(st.tally, d.counters);
-    store_relaxed<Scope::kSystem>(heartbeat, passes);
+    if (books) store_relaxed<Scope::kSystem>(heartbeat, passes);
     rec->passes = passes;
     rec->last_end_ns = globaltimer_ns();
     if constexpr (kCrew) {
-      for (uint32_t k = 0; k < 4; ++k) rec->batch_cycles[k] += batch->cycles[k];
-      rec->batches += batch->batches;
-      rec->batch_frames += batch->batch_frames;
-      for (uint32_t k = 0; k < 4; ++k)
-        store_relaxed<Scope::kSystem>(&ctl->batch_cycles[k], rec->batch_cycles[k]);
-      for (uint32_t k = 0; k < 5; ++k) {
-        rec->classify_cycles[k] += batch->classify_cycles[k];
-        store_relaxed<Scope::kSystem>(&ctl->classify_cycles[k], rec->classify_cycles[k]);
+      CrewProfile& p = rec->crew;
+      CrewProfile* host = &ctl->crew[blockIdx.x];
+      for (uint32_t k = 0; k < 4; ++k) {
+        p.batch_cycles[k] += batch->cycles[k];
+        store_relaxed<Scope::kSystem>(&host->batch_cycles[k], p.batch_cycles[k]);
       }
-      store_relaxed<Scope::kSystem>(&ctl->batches, rec->batches);
-      store_relaxed<Scope::kSystem>(&ctl->batch_frames, rec->batch_frames);
+      for (uint32_t k = 0; k < 5; ++k) {
+        p.classify_cycles[k] += batch->classify_cycles[k];
+        store_relaxed<Scope::kSystem>(&host->classify_cycles[k], p.classify_cycles[k]);
+      }
+      p.batches += batch->batches;
+      p.batch_frames += batch->batch_frames;
+      store_relaxed<Scope::kSystem>(&host->batches, p.batches);
+      store_relaxed<Scope::kSystem>(&host->batch_frames, p.batch_frames);
     }
   }
   __syncthreads();
   if (warp0) copy_words(team, state, &st);
 }
 
-template <Scope S>
-__global__ void engine_kernel(EngineDesc d, EngineState* state, KernelControl* ctl,
-                              EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns) {
+// A block per queue: block q runs queue q's engine (descs[q], states[q]), its
+// own rings, state and counters; the blocks share nothing but the stop flag.
+// The descriptor and the staging pointers go to shared memory: every function
+// of the engine takes them by reference, and a parameter whose address is
+// taken is copied to each thread's local memory, where 512 threads' copies
+// fall out of L1 (a crew's verdict and commit spent thousands of cycles there).
+template <Scope S, bool kCrew>
+__device__ void run_queue(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
+                          EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns,
+                          uint32_t depth) {
   extern __shared__ __align__(16) uint8_t staging[];
-  Staging stg{staging, staging + d.rx.slot_bytes};
-  run_epoch<S, false>(d, stg, state, ctl, rec, heartbeat, epoch_ns, 1);
+  __shared__ EngineDesc d;
+  __shared__ Staging stg;
+  const uint32_t q = blockIdx.x;
+  if (threadIdx.x < 32) copy_words(WarpTeam{}, &d, &descs[q]);
+  if (threadIdx.x == 0) stg = Staging{staging, staging + descs[q].rx.slot_bytes};
+  __syncthreads();
+  run_epoch<S, kCrew>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, depth);
+}
+
+template <Scope S>
+__global__ void engine_kernel(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
+                              EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns) {
+  run_queue<S, false>(descs, states, ctl, recs, heartbeat, epoch_ns, 1);
 }
 
 // The crew's registers are bounded so that kMaxCrewWarps warps fit one SM (one block a
 // SM: 128 registers a thread).
 template <Scope S>
 __global__ void __launch_bounds__(kMaxCrewWarps * 32, 1)
-    crew_kernel(const __grid_constant__ EngineDesc param, EngineState* state, KernelControl* ctl,
-                EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns, uint32_t depth) {
-  // The descriptor and the staging pointers in shared memory: every function of
-  // the engine takes them by reference, and a parameter whose address is taken
-  // is copied to each thread's local memory, where 512 threads' copies fall out
-  // of L1 (a crew's verdict and commit spent thousands of cycles there).
-  extern __shared__ __align__(16) uint8_t staging[];
-  __shared__ EngineDesc d;
-  __shared__ Staging stg;
-  if (threadIdx.x < 32) copy_words(WarpTeam{}, &d, &param);
-  if (threadIdx.x == 0) stg = Staging{staging, staging + param.rx.slot_bytes};
-  __syncthreads();
-  run_epoch<S, true>(d, stg, state, ctl, rec, heartbeat, epoch_ns, depth);
+    crew_kernel(const EngineDesc* descs, EngineState* states, KernelControl* ctl, EpochRecord* recs,
+                uint64_t* heartbeat, uint64_t epoch_ns, uint32_t depth) {
+  run_queue<S, true>(descs, states, ctl, recs, heartbeat, epoch_ns, depth);
 }
 
 template <Scope S>
@@ -212,19 +233,24 @@ __global__ void far_end_kernel(FarEndDesc d, const uint32_t* stop) {
   if (threadIdx.x == 0) far_end_run<S>(d, stop);
 }
 
-// Launch one block of `threads` with `smem` bytes of dynamic shared memory,
+// Launch `blocks` blocks of `threads` with `smem` bytes of dynamic shared memory,
 // raising the kernel's limit first when a large slot size needs more than 48 KiB
 // with the static shared memory.
-template <typename... KArgs, typename... Args>
-void launch_with_smem(void (*kernel)(KArgs...), uint32_t threads, size_t smem, cudaStream_t stream,
-                      Args&&... args) {
+template <typename... KArgs>
+void allow_dynamic_smem(void (*kernel)(KArgs...), size_t smem) {
   // The 48 KiB limit counts the kernel's static shared memory (the CRC tables) too.
   cudaFuncAttributes attr;
   check_cuda(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
   if (smem + attr.sharedSizeBytes > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "cudaFuncSetAttribute(shared memory)");
-  kernel<<<1, threads, smem, stream>>>(std::forward<Args>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+void launch_with_smem(void (*kernel)(KArgs...), uint32_t blocks, uint32_t threads, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  allow_dynamic_smem(kernel, smem);
+  kernel<<<blocks, threads, smem, stream>>>(std::forward<Args>(args)...);
 }
 
 // Dynamic shared memory a crew kernel may have beside its static shared memory.
@@ -247,7 +273,8 @@ struct EngineKernel::Impl {
   cudaStream_t control = nullptr;     // the far end's stop flag, while both others are busy
   KernelControl* ctl = nullptr;       // pinned, mapped: the host's view
   KernelControl* ctl_device = nullptr;
-  EpochRecord* rec = nullptr;     // device memory
+  EpochRecord* rec = nullptr;     // device memory, one a queue (kMaxQueues)
+  EngineDesc* descs = nullptr;    // device memory, one a queue (kMaxQueues)
   uint32_t* far_stop = nullptr;   // device memory: polled by the GPU far end
   uint64_t* heartbeat = nullptr;  // pinned: read by the host
   std::thread relauncher;  // launches the epochs, waits for each: every CUDA call of the loop
@@ -257,6 +284,7 @@ struct EngineKernel::Impl {
   bool launched = false;
   bool stopped = false;
   uint32_t batch_depth = 1;      // frames a crew's batch holds (1: no crew)
+  uint32_t blocks = 0;           // one a queue
   std::function<void()> launch;  // one epoch, on `stream`
 };
 
@@ -281,11 +309,14 @@ EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&impl_->ctl_device), impl_->ctl, 0),
              "cudaHostGetDevicePointer(kernel control)");
   // Stream-ordered: a plain cudaMalloc/cudaFree could wait for a running kernel.
-  check_cuda(
-      cudaMallocAsync(reinterpret_cast<void**>(&impl_->rec), sizeof(EpochRecord), impl_->control),
-      "cudaMallocAsync(epoch record)");
-  check_cuda(cudaMemsetAsync(impl_->rec, 0, sizeof(EpochRecord), impl_->control),
-             "cudaMemsetAsync(epoch record)");
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&impl_->rec),
+                             kMaxQueues * sizeof(EpochRecord), impl_->control),
+             "cudaMallocAsync(epoch records)");
+  check_cuda(cudaMemsetAsync(impl_->rec, 0, kMaxQueues * sizeof(EpochRecord), impl_->control),
+             "cudaMemsetAsync(epoch records)");
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&impl_->descs),
+                             kMaxQueues * sizeof(EngineDesc), impl_->control),
+             "cudaMallocAsync(queue descriptors)");
   check_cuda(
       cudaMallocAsync(reinterpret_cast<void**>(&impl_->far_stop), sizeof(uint32_t), impl_->control),
       "cudaMallocAsync(stop flag)");
@@ -307,6 +338,7 @@ EngineKernel::~EngineKernel() {
   }
   if (impl_->relauncher.joinable()) impl_->relauncher.join();
   cudaFreeAsync(impl_->rec, impl_->control);
+  cudaFreeAsync(impl_->descs, impl_->control);
   cudaFreeAsync(impl_->far_stop, impl_->control);
   cudaStreamSynchronize(impl_->control);
   cudaFreeHost(impl_->ctl);
@@ -358,37 +390,66 @@ void relaunch_loop(EngineKernel::Impl& k, uint32_t in_flight) {
 
 }  // namespace
 
-void EngineKernel::start(const EngineDesc& desc, EngineState* state_device, bool wire_on_device,
-                         uint64_t* heartbeat_pinned, const LaunchOptions& opts) {
+void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* states_device,
+                         bool wire_on_device, uint64_t* heartbeat_pinned,
+                         const LaunchOptions& opts) {
   if (impl_->launched) throw std::logic_error("EngineKernel::start called twice");
   if (opts.in_flight < 1 || opts.in_flight > 4)
     throw std::invalid_argument("epochs in flight: 1 to 4, not " + std::to_string(opts.in_flight));
   if (opts.warps < 1 || opts.warps > kMaxCrewWarps)
     throw std::invalid_argument("warps: 1 to " + std::to_string(kMaxCrewWarps) + ", not " +
                                 std::to_string(opts.warps));
+  const uint32_t blocks = uint32_t(descs.size());
+  if (blocks < 1 || blocks > kMaxQueues)
+    throw std::invalid_argument("queues: 1 to " + std::to_string(kMaxQueues) + ", not " +
+                                std::to_string(blocks));
   Impl& k = *impl_;
   k.heartbeat = heartbeat_pinned;
+  k.blocks = blocks;
+  const EngineDesc& desc = descs[0];  // every queue's rings have the same shape
   const size_t staging = size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
   const uint64_t epoch_ns = uint64_t(opts.epoch_us) * 1000;
   KernelControl* ctl = k.ctl_device;
   EpochRecord* rec = k.rec;
+  const EngineDesc* on_device = k.descs;
+  check_cuda(cudaMemcpyAsync(k.descs, descs.data(), blocks * sizeof(EngineDesc),
+                             cudaMemcpyHostToDevice, k.control),
+             "cudaMemcpyAsync(queue descriptors)");
+  check_cuda(cudaStreamSynchronize(k.control), "queue descriptors");
   const uint32_t threads = 32 * opts.warps;
+  auto require_resident = [&](const void* kernel, size_t smem) {
+    // Every block spins until stopped: one that waits for a free SM would never start.
+    int device = 0, sms = 0, per_sm = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+               "cudaDeviceGetAttribute(SMs)");
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(threads), smem),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (uint64_t(sms) * uint64_t(per_sm) < blocks)
+      throw std::invalid_argument("queues: " + std::to_string(blocks) + " blocks of " +
+                                  std::to_string(threads) + " threads do not run at once on " +
+                                  std::to_string(sms) + " SMs");
+  };
   if (opts.warps > 1) {
     auto* kernel = wire_on_device ? crew_kernel<Scope::kDevice> : crew_kernel<Scope::kSystem>;
     const size_t room = dynamic_smem_room(kernel);
     const uint32_t depth = batch_depth(desc, room > staging ? room - staging : 0, /*staged=*/true);
     const size_t smem = staging + size_t(depth > 1 ? depth : 0) * desc.rx.slot_bytes;
     k.batch_depth = depth;
+    allow_dynamic_smem(kernel, smem);
+    require_resident(reinterpret_cast<const void*>(kernel), smem);
     k.launch = [=, &k] {
-      launch_with_smem(kernel, threads, smem, k.stream, desc, state_device, ctl, rec,
+      launch_with_smem(kernel, blocks, threads, smem, k.stream, on_device, states_device, ctl, rec,
                        heartbeat_pinned, epoch_ns, depth);
     };
   } else {
     auto* kernel = wire_on_device ? engine_kernel<Scope::kDevice> : engine_kernel<Scope::kSystem>;
     k.batch_depth = 1;
+    allow_dynamic_smem(kernel, staging);
+    require_resident(reinterpret_cast<const void*>(kernel), staging);
     k.launch = [=, &k] {
-      launch_with_smem(kernel, threads, staging, k.stream, desc, state_device, ctl, rec,
-                       heartbeat_pinned, epoch_ns);
+      launch_with_smem(kernel, blocks, threads, staging, k.stream, on_device, states_device, ctl,
+                       rec, heartbeat_pinned, epoch_ns);
     };
   }
   k.launch();  // on the caller's thread: a launch that fails says so here
@@ -440,16 +501,20 @@ EpochStats EngineKernel::epoch_stats() const {
   const volatile KernelControl& c = *impl_->ctl;
   EpochStats e{c.epochs,        c.gap_total_ns,        c.gap_max_ns,       c.warmup_total_ns,
                c.warmup_max_ns, c.first_pass_total_ns, c.first_pass_max_ns};
-  for (uint32_t k = 0; k < 4; ++k) e.batch_cycles[k] = c.batch_cycles[k];
-  for (uint32_t k = 0; k < 5; ++k) e.classify_cycles[k] = c.classify_cycles[k];
-  e.batches = c.batches;
-  e.batch_frames = c.batch_frames;
+  for (uint32_t q = 0; q < impl_->blocks; ++q) {
+    const volatile CrewProfile& p = c.crew[q];
+    for (uint32_t k = 0; k < 4; ++k) e.batch_cycles[k] += p.batch_cycles[k];
+    for (uint32_t k = 0; k < 5; ++k) e.classify_cycles[k] += p.classify_cycles[k];
+    e.batches += p.batches;
+    e.batch_frames += p.batch_frames;
+  }
   e.batch_depth = impl_->batch_depth;
+  e.blocks = impl_->blocks;
   return e;
 }
 
 void EngineKernel::run_far_end(const FarEndDesc& desc, double timeout_s) {
-  launch_with_smem(far_end_kernel<Scope::kDevice>, 32, size_t(desc.tx.slot_bytes),
+  launch_with_smem(far_end_kernel<Scope::kDevice>, 1, 32, size_t(desc.tx.slot_bytes),
                    impl_->far_stream, desc, static_cast<const uint32_t*>(impl_->far_stop));
   check_cuda(cudaGetLastError(), "far_end_kernel launch");
   const auto deadline =

@@ -44,7 +44,8 @@ void copy_team_on_device(const std::vector<uint8_t>&, const std::vector<std::arr
 struct EngineKernel::Impl {};
 EngineKernel::EngineKernel() { no_cuda(); }
 EngineKernel::~EngineKernel() = default;
-void EngineKernel::start(const EngineDesc&, EngineState*, bool, uint64_t*, const LaunchOptions&) {
+void EngineKernel::start(const std::vector<EngineDesc>&, EngineState*, bool, uint64_t*,
+                         const LaunchOptions&) {
   no_cuda();
 }
 EpochStats EngineKernel::epoch_stats() const { return {}; }

@@ -184,6 +184,7 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
 
 pb::dict completion_dict(const host::Completion& c) {
   pb::dict d;
+  d["queue"] = c.queue;
   d["request_len"] = c.record.request_len;
   d["reply_len"] = c.record.reply_len;
   d["imm"] = (c.record.flags & kCompletionHasImm) ? pb::object(pb::int_(c.record.imm)) : pb::none();
@@ -314,6 +315,7 @@ void register_engine(pb::module_& m) {
              d["first_pass_total_ns"] = s.first_pass_total_ns;
              d["first_pass_max_ns"] = s.first_pass_max_ns;
              d["batch_depth"] = s.batch_depth;
+             d["blocks"] = s.blocks;
              d["batches"] = s.batches;
              d["batch_frames"] = s.batch_frames;
              d["batch_cycles"] = pb::make_tuple(s.batch_cycles[0], s.batch_cycles[1],
@@ -330,6 +332,14 @@ void register_engine(pb::module_& m) {
              for (uint32_t i = 0; i < kNumCounters; ++i) d[kCounterNames[i]] = v[i];
              return d;
            })
+      .def("queue_counters",
+           [](const Transceiver& t, uint32_t queue) {
+             const std::vector<uint64_t> v = t.queue_counters(queue);
+             pb::dict d;
+             for (uint32_t i = 0; i < kNumCounters; ++i) d[kCounterNames[i]] = v[i];
+             return d;
+           })
+      .def_property_readonly("queue_count", &Transceiver::queue_count)
       .def("send",
            [](Transceiver& t, const pb::bytes& data) {
              const std::string s = data;

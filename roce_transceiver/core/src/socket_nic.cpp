@@ -220,22 +220,20 @@ class BlockRing {
 }  // namespace
 
 struct SocketNic::Impl {
-  RxRing rx;
-  TxRing tx;
-  uint32_t prod;
-  uint32_t ci;
-  Counters* counters;
-  uint64_t* ring_drops;
+  Steering steering;
+  std::vector<NicQueue> queues;  // their rx_prod and tx_ci: this thread's, as it goes
+  uint32_t slot_bytes = 0;       // every queue's rx and tx slots
   bool udp = false;
   int family = AF_INET;
   Fd rx_fd, tx_fd;  // the same socket in packet mode (tx_fd unused)
   BlockRing ring;   // packet mode's receive ring, when it has one (after rx_fd: unmapped first)
-  // The engine's rx `released` as last read: slots up to it + depth are free. Read again
+  // Each queue's rx `released` as last read: slots up to it + depth are free. Read again
   // only when the NIC has caught up with it, not for every frame: the engine writes it as it
   // goes, and each read would move its cache line across cores.
-  uint32_t released_seen = 0;
-  bool capturing = false;   // a capture file: frames are written with a wall-clock stamp
-  std::string rx_fallback;  // rx_path "auto" without the ring: why
+  std::vector<uint32_t> released_seen;
+  std::vector<uint32_t> taken;  // per queue: tx slots in this pass's send batch
+  bool capturing = false;       // a capture file: frames are written with a wall-clock stamp
+  std::string rx_fallback;      // rx_path "auto" without the ring: why
   int ifindex = 0;
   PcapFile pcap;
   std::atomic<bool> stop{false};
@@ -284,12 +282,21 @@ struct SocketNic::Impl {
       ring_freezes.fetch_add(ps.tp_freeze_q_cnt, std::memory_order_relaxed);
   }
 
-  // A frame for the engine, past the filter: into the rx ring (a copy), captured, counted.
-  void deliver(const uint8_t* frame, uint32_t len) {
+  // The queue a frame is for, or kNoQueue: not ours.
+  uint32_t queue_for(const uint8_t* f, uint32_t len) const {
+    const DecodeResult r = decode(ByteSpan(f, len));
+    return r.ok() ? queue_of(steering, r.frame) : kNoQueue;
+  }
+
+  // A frame for queue q's engine, past the filter: into its rx ring (a copy), captured,
+  // counted.
+  void deliver(uint32_t q, const uint8_t* frame, uint32_t len) {
     const uint64_t t = now_ns();
-    if (rx_produce<Scope::kSystem>(rx, prod, frame, len, t) != ProduceResult::kOk) {
+    NicQueue& nq = queues[q];
+    if (rx_produce<Scope::kSystem>(nq.rx, nq.rx_prod, frame, len, t) != ProduceResult::kOk) {
       rx_ring_full.fetch_add(1, std::memory_order_relaxed);
-      store_relaxed<Scope::kSystem>(&counters->v[uint32_t(Counter::kRingDrops)], ++*ring_drops);
+      store_relaxed<Scope::kSystem>(&nq.counters->v[uint32_t(Counter::kRingDrops)],
+                                    ++*nq.ring_drops);
       return;
     }
     pcap.write(frame, len, wall_ns());
@@ -303,7 +310,7 @@ struct SocketNic::Impl {
   }
 
   // Packet mode with the ring: up to `batch` frames.
-  RxPass receive_ring(uint32_t batch, uint32_t qpn);
+  RxPass receive_ring(uint32_t batch);
   // recvmmsg (udp mode, packet mode without the ring): one batch; whether it held any.
   bool receive_batch(const SocketNicConfig& c);
 
@@ -403,12 +410,6 @@ Fd open_udp(int family, const uint8_t* ip, uint16_t port) {
   return fd;
 }
 
-// Is this Ethernet frame RoCEv2 for our QP? (packet mode)
-bool ours(const uint8_t* f, uint32_t len, uint32_t qpn) {
-  const DecodeResult r = decode(ByteSpan(f, len));
-  return r.ok() && r.frame.bth_hdr().dest_qp.get() == qpn;
-}
-
 // udp mode: the Ethernet, IP and UDP headers of a datagram of `n` bytes from
 // `from`, as a RoCE NIC would have sent them (IP ID 0, DF, TTL 64). Returns
 // the header length.
@@ -456,9 +457,12 @@ uint32_t rebuild_headers(const SocketNicConfig& c, int family, const sockaddr_st
 
 }  // namespace
 
-SocketNic::SocketNic(const SocketNicConfig& config, RxRing rx, uint32_t rx_prod, TxRing tx,
-                     uint32_t tx_ci, Counters* counters, uint64_t* ring_drops)
+SocketNic::SocketNic(const SocketNicConfig& config, const Steering& steering,
+                     std::vector<NicQueue> queues)
     : cfg_(config) {
+  if (queues.empty() || queues.size() != steering.count)
+    throw std::invalid_argument("socket NIC: " + std::to_string(queues.size()) +
+                                " queues, steered to " + std::to_string(steering.count));
   if (cfg_.mode != "packet" && cfg_.mode != "udp")
     throw std::invalid_argument("socket NIC: mode '" + cfg_.mode + "': must be packet or udp");
   if (cfg_.batch == 0 || cfg_.batch > 1024)
@@ -470,13 +474,12 @@ SocketNic::SocketNic(const SocketNicConfig& config, RxRing rx, uint32_t rx_prod,
     throw std::invalid_argument("socket NIC: rx_path 'mmap' is packet mode's (udp mode: recvmmsg)");
   impl_ = std::make_unique<Impl>(cfg_.capture);
   Impl& m = *impl_;
-  m.rx = rx;
-  m.tx = tx;
-  m.prod = rx_prod;
-  m.ci = tx_ci;
-  m.counters = counters;
-  m.ring_drops = ring_drops;
-  m.released_seen = load_acquire<Scope::kSystem>(rx.released);
+  m.steering = steering;
+  m.queues = std::move(queues);
+  m.slot_bytes = m.queues[0].rx.slot_bytes;
+  for (const NicQueue& q : m.queues)
+    m.released_seen.push_back(load_acquire<Scope::kSystem>(q.rx.released));
+  m.taken.assign(m.queues.size(), 0);
   m.capturing = !cfg_.capture.empty();
   m.udp = cfg_.mode == "udp";
   m.family = cfg_.addresses.ip_version == 6 ? AF_INET6 : AF_INET;
@@ -493,7 +496,7 @@ SocketNic::SocketNic(const SocketNicConfig& config, RxRing rx, uint32_t rx_prod,
   } else {
     m.rx_fd = packet_socket(cfg_, &m.ifindex);
     if (cfg_.rx_path != "recvmmsg") {
-      const std::string failed = m.ring.open(m.rx_fd.fd, rx.slot_bytes, kRingBytes);
+      const std::string failed = m.ring.open(m.rx_fd.fd, m.slot_bytes, kRingBytes);
       if (!failed.empty() && cfg_.rx_path == "mmap")
         throw std::runtime_error("socket NIC, packet mode (socket.rx_path 'mmap'): " + failed);
       if (!failed.empty()) m.rx_fallback = failed + "; receiving with recvmmsg instead";
@@ -503,7 +506,7 @@ SocketNic::SocketNic(const SocketNicConfig& config, RxRing rx, uint32_t rx_prod,
   m.rx_buffer_bytes = ask_rx_buffer(m.rx_fd.fd);
   if (m.ring.mapped()) return;  // the ring holds what arrives: no batch buffers
   const uint32_t b = cfg_.batch;
-  m.buf.resize(size_t(b) * (rx.slot_bytes + kHeaderRoom));
+  m.buf.resize(size_t(b) * (m.slot_bytes + kHeaderRoom));
   if (m.udp) m.ctrl.resize(size_t(b) * CMSG_SPACE(sizeof(uint32_t)));
   m.msgs.resize(b);
   m.iovs.resize(b);
@@ -520,7 +523,7 @@ SocketNic::~SocketNic() {
 
 bool SocketNic::Impl::receive_batch(const SocketNicConfig& c) {
   const uint32_t b = c.batch;
-  const uint32_t room = rx.slot_bytes;
+  const uint32_t room = slot_bytes;
   bool busy = false;
   // Receive: a datagram lands after room for the headers udp mode rebuilds.
   const uint32_t lead = udp ? kHeaderRoom : 0;
@@ -559,6 +562,7 @@ bool SocketNic::Impl::receive_batch(const SocketNicConfig& c) {
       filter_out(true);
       continue;
     }
+    bool candidate = true;  // worth decoding: a whole BTH and ICRC, not our own frame seen again
     if (udp) {
       // The header goes in front of the datagram, in the room left for it.
       uint8_t hdr[kHeaderRoom];
@@ -570,18 +574,16 @@ bool SocketNic::Impl::receive_batch(const SocketNicConfig& c) {
         filter_out(true);
         continue;
       }
-      if (len < h + sizeof(Bth) + kIcrcBytes || !ours(frame, len, c.qpn)) {
-        filter_out(false);
-        continue;
-      }
+      candidate = len >= h + sizeof(Bth) + kIcrcBytes;
     } else {
-      const auto& from = reinterpret_cast<const sockaddr_ll&>(addrs[i]);
-      if (from.sll_pkttype == PACKET_OUTGOING || !ours(frame, len, c.qpn)) {
-        filter_out(false);
-        continue;
-      }
+      candidate = reinterpret_cast<const sockaddr_ll&>(addrs[i]).sll_pkttype != PACKET_OUTGOING;
     }
-    deliver(frame, len);
+    const uint32_t q = candidate ? queue_for(frame, len) : kNoQueue;
+    if (q == kNoQueue) {
+      filter_out(false);
+      continue;
+    }
+    deliver(q, frame, len);
   }
   return busy;
 }
@@ -591,27 +593,34 @@ bool SocketNic::Impl::receive_batch(const SocketNicConfig& c) {
 // the kernel's drop, counted. Copying them out only to drop them (recvmmsg's way) would
 // lose frames in every burst the engine takes longer over than the NIC, which the ring,
 // faster than the engine, would make common.
-RxPass SocketNic::Impl::receive_ring(uint32_t batch, uint32_t qpn) {
+RxPass SocketNic::Impl::receive_ring(uint32_t batch) {
   RingFrame f;
   uint32_t n = 0;
   for (; n < batch && ring.peek(&f); ++n, ring.advance()) {
-    if (prod - released_seen >= rx.depth()) {  // rx_reserve()'s test, on the last reading
-      released_seen = load_acquire<Scope::kSystem>(rx.released);
-      if (prod - released_seen >= rx.depth()) return n ? RxPass::kBusy : RxPass::kBlocked;
-    }
-    if (f.len > rx.slot_bytes || f.snap < f.len) {  // longer than a slot (or than a block)
+    if (f.len > slot_bytes || f.snap < f.len) {  // longer than a slot (or than a block)
       filter_out(true);
-    } else if (f.outgoing || !ours(f.data, f.len, qpn)) {
-      filter_out(false);
-    } else {
-      const uint64_t t = now_ns();
-      std::memcpy(rx.slot(prod), f.data, f.len);
-      rx_publish<Scope::kSystem>(rx, prod, f.len, t);
-      if (capturing) pcap.write(f.data, f.len, wall_ns());
-      // One writer: plain stores, no locked add (which would wait for the copy's stores).
-      rx_frames.store(rx_frames.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      rx_bytes.store(rx_bytes.load(std::memory_order_relaxed) + f.len, std::memory_order_relaxed);
+      continue;
     }
+    const uint32_t q = f.outgoing ? kNoQueue : queue_for(f.data, f.len);
+    if (q == kNoQueue) {
+      filter_out(false);
+      continue;
+    }
+    NicQueue& nq = queues[q];
+    // rx_reserve()'s test, on the last reading. A full queue holds the frames behind this
+    // one too (they wait in the kernel's ring), as one receive ring would.
+    if (nq.rx_prod - released_seen[q] >= nq.rx.depth()) {
+      released_seen[q] = load_acquire<Scope::kSystem>(nq.rx.released);
+      if (nq.rx_prod - released_seen[q] >= nq.rx.depth())
+        return n ? RxPass::kBusy : RxPass::kBlocked;
+    }
+    const uint64_t t = now_ns();
+    std::memcpy(nq.rx.slot(nq.rx_prod), f.data, f.len);
+    rx_publish<Scope::kSystem>(nq.rx, nq.rx_prod, f.len, t);
+    if (capturing) pcap.write(f.data, f.len, wall_ns());
+    // One writer: plain stores, no locked add (which would wait for the copy's stores).
+    rx_frames.store(rx_frames.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    rx_bytes.store(rx_bytes.load(std::memory_order_relaxed) + f.len, std::memory_order_relaxed);
   }
   return n ? RxPass::kBusy : RxPass::kIdle;
 }
@@ -633,34 +642,40 @@ void SocketNic::start() {
       uint32_t idle = 0;
       uint32_t busy_passes = 0;
       while (!m.stop.load(std::memory_order_acquire)) {
-        const RxPass rx = m.ring.mapped()         ? m.receive_ring(b, cfg_.qpn)
+        const RxPass rx = m.ring.mapped()         ? m.receive_ring(b)
                           : m.receive_batch(cfg_) ? RxPass::kBusy
                                                   : RxPass::kIdle;
         bool busy = rx == RxPass::kBusy;
-        // Transmit what the engine submitted, straight from its slots.
-        uint32_t k = 0, q = 0;
-        for (; k < b; ++k) {
-          const TxDesc* d = tx_poll<Scope::kSystem>(m.tx, m.ci + k);
-          if (!d) break;
-          uint8_t* slot = m.tx.slot(m.ci + k);
-          const uint32_t len = d->len < m.tx.slot_bytes ? d->len : m.tx.slot_bytes;
-          m.pcap.write(slot, len, wall_ns());
-          uint32_t skip = 0;
-          if (m.udp) {  // the kernel writes Ethernet, IP and UDP: send from the BTH on
-            const DecodeResult r = decode(ByteSpan(slot, len));
-            if (!r.ok()) {
-              m.tx_errors.fetch_add(1, std::memory_order_relaxed);
-              continue;
+        // Transmit what the engines submitted, straight from their slots: up to a batch,
+        // queue after queue.
+        uint32_t q = 0;
+        std::vector<uint32_t>& taken = m.taken;
+        for (uint32_t qi = 0; qi < m.queues.size(); ++qi) {
+          NicQueue& nq = m.queues[qi];
+          uint32_t& k = taken[qi];
+          for (k = 0; q < b; ++k) {
+            const TxDesc* d = tx_poll<Scope::kSystem>(nq.tx, nq.tx_ci + k);
+            if (!d) break;
+            uint8_t* slot = nq.tx.slot(nq.tx_ci + k);
+            const uint32_t len = d->len < nq.tx.slot_bytes ? d->len : nq.tx.slot_bytes;
+            m.pcap.write(slot, len, wall_ns());
+            uint32_t skip = 0;
+            if (m.udp) {  // the kernel writes Ethernet, IP and UDP: send from the BTH on
+              const DecodeResult r = decode(ByteSpan(slot, len));
+              if (!r.ok()) {
+                m.tx_errors.fetch_add(1, std::memory_order_relaxed);
+                continue;
+              }
+              skip = r.frame.bth;
             }
-            skip = r.frame.bth;
+            out_iov[q] = {slot + skip, len - skip};
+            out[q] = mmsghdr{};
+            out[q].msg_hdr.msg_iov = &out_iov[q];
+            out[q].msg_hdr.msg_iovlen = 1;
+            out[q].msg_hdr.msg_name = m.udp ? static_cast<void*>(&peer) : static_cast<void*>(&dev);
+            out[q].msg_hdr.msg_namelen = m.udp ? peer_len : socklen_t(sizeof dev);
+            ++q;
           }
-          out_iov[q] = {slot + skip, len - skip};
-          out[q] = mmsghdr{};
-          out[q].msg_hdr.msg_iov = &out_iov[q];
-          out[q].msg_hdr.msg_iovlen = 1;
-          out[q].msg_hdr.msg_name = m.udp ? static_cast<void*>(&peer) : static_cast<void*>(&dev);
-          out[q].msg_hdr.msg_namelen = m.udp ? peer_len : socklen_t(sizeof dev);
-          ++q;
         }
         uint32_t sent = 0;
         while (sent < q) {
@@ -677,10 +692,12 @@ void SocketNic::start() {
           }
           sent += uint32_t(r);
         }
-        if (k) {
+        for (uint32_t qi = 0; qi < m.queues.size(); ++qi) {
+          if (!taken[qi]) continue;
           busy = true;
-          m.ci += k;
-          tx_consume<Scope::kSystem>(m.tx, m.ci);
+          NicQueue& nq = m.queues[qi];
+          nq.tx_ci += taken[qi];
+          tx_consume<Scope::kSystem>(nq.tx, nq.tx_ci);
         }
         // The kernel's drops since the last reading: a syscall, so once the thread
         // goes quiet and every 1024 busy passes, not on every pass. Going quiet also

@@ -1,11 +1,9 @@
 #include "rt/host/transceiver.h"
 
-#include <pthread.h>
 #include <sched.h>
 
 #include <chrono>
 #include <cstring>
-#include <future>
 #include <stdexcept>
 #include <thread>
 
@@ -16,6 +14,7 @@ namespace rt::host {
 namespace {
 
 constexpr uint32_t kLine = 64;  // every shared index on its own cache line
+constexpr uint64_t kQpnMask = 0xFFFFFF;
 
 uint32_t log2_exact(uint32_t v, const char* key) {
   if (v < 2 || v > (1u << 16) || (v & (v - 1)) != 0)
@@ -55,15 +54,6 @@ TxRing tx_ring(uint8_t* base, const RingLayout& l, uint32_t log2_depth, uint32_t
                 slot_bytes};
 }
 
-// 0, or the errno of the failure: a loop that is not where the configuration put it shows
-// only as slow latency, so the caller reports it rather than running on.
-int pin_to_core(int core) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(core, &set);  // core < CPU_SETSIZE: the constructor checked
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
-
 }  // namespace
 
 Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
@@ -95,9 +85,24 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
                                 ": must be a multiple of 64, at least 128");
   if (c.batch < 1 || c.batch > 1024)
     throw std::invalid_argument("batch=" + std::to_string(c.batch) + ": must be 1 to 1024");
-  if (c.cpu_core >= CPU_SETSIZE)  // CPU_SET past the set's end would write out of bounds
+  if (c.queues < 1 || c.queues > kMaxQueues)
+    throw std::invalid_argument("queues=" + std::to_string(c.queues) + ": must be 1 to " +
+                                std::to_string(kMaxQueues));
+  if (c.steer != "qp" && c.steer != "udp_sport")
+    throw std::invalid_argument("steer='" + c.steer + "': must be 'qp' or 'udp_sport'");
+  steering_ = Steering{c.queues, c.steer == "qp" ? SteerBy::kQp : SteerBy::kUdpSport, c.qp.qpn};
+  if (steering_.by == SteerBy::kQp && (uint64_t(c.qp.qpn) + c.queues - 1 > kQpnMask ||
+                                       uint64_t(c.qp.peer_qpn) + c.queues - 1 > kQpnMask))
+    throw std::invalid_argument("queues=" + std::to_string(c.queues) +
+                                " steered by QP: queue i is QP qpn + i (peer peer_qpn + i), "
+                                "past the 24-bit QP numbers from qpn=" +
+                                std::to_string(c.qp.qpn) +
+                                ", peer_qpn=" + std::to_string(c.qp.peer_qpn));
+  // CPU_SET past the set's end would write out of bounds; queue q's thread takes cpu_core + q.
+  if (c.cpu_core >= 0 && uint64_t(c.cpu_core) + c.queues > CPU_SETSIZE)
     throw std::invalid_argument("cpu_core=" + std::to_string(c.cpu_core) + ": must be below " +
-                                std::to_string(CPU_SETSIZE) + " (CPU_SETSIZE)");
+                                std::to_string(CPU_SETSIZE - c.queues + 1) +
+                                " (CPU_SETSIZE; queue q's thread takes core cpu_core + q)");
   if (c.regions.size() > kMaxRegions)
     throw std::invalid_argument("regions: at most " + std::to_string(kMaxRegions));
   if (c.handler == HandlerKind::kQec && c.qec_blob.empty())
@@ -116,13 +121,11 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
 
   const RingLayout rx = lay_out(0, c.rx_depth, c.slot_bytes);
   const RingLayout tx = lay_out(rx.end, c.tx_depth, c.slot_bytes);
-  wire_ = Buffer(wire_at, tx.end);
   const RingLayout ht = lay_out(0, c.host_tx_depth, c.slot_bytes);
   const RingLayout cp = lay_out(ht.end, c.completion_depth, c.completion_slot_bytes);
-  host_rings_ = Buffer(host_facing, cp.end);
-  counters_ = Buffer(host_facing, sizeof(Counters));
-  state_ = Buffer(engine_private, sizeof(EngineState));
-  scratch_ = Buffer(engine_private, size_t(c.msg_buf_bytes) + c.slot_bytes);
+  desc_views_ = Views{rx, tx, ht, cp, rx_log2, tx_log2, host_log2, comp_log2};
+  counters_ = Buffer(host_facing, size_t(c.queues) * sizeof(Counters));
+  state_ = Buffer(engine_private, size_t(c.queues) * sizeof(EngineState));
   if (on_gpu_) heartbeat_ = Buffer(Placement::kPinned, sizeof(uint64_t));
   if (wire_device_) {
     far_payloads_ = Buffer(Placement::kDevice, kGpuFarEndMaxPayloadBytes);
@@ -131,7 +134,8 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     far_result_ = Buffer(Placement::kDevice, sizeof(FarEndResult));
   }
 
-  EngineDesc& d = desc_;
+  // What every queue's engine shares: the regions, the handler, the settings.
+  EngineDesc d{};
   d.qp = c.qp;
   d.reply_spec = c.local;
   d.num_regions = uint32_t(c.regions.size());
@@ -158,6 +162,7 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     qec_.write(0, c.qec_blob.data(), c.qec_blob.size());
     qec_table_relocate(&d.handler.qec, qec_.data());
   }
+  uint32_t pages_per_queue = 0;
   if (c.handler == HandlerKind::kFrames) {
     if (c.frames_region >= c.regions.size())
       throw std::invalid_argument("frames: region " + std::to_string(c.frames_region) +
@@ -167,6 +172,11 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
       throw std::invalid_argument("frames: " + std::to_string(c.frames_pages) + " pages of " +
                                   std::to_string(c.frames_page_bytes) +
                                   " bytes do not fit the region (at most 4096 pages)");
+    if (c.frames_pages % c.queues)
+      throw std::invalid_argument("frames: " + std::to_string(c.frames_pages) + " pages for " +
+                                  std::to_string(c.queues) +
+                                  " queues: each queue takes an equal share of the pages, so "
+                                  "the pages must be a multiple of the queues");
     if (!c.record_completions ||
         completion_data_bytes(c.completion_slot_bytes) < sizeof(FrameRecord))
       throw std::invalid_argument(
@@ -176,38 +186,50 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     page_free_ = Buffer(host_facing, size_t(c.frames_pages) * sizeof(uint32_t));
     const std::vector<uint32_t> ones(c.frames_pages, 1u);
     page_free_.write(0, ones.data(), ones.size() * sizeof(uint32_t));
-    d.frames =
-        FramesDesc{c.frames_region,
-                   c.frames_page_bytes,
-                   c.frames_pages,
-                   c.frames_metadata,
-                   c.frames_check_crc,
-                   reinterpret_cast<uint32_t*>(on_gpu_ ? page_free_.device() : page_free_.host())};
+    pages_per_queue = c.frames_pages / c.queues;
+    d.frames = FramesDesc{c.frames_region,   c.frames_page_bytes, pages_per_queue,
+                          c.frames_metadata, c.frames_check_crc,  nullptr};
   }
-  d.msg_buf = scratch_.data();
   d.msg_buf_bytes = c.msg_buf_bytes;
-  d.reply_scratch = scratch_.data() + c.msg_buf_bytes;
   d.reply_scratch_bytes = c.slot_bytes;
   d.batch = c.batch;
   d.check_icrc = c.check_icrc;
   d.record_completions = c.record_completions;
   d.express = c.express;
-  uint8_t* wire = on_gpu_ ? wire_.device() : wire_.host();
-  d.rx = rx_ring(wire, rx, rx_log2, c.slot_bytes);
-  d.tx = tx_ring(wire, tx, tx_log2, c.slot_bytes);
-  uint8_t* hr = on_gpu_ ? host_rings_.device() : host_rings_.host();
-  d.host_tx = rx_ring(hr, ht, host_log2, c.slot_bytes);
-  d.completions = tx_ring(hr, cp, comp_log2, c.completion_slot_bytes);
-  d.counters = reinterpret_cast<Counters*>(on_gpu_ ? counters_.device() : counters_.host());
-  desc_views_.rx = rx;
-  desc_views_.tx = tx;
-  desc_views_.ht = ht;
-  desc_views_.cp = cp;
-  desc_views_.rx_log2 = rx_log2;
-  desc_views_.tx_log2 = tx_log2;
-  desc_views_.ht_log2 = host_log2;
-  desc_views_.cp_log2 = comp_log2;
-  far_psn_ = c.qp.rx_psn & kPsnMask;
+
+  // Each queue: its rings, scratch and counters, its QP, its share of the pages (a region of
+  // their own, so that a sensor's page numbers are its queue's).
+  queues_.reserve(c.queues);
+  for (uint32_t q = 0; q < c.queues; ++q) {
+    HostQueue& hq = queues_.emplace_back();
+    hq.wire = Buffer(wire_at, tx.end);
+    hq.host_rings = Buffer(host_facing, cp.end);
+    hq.scratch = Buffer(engine_private, size_t(c.msg_buf_bytes) + c.slot_bytes);
+    hq.desc = d;
+    EngineDesc& qd = hq.desc;
+    qd.qp.qpn = steering_.qpn(q);
+    if (steering_.by == SteerBy::kQp) qd.qp.peer_qpn = c.qp.peer_qpn + q;
+    if (c.handler == HandlerKind::kFrames) {
+      hq.first_page = q * pages_per_queue;
+      MemRegion& pages = qd.regions[c.frames_region];
+      const uint64_t skip = uint64_t(hq.first_page) * c.frames_page_bytes;
+      pages = MemRegion{pages.va + skip, pages.rkey,
+                        uint32_t(pages_per_queue * c.frames_page_bytes), pages.base + skip};
+      qd.frames.page_free =
+          reinterpret_cast<uint32_t*>(on_gpu_ ? page_free_.device() : page_free_.host()) +
+          hq.first_page;
+    }
+    qd.msg_buf = hq.scratch.data();
+    qd.reply_scratch = hq.scratch.data() + c.msg_buf_bytes;
+    uint8_t* wire = on_gpu_ ? hq.wire.device() : hq.wire.host();
+    qd.rx = rx_ring(wire, rx, rx_log2, c.slot_bytes);
+    qd.tx = tx_ring(wire, tx, tx_log2, c.slot_bytes);
+    uint8_t* hr = on_gpu_ ? hq.host_rings.device() : hq.host_rings.host();
+    qd.host_tx = rx_ring(hr, ht, host_log2, c.slot_bytes);
+    qd.completions = tx_ring(hr, cp, comp_log2, c.completion_slot_bytes);
+    qd.counters = reinterpret_cast<Counters*>(on_gpu_ ? counters_.device() : counters_.host()) + q;
+    hq.far_psn = c.qp.rx_psn & kPsnMask;
+  }
 }
 
 Transceiver::~Transceiver() {
@@ -218,80 +240,56 @@ Transceiver::~Transceiver() {
   }
 }
 
-RxRing Transceiver::rx_view(bool far) const {
-  uint8_t* base = far && wire_device_ ? wire_.device() : (wire_device_ ? nullptr : wire_.host());
+RxRing Transceiver::rx_view(const HostQueue& q, bool far) const {
+  uint8_t* base = far && wire_device_ ? q.wire.device() : (wire_device_ ? nullptr : q.wire.host());
   return rx_ring(base, desc_views_.rx, desc_views_.rx_log2, cfg_.slot_bytes);
 }
 
-TxRing Transceiver::tx_view(bool far) const {
-  uint8_t* base = far && wire_device_ ? wire_.device() : (wire_device_ ? nullptr : wire_.host());
+TxRing Transceiver::tx_view(const HostQueue& q, bool far) const {
+  uint8_t* base = far && wire_device_ ? q.wire.device() : (wire_device_ ? nullptr : q.wire.host());
   return tx_ring(base, desc_views_.tx, desc_views_.tx_log2, cfg_.slot_bytes);
 }
 
 void Transceiver::start() {
   require_open("start()");
   if (started_) throw std::logic_error("start(): already started (a Transceiver starts once)");
-  EngineState st;
-  engine_init(desc_, &st);
-  state_.write(0, &st, sizeof st);
+  std::vector<EngineDesc> descs;
+  for (uint32_t q = 0; q < queues_.size(); ++q) {
+    EngineState st;
+    engine_init(queues_[q].desc, &st);
+    state_.write(q * sizeof st, &st, sizeof st);
+    descs.push_back(queues_[q].desc);
+  }
   if (cfg_.nic == "socket") {  // sockets first: a failure leaves nothing running
     SocketNicConfig nc = cfg_.socket;
-    nc.qpn = cfg_.qp.qpn;
     nc.addresses = cfg_.local;
-    nic_ =
-        std::make_unique<SocketNic>(nc, rx_view(false), inject_prod_, tx_view(false), collect_ci_,
-                                    reinterpret_cast<Counters*>(counters_.host()), &ring_drops_);
+    std::vector<NicQueue> rings;
+    for (HostQueue& q : queues_)
+      rings.push_back(NicQueue{rx_view(q, false), q.inject_prod, tx_view(q, false), q.collect_ci,
+                               q.desc.counters, &q.ring_drops});
+    // The NIC writes the counters where the host reads them (the descriptors' are the
+    // executor's view, which is the same memory seen from the GPU).
+    for (uint32_t q = 0; q < rings.size(); ++q)
+      rings[q].counters = reinterpret_cast<Counters*>(counters_.host()) + q;
+    nic_ = std::make_unique<SocketNic>(nc, steering_, std::move(rings));
   }
-  started_ = true;
-  if (on_gpu_) {
-    kernel_ = std::make_unique<cuda::EngineKernel>();
-    kernel_->start(
-        desc_, reinterpret_cast<EngineState*>(state_.device()), wire_device_,
+  if (on_gpu_)
+    executor_ = make_cuda_executor(
+        std::move(descs), reinterpret_cast<EngineState*>(state_.device()), wire_device_,
         reinterpret_cast<uint64_t*>(heartbeat_.host()),
         cuda::LaunchOptions{cfg_.cuda_epoch_us, cfg_.cuda_epochs_in_flight, cfg_.cuda_warps});
-  } else {
-    stop_.store(false);
-    std::promise<int> pinned;
-    std::future<int> pin_result = pinned.get_future();
-    thread_ = std::thread([this, p = std::move(pinned)]() mutable {
-      const int err = cfg_.cpu_core >= 0 ? pin_to_core(cfg_.cpu_core) : 0;
-      p.set_value(err);
-      if (err == 0) cpu_loop();
-    });
-    if (const int err = pin_result.get(); err != 0) {
-      thread_.join();    // it ran no step; stop() frees the rest (the NIC was never started)
-      started_ = false;  // running() says no
-      throw std::runtime_error("cpu_core=" + std::to_string(cfg_.cpu_core) +
-                               ": cannot pin the cpu executor's thread there "
-                               "(pthread_setaffinity_np: " +
-                               std::strerror(err) +
-                               "); the process may run on the cores of its affinity mask "
-                               "(taskset -p)");
-    }
+  else
+    executor_ = make_cpu_executor(std::move(descs), reinterpret_cast<EngineState*>(state_.host()),
+                                  cfg_.cpu_core);
+  started_ = true;
+  try {
+    executor_->start();
+  } catch (...) {
+    started_ = false;  // nothing runs; running() says no, stop() frees the rest
+    executor_.reset();
+    throw;
   }
   if (nic_) nic_->start();
-}
-
-void Transceiver::cpu_loop() {
-  EngineState& st = *reinterpret_cast<EngineState*>(state_.host());
-  // The same batch step as the GPU's crew of warps, with a crew of one: frames
-  // classified, committed in order, placed (engine/batch.h).
-  Batch& batch = cpu_batch_;
-  batch_init(batch, batch_depth(desc_, 0, false), nullptr, st.rx_ci);
-  // Idle: spin, and now and then let other threads run. With more spinning threads than cores
-  // (two engines, a NIC thread and a peer on a 2-core machine) a pure spin holds the core for
-  // a whole time slice (milliseconds) while the thread it waits for cannot run.
-  uint32_t idle = 0;
-  while (!stop_.load(std::memory_order_acquire)) {
-    if (crew_step<Scope::kSystem>(SoloCrew{}, desc_, st, batch) != 0) {
-      idle = 0;
-    } else if (++idle % 1024 == 0) {
-      std::this_thread::yield();
-    } else {
-      spin_pause();
-    }
-  }
-  publish<Scope::kSystem>(st.tally, desc_.counters);  // stats() after stop() are exact
 }
 
 // Counts a call in progress for stop(); refuses one that begins after stop() did.
@@ -338,35 +336,28 @@ void Transceiver::stop() {
     final_nic_stats_ = nic_->stats();
     final_nic_info_ = nic_->info();
   }
-  if (started_) {
-    if (kernel_) {
-      kernel_->stop(cfg_.stop_timeout_s);  // throws, keeping every buffer, if it will not stop
-    } else {
-      stop_.store(true, std::memory_order_release);
-      if (thread_.joinable()) thread_.join();
-      final_epoch_stats_.batch_depth = cpu_batch_.depth;  // the thread's, now it is done
-      final_epoch_stats_.batches = cpu_batch_.batches;
-      final_epoch_stats_.batch_frames = cpu_batch_.batch_frames;
-    }
-  }
-  // The engine is stopped (a GPU far end saw the same flag): what runs in
+  // Throws, keeping every buffer, if a loop will not stop.
+  if (started_ && executor_) executor_->stop(cfg_.stop_timeout_s);
+  // The engines are stopped (a GPU far end saw the same flag): what runs in
   // other threads now ends by itself.
   wait_for_calls(cfg_.stop_timeout_s);
+  for (uint32_t q = 0; q < queue_count(); ++q) final_counters_.push_back(read_counters(q));
   stopped_ = true;
-  final_counters_ = read_counters();
-  if (kernel_) final_epoch_stats_ = kernel_->epoch_stats();
+  if (executor_) final_epoch_stats_ = executor_->stats();
   // Free now rather than when Python collects the object: freeing pinned or
   // device memory later could wait on another transceiver's running kernel.
   // Regions are the exception: a frame the host still holds keeps its region
   // (host memory, or device memory freed with cudaFreeAsync on the memory
   // stream, which waits for no kernel) until the frame goes.
-  kernel_.reset();
+  executor_.reset();
   regions_.clear();
-  wire_ = Buffer();
-  host_rings_ = Buffer();
+  for (HostQueue& q : queues_) {
+    q.wire = Buffer();
+    q.host_rings = Buffer();
+    q.scratch = Buffer();
+  }
   counters_ = Buffer();
   state_ = Buffer();
-  scratch_ = Buffer();
   qec_ = Buffer();
   page_free_ = Buffer();
   heartbeat_ = Buffer();
@@ -405,8 +396,8 @@ std::vector<uint8_t> PageMemory::read() const {
 }
 
 cuda::EpochStats Transceiver::epoch_stats() const {
-  if (stopped_ || !kernel_) return final_epoch_stats_;
-  return kernel_->epoch_stats();
+  if (stopped_ || !executor_) return final_epoch_stats_;
+  return executor_->stats();
 }
 
 SocketNicStats Transceiver::nic_stats() const {
@@ -431,11 +422,11 @@ void Transceiver::require_open(const char* what) const {
 
 bool Transceiver::running() const {
   if (!started_ || stopped_) return false;
-  return kernel_ ? kernel_->running() : true;
+  return executor_ && executor_->running();
 }
 
 void Transceiver::check() const {
-  if (kernel_) kernel_->check();
+  if (executor_ && !stopped_) executor_->check();
   if (nic_ && !stopped_) {
     const std::string e = nic_->error();
     if (!e.empty()) throw std::runtime_error("the socket NIC failed: " + e);
@@ -443,14 +434,31 @@ void Transceiver::check() const {
 }
 
 std::vector<uint64_t> Transceiver::counters() const {
-  return stopped_ ? final_counters_ : read_counters();
+  std::vector<uint64_t> out(kNumCounters, 0);
+  for (uint32_t q = 0; q < queue_count(); ++q) {
+    const std::vector<uint64_t> one = queue_counters(q);
+    for (uint32_t i = 0; i < kNumCounters; ++i) out[i] += one[i];
+  }
+  return out;
 }
 
-std::vector<uint64_t> Transceiver::read_counters() const {
+std::vector<uint64_t> Transceiver::queue_counters(uint32_t queue) const {
+  if (queue >= queue_count())
+    throw std::out_of_range("queue " + std::to_string(queue) + ": only " +
+                            std::to_string(queue_count()) + " configured");
+  return stopped_ ? final_counters_[queue] : read_counters(queue);
+}
+
+std::vector<uint64_t> Transceiver::read_counters(uint32_t queue) const {
   std::vector<uint64_t> out(kNumCounters);
-  const Counters* c = reinterpret_cast<const Counters*>(counters_.host());
-  for (uint32_t i = 0; i < kNumCounters; ++i) out[i] = load_relaxed<Scope::kSystem>(&c->v[i]);
+  const Counters& c = reinterpret_cast<const Counters*>(counters_.host())[queue];
+  for (uint32_t i = 0; i < kNumCounters; ++i) out[i] = load_relaxed<Scope::kSystem>(&c.v[i]);
   return out;
+}
+
+void Transceiver::count_ring_drop(HostQueue& q) {
+  Counters* c = reinterpret_cast<Counters*>(counters_.host()) + (&q - queues_.data());
+  store_relaxed<Scope::kSystem>(&c->v[uint32_t(Counter::kRingDrops)], ++q.ring_drops);
 }
 
 bool Transceiver::send(const uint8_t* data, size_t len) {
@@ -463,31 +471,44 @@ bool Transceiver::send(const uint8_t* data, size_t len) {
     throw std::invalid_argument("send: " + std::to_string(len) + " bytes do not fit a " +
                                 std::to_string(cfg_.slot_bytes) + "-byte slot (at most " +
                                 std::to_string(room) + ")");
+  HostQueue& q = queues_[0];
   const RxRing r =
-      rx_ring(host_rings_.host(), desc_views_.ht, desc_views_.ht_log2, cfg_.slot_bytes);
-  return rx_produce<Scope::kSystem>(r, host_prod_, data, uint32_t(len), now_ns()) ==
+      rx_ring(q.host_rings.host(), desc_views_.ht, desc_views_.ht_log2, cfg_.slot_bytes);
+  return rx_produce<Scope::kSystem>(r, q.host_prod, data, uint32_t(len), now_ns()) ==
          ProduceResult::kOk;
 }
 
 std::vector<Completion> Transceiver::poll_completions(size_t max) {
   const CallGuard guard(*this, "poll_completions()");
-  const TxRing r =
-      tx_ring(host_rings_.host(), desc_views_.cp, desc_views_.cp_log2, cfg_.completion_slot_bytes);
   const uint32_t half = completion_data_bytes(cfg_.completion_slot_bytes);
   std::vector<Completion> out;
-  while (out.size() < max && tx_poll<Scope::kSystem>(r, comp_ci_)) {
-    const uint8_t* slot = r.slot(comp_ci_);
-    Completion c;
-    std::memcpy(&c.record, slot, sizeof c.record);
-    const uint32_t req = c.record.request_len < half ? c.record.request_len : half;
-    const uint32_t rep = c.record.reply_len > 0
-                             ? (uint32_t(c.record.reply_len) < half ? c.record.reply_len : half)
-                             : 0;
-    c.request.assign(slot + sizeof c.record, slot + sizeof c.record + req);
-    c.reply.assign(slot + sizeof c.record + half, slot + sizeof c.record + half + rep);
-    out.push_back(std::move(c));
-    ++comp_ci_;
-    tx_consume<Scope::kSystem>(r, comp_ci_);
+  for (uint32_t qi = 0; qi < queues_.size(); ++qi) {
+    HostQueue& q = queues_[qi];
+    const TxRing r = tx_ring(q.host_rings.host(), desc_views_.cp, desc_views_.cp_log2,
+                             cfg_.completion_slot_bytes);
+    while (out.size() < max && tx_poll<Scope::kSystem>(r, q.comp_ci)) {
+      const uint8_t* slot = r.slot(q.comp_ci);
+      Completion c;
+      c.queue = qi;
+      std::memcpy(&c.record, slot, sizeof c.record);
+      const uint32_t req = c.record.request_len < half ? c.record.request_len : half;
+      const uint32_t rep = c.record.reply_len > 0
+                               ? (uint32_t(c.record.reply_len) < half ? c.record.reply_len : half)
+                               : 0;
+      c.request.assign(slot + sizeof c.record, slot + sizeof c.record + req);
+      c.reply.assign(slot + sizeof c.record + half, slot + sizeof c.record + half + rep);
+      if ((c.record.flags & kCompletionFrame) && q.first_page &&
+          c.request.size() >= sizeof(FrameRecord)) {
+        // The queue's page numbers are its share's; the host's are the transceiver's.
+        FrameRecord fr;
+        std::memcpy(&fr, c.request.data(), sizeof fr);
+        fr.page += q.first_page;
+        std::memcpy(c.request.data(), &fr, sizeof fr);
+      }
+      out.push_back(std::move(c));
+      ++q.comp_ci;
+      tx_consume<Scope::kSystem>(r, q.comp_ci);
+    }
   }
   return out;
 }
@@ -502,12 +523,11 @@ bool Transceiver::inject(const uint8_t* frame, size_t len, bool count_drop) {
     throw std::invalid_argument(
         "inject: a " + std::to_string(len) +
         "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  HostQueue& q = queues_[steer_frame(steering_, frame, uint32_t(len))];
   const ProduceResult r =
-      rx_produce<Scope::kSystem>(rx_view(false), inject_prod_, frame, uint32_t(len), now_ns());
+      rx_produce<Scope::kSystem>(rx_view(q, false), q.inject_prod, frame, uint32_t(len), now_ns());
   if (r == ProduceResult::kOk) return true;
-  if (!count_drop) return false;
-  Counters* c = reinterpret_cast<Counters*>(counters_.host());
-  store_relaxed<Scope::kSystem>(&c->v[uint32_t(Counter::kRingDrops)], ++ring_drops_);
+  if (count_drop) count_ring_drop(q);
   return false;
 }
 
@@ -520,19 +540,27 @@ size_t Transceiver::preload(const std::vector<std::string>& frames) {
       throw std::invalid_argument(
           "preload: a " + std::to_string(f.size()) +
           "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
-  // The ring's memory as the engine will find it: an image in host memory, filled by the
+  // Each ring's memory as its engine will find it: an image in host memory, filled by the
   // producer's own code, then copied in whole.
-  std::vector<uint8_t> image(wire_.size());
-  wire_.read(0, image.data(), image.size());
-  const RxRing ring = rx_ring(image.data(), desc_views_.rx, desc_views_.rx_log2, cfg_.slot_bytes);
+  std::vector<std::vector<uint8_t>> images;
+  for (const HostQueue& q : queues_) {
+    images.emplace_back(q.wire.size());
+    q.wire.read(0, images.back().data(), images.back().size());
+  }
   size_t n = 0;
   for (const std::string& f : frames) {
-    if (rx_produce<Scope::kSystem>(ring, inject_prod_, reinterpret_cast<const uint8_t*>(f.data()),
-                                   uint32_t(f.size()), now_ns()) != ProduceResult::kOk)
+    const auto* bytes = reinterpret_cast<const uint8_t*>(f.data());
+    const uint32_t qi = steer_frame(steering_, bytes, uint32_t(f.size()));
+    HostQueue& q = queues_[qi];
+    const RxRing ring =
+        rx_ring(images[qi].data(), desc_views_.rx, desc_views_.rx_log2, cfg_.slot_bytes);
+    if (rx_produce<Scope::kSystem>(ring, q.inject_prod, bytes, uint32_t(f.size()), now_ns()) !=
+        ProduceResult::kOk)
       break;
     ++n;
   }
-  wire_.write(0, image.data(), image.size());
+  for (uint32_t qi = 0; qi < queues_.size(); ++qi)
+    queues_[qi].wire.write(0, images[qi].data(), images[qi].size());
   return n;
 }
 
@@ -542,15 +570,17 @@ std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
   if (wire_device_)
     throw std::logic_error(
         "collect(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
-  const TxRing r = tx_view(false);
   std::vector<std::vector<uint8_t>> out;
-  while (out.size() < max) {
-    const TxDesc* d = tx_poll<Scope::kSystem>(r, collect_ci_);
-    if (!d) break;
-    const uint8_t* slot = r.slot(collect_ci_);
-    out.emplace_back(slot, slot + d->len);
-    ++collect_ci_;
-    tx_consume<Scope::kSystem>(r, collect_ci_);
+  for (HostQueue& q : queues_) {
+    const TxRing r = tx_view(q, false);
+    while (out.size() < max) {
+      const TxDesc* d = tx_poll<Scope::kSystem>(r, q.collect_ci);
+      if (!d) break;
+      const uint8_t* slot = r.slot(q.collect_ci);
+      out.emplace_back(slot, slot + d->len);
+      ++q.collect_ci;
+      tx_consume<Scope::kSystem>(r, q.collect_ci);
+    }
   }
   return out;
 }
@@ -567,6 +597,7 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
     throw std::invalid_argument("far end expected replies: need one per request payload");
   if (p.count == 0 || p.window == 0)
     throw std::invalid_argument("far end: count and window must be at least 1");
+  HostQueue& q = queues_[0];  // the far end is queue 0's peer
 
   FrameSpec spec;
   std::memcpy(spec.src_mac, cfg_.local.dst_mac, 6);
@@ -597,9 +628,9 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   d.window = p.window;
   d.interval_ns = p.interval_ns;
   d.timeout_ns = uint64_t(p.timeout_s * 1e9);
-  d.first_psn = far_psn_;
-  d.rx_start = inject_prod_;
-  d.tx_start = collect_ci_;
+  d.first_psn = q.far_psn;
+  d.rx_start = q.inject_prod;
+  d.tx_start = q.collect_ci;
   d.seq_in_payload = p.seq_in_payload && p.expected.empty() ? 1 : 0;
 
   FarEndRun run;
@@ -607,8 +638,8 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
     std::vector<uint8_t> frame(cfg_.slot_bytes);
     std::vector<uint64_t> times(p.count);
     FarEndResult result{};
-    d.rx = rx_view(true);
-    d.tx = tx_view(true);
+    d.rx = rx_view(q, true);
+    d.tx = tx_view(q, true);
     d.payloads = p.payloads.data();
     d.expected = p.expected.empty() ? nullptr : p.expected.data();
     d.times = times.data();
@@ -626,22 +657,21 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
                                   " bytes of payloads (or expected replies) per run");
     far_payloads_.write(0, p.payloads.data(), p.payloads.size());
     if (!p.expected.empty()) far_expected_.write(0, p.expected.data(), p.expected.size());
-    d.rx = rx_view(true);
-    d.tx = tx_view(true);
+    d.rx = rx_view(q, true);
+    d.tx = tx_view(q, true);
     d.payloads = far_payloads_.device();
     d.expected = p.expected.empty() ? nullptr : far_expected_.device();
     d.times = reinterpret_cast<uint64_t*>(far_times_.device());
     d.frame = nullptr;  // the kernel stages replies in its shared memory
     d.result = reinterpret_cast<FarEndResult*>(far_result_.device());
-    kernel_->check();
-    kernel_->run_far_end(d, p.timeout_s);
+    executor_->run_far_end(d, p.timeout_s);
     far_result_.read(0, &run.result, sizeof run.result);
     run.rtt_ns.resize(run.result.received);
     far_times_.read(0, run.rtt_ns.data(), run.rtt_ns.size() * sizeof(uint64_t));
   }
-  inject_prod_ = run.result.rx_end;
-  collect_ci_ = run.result.tx_end;
-  far_psn_ = psn_add(far_psn_, run.result.sent);
+  q.inject_prod = run.result.rx_end;
+  q.collect_ci = run.result.tx_end;
+  q.far_psn = psn_add(q.far_psn, run.result.sent);
   return run;
 }
 

@@ -12,9 +12,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rt/engine/engine.h"
 #include "rt/engine/far_end.h"
+#include "rt/queues/steering.h"
 
 namespace rt::cuda {
 
@@ -37,13 +39,14 @@ struct EpochStats {
   uint64_t warmup_max_ns = 0;
   uint64_t first_pass_total_ns = 0;  // its first pass (cold caches)
   uint64_t first_pass_max_ns = 0;
-  // A crew's profile (warps > 1): SM cycles in classify (with the poll), commit, execute
-  // and publish, over `batches` batches of `batch_frames` frames in all.
+  // A crew's profile (warps > 1), over every queue's crew: SM cycles in classify (with the
+  // poll), commit, execute and publish, over `batches` batches of `batch_frames` frames in all.
   uint64_t batch_cycles[4] = {0, 0, 0, 0};
   uint64_t batches = 0;
   uint64_t batch_frames = 0;
   uint64_t classify_cycles[5] = {0, 0, 0, 0, 0};  // team 0's: stage, decode, ICRC, verdict; frames
   uint32_t batch_depth = 1;                       // frames a batch holds at most (1: no crew)
+  uint32_t blocks = 0;                            // one a queue
 };
 
 class EngineKernel {
@@ -53,11 +56,12 @@ class EngineKernel {
   EngineKernel(const EngineKernel&) = delete;
   EngineKernel& operator=(const EngineKernel&) = delete;
 
-  // Launch one block of one warp that runs engine_step() (or of opts.warps
-  // warps that run crew_step()) until stopped, in epochs of `opts.epoch_us`. The state is copied in
-  // at each epoch's start and written back at its end. `wire_on_device`: the rx/tx rings are in
-  // device memory (a GPU far end) rather than pinned host memory.
-  void start(const EngineDesc& desc, EngineState* state_device, bool wire_on_device,
+  // Launch a block per queue (descs[q], its state states_device[q]): one warp that runs
+  // engine_step(), or opts.warps warps that run crew_step(), until stopped, in epochs of
+  // `opts.epoch_us`. Each state is copied in at an epoch's start and written back at its end.
+  // `wire_on_device`: the rx/tx rings are in device memory (a GPU far end) rather than pinned
+  // host memory. At most kMaxQueues queues, and no more than the GPU runs blocks at once.
+  void start(const std::vector<EngineDesc>& descs, EngineState* states_device, bool wire_on_device,
              uint64_t* heartbeat_pinned, const LaunchOptions& opts = {});
 
   // Ask the kernel to stop and wait up to timeout_s. The request is a store to

@@ -21,6 +21,8 @@
 // fills and hands over whole, no syscall while traffic flows), or with recvmmsg where the
 // ring cannot be set up or is not wanted (socket.rx_path); udp mode with recvmmsg; both
 // send with sendmmsg.
+// With several queues the NIC steers each frame to its queue's rx ring
+// (queues/steering.h) and sends what every queue's tx ring holds.
 // What is not ours (another ethertype, protocol, port or QP; our own frames
 // seen again) is counted and dropped before the engine sees it, and so is
 // what the kernel dropped because the socket's receive buffer was full
@@ -32,10 +34,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rt/engine/counters.h"
 #include "rt/protocol/encode.h"
 #include "rt/queues/rx_ring.h"
+#include "rt/queues/steering.h"
 #include "rt/queues/tx_ring.h"
 
 namespace rt::host {
@@ -49,10 +53,21 @@ struct SocketNicConfig {
   // ring or an error), "recvmmsg". udp mode takes "auto" or "recvmmsg".
   std::string rx_path = "auto";
   std::string rx_path_reason;  // why that path (config.py's rule for socket.rx_path), for info()
-  uint32_t qpn = 0;            // ours: frames for another QP are filtered
   // Our addresses (src_*) and the peer's (dst_*), as in our replies; udp mode
   // rebuilds received headers from them and sends to dst_ip.
   FrameSpec addresses;
+};
+
+// One queue's rings as the NIC meets them: it produces into rx and drains tx, from the
+// far-side indices where they stand; `ring_drops` is the queue's ring-drop count, which the
+// rx ring's producer owns, and `counters` the queue's, where it is published.
+struct NicQueue {
+  RxRing rx;
+  uint32_t rx_prod = 0;
+  TxRing tx;
+  uint32_t tx_ci = 0;
+  Counters* counters = nullptr;
+  uint64_t* ring_drops = nullptr;
 };
 
 struct SocketNicStats {
@@ -86,11 +101,9 @@ struct SocketNicInfo {
 class SocketNic {
  public:
   // Opens the sockets and the capture file; throws std::runtime_error naming
-  // what failed (permission, interface, address in use...). `rx_prod` and
-  // `tx_ci` are where the rings' far-side indices stand; `ring_drops` is the
-  // engine's ring-drop counter, which the rx ring's producer owns.
-  SocketNic(const SocketNicConfig& config, RxRing rx, uint32_t rx_prod, TxRing tx, uint32_t tx_ci,
-            Counters* counters, uint64_t* ring_drops);
+  // what failed (permission, interface, address in use...). Frames for a QP no
+  // queue serves are filtered; the others go to the queue `steering` picks.
+  SocketNic(const SocketNicConfig& config, const Steering& steering, std::vector<NicQueue> queues);
   ~SocketNic();
   SocketNic(const SocketNic&) = delete;
   SocketNic& operator=(const SocketNic&) = delete;

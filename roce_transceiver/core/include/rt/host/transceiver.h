@@ -1,6 +1,8 @@
-// The transceiver as the host owns it: memory for the queues, the engine's
-// configuration, the executor that runs the loop (a CPU thread or a
-// persistent kernel), and the loopback NIC's far end.
+// The transceiver as the host owns it: memory for its queues (an rx/tx ring
+// pair each, with its own engine state, counters and completions), the
+// engines' configuration, the executor that runs them (executor.h: a CPU
+// thread or a block of a persistent kernel per queue), the NIC that steers
+// packets to the queues (queues/steering.h), and the loopback NIC's far end.
 #pragma once
 
 #include <atomic>
@@ -14,8 +16,10 @@
 #include "rt/engine/batch.h"
 #include "rt/engine/engine.h"
 #include "rt/engine/far_end.h"
+#include "rt/host/executor.h"
 #include "rt/host/memory.h"
 #include "rt/host/socket_nic.h"
+#include "rt/queues/steering.h"
 
 namespace rt::host {
 
@@ -30,7 +34,9 @@ struct TransceiverConfig {
   std::string far_end = "cpu";   // where the loopback's far end runs: "cpu" | "gpu" (cuda only)
   std::string nic = "loopback";  // "loopback" | "socket" (socket_nic.h)
   SocketNicConfig socket;        // nic "socket" only; its addresses and QP are filled in
-  uint32_t rx_depth = 256;       // powers of two
+  uint32_t queues = 1;           // rx/tx ring pairs, an engine each (steering.h)
+  std::string steer = "qp";      // how packets pick a queue: "qp" | "udp_sport"
+  uint32_t rx_depth = 256;       // powers of two, per queue
   uint32_t tx_depth = 256;
   uint32_t slot_bytes = 2048;
   uint32_t host_tx_depth = 64;
@@ -103,6 +109,8 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("socket_batch", c.socket.batch);
   key("socket_rx_path", c.socket.rx_path);
   key("socket_rx_path_reason", c.socket.rx_path_reason);
+  key("queues", c.queues);
+  key("steer", c.steer);
   key("rx_depth", c.rx_depth);
   key("tx_depth", c.tx_depth);
   key("slot_bytes", c.slot_bytes);
@@ -144,6 +152,7 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
 
 // A completed message as the host reads it from the completion ring.
 struct Completion {
+  uint32_t queue = 0;  // the queue whose engine completed it
   CompletionRecord record;
   std::vector<uint8_t> request;  // up to the record slot's half
   std::vector<uint8_t> reply;
@@ -192,6 +201,22 @@ struct RingOffsets {
   size_t descs, slots, index_a, index_b, end;
 };
 
+// One queue as the host keeps it: its rings' memory, its engine's descriptor, and the
+// private indices of the rings' far sides (the loopback wire's, the host's).
+struct HostQueue {
+  Buffer wire;        // rx + tx rings and their indices
+  Buffer host_rings;  // host_tx + completions and their indices (pinned or host)
+  Buffer scratch;     // msg_buf + reply_scratch
+  EngineDesc desc{};
+  uint32_t first_page = 0;   // frames handler: the queue's page 0 is the transceiver's this
+  uint32_t far_psn = 0;      // next PSN of the far end's requests
+  uint32_t host_prod = 0;    // host_tx producer index (host private)
+  uint32_t comp_ci = 0;      // completions consumer index (host private)
+  uint32_t inject_prod = 0;  // rx producer index of the far end (host private)
+  uint32_t collect_ci = 0;   // tx consumer index of the far end
+  uint64_t ring_drops = 0;
+};
+
 class Transceiver {
  public:
   explicit Transceiver(TransceiverConfig config);  // validates and allocates; throws on errors
@@ -206,24 +231,31 @@ class Transceiver {
   bool running() const;
   void check() const;  // throws if the executor failed while running
 
-  std::vector<uint64_t> counters() const;  // after stop(): the final values
+  // Every queue's counters added up; after stop(): the final values.
+  std::vector<uint64_t> counters() const;
+  std::vector<uint64_t> queue_counters(uint32_t queue) const;  // one queue's
+  uint32_t queue_count() const { return uint32_t(queues_.size()); }
+  const Steering& steering() const { return steering_; }
   const TransceiverConfig& config() const { return cfg_; }
 
-  // Queue a payload for the engine to SEND to the peer. False when the host
+  // Queue a payload for queue 0's engine to SEND to its peer. False when the host
   // ring is full (nothing queued).
   bool send(const uint8_t* data, size_t len);
+  // Every queue's, queue after queue; a frame's page is the transceiver's page number.
   std::vector<Completion> poll_completions(size_t max);
 
-  // The loopback far end, driven from the host (far_end "cpu" only).
-  // false: the engine's rx ring is full; counted as a ring drop unless the caller will
-  // try again (a lossless far end that waits for room).
+  // The loopback far end, driven from the host (far_end "cpu" only). A frame goes to the
+  // queue steering picks. false: that queue's rx ring is full; counted as a ring drop
+  // unless the caller will try again (a lossless far end that waits for room).
   bool inject(const uint8_t* frame, size_t len, bool count_drop = true);
-  // Before start(): frames onto the wire's rx ring at once, wherever the ring lies (device
-  // memory with the GPU far end: one image copied in), as a NIC would have written them; for
-  // ingest benchmarks. How many fit.
+  // Before start(): frames onto the queues' rx rings at once (steered), wherever the rings
+  // lie (device memory with the GPU far end: one image copied in), as a NIC would have
+  // written them; for ingest benchmarks. How many fit: frames up to the first one whose
+  // queue is full.
   size_t preload(const std::vector<std::string>& frames);
+  // What the engines sent, queue after queue.
   std::vector<std::vector<uint8_t>> collect(size_t max);
-  // Requests out, replies back, timed at the far end (cpu or gpu).
+  // Requests out to queue 0, replies back, timed at the far end (cpu or gpu).
   FarEndRun run_far_end(const FarEndParams& params);
 
   std::vector<uint8_t> read_region(size_t index, size_t offset, size_t len) const;
@@ -232,7 +264,7 @@ class Transceiver {
   uint8_t* region_data(size_t index) const;
   size_t region_bytes(size_t index) const;
   // The handler, its tables in memory the executor reads (Verbs mode runs the same one).
-  const HandlerDesc& handler_desc() const { return desc_.handler; }
+  const HandlerDesc& handler_desc() const { return queues_[0].desc.handler; }
   // Frames handler: give page `page` back to the engine (the host is done
   // with the frame in it). A page not held is left as it is.
   void release_page(uint32_t page);
@@ -249,38 +281,30 @@ class Transceiver {
   SocketNicInfo nic_info() const;
 
  private:
-  void cpu_loop();
   void require_open(const char* what) const;
   void require_loopback(const char* what) const;
   void wait_for_calls(double timeout_s);
-  std::vector<uint64_t> read_counters() const;
-  RxRing rx_view(bool far) const;
-  TxRing tx_view(bool far) const;
+  std::vector<uint64_t> read_counters(uint32_t queue) const;
+  void count_ring_drop(HostQueue& q);
+  RxRing rx_view(const HostQueue& q, bool far) const;
+  TxRing tx_view(const HostQueue& q, bool far) const;
 
   TransceiverConfig cfg_;
   bool on_gpu_ = false;       // cuda executor
   bool wire_device_ = false;  // rx/tx rings in device memory (GPU far end)
-  Buffer wire_;               // rx + tx rings and their indices
-  Buffer host_rings_;         // host_tx + completions and their indices (pinned or host)
-  Buffer counters_;           // Counters, host-visible
-  Buffer state_;              // EngineState
-  Buffer scratch_;            // msg_buf + reply_scratch
-  Buffer qec_;                // the QEC table blob
-  Buffer page_free_;          // frames handler: per page, 1 free / 0 held by the host
+  Steering steering_{};
+  std::vector<HostQueue> queues_;
+  Buffer counters_;   // Counters, one a queue, host-visible
+  Buffer state_;      // EngineState, one a queue
+  Buffer qec_;        // the QEC table blob
+  Buffer page_free_;  // frames handler: per page, 1 free / 0 held by the host
   // Shared with the PageMemory of every frame the host holds: stop() lets go of its
   // share, and a region goes when the last frame over it does.
   std::vector<std::shared_ptr<Buffer>> regions_;
-  EngineDesc desc_{};
   struct Views {
     RingOffsets rx, tx, ht, cp;
     uint32_t rx_log2, tx_log2, ht_log2, cp_log2;
   } desc_views_{};
-  uint32_t far_psn_ = 0;      // next PSN of the far end's requests
-  uint32_t host_prod_ = 0;    // host_tx producer index (host private)
-  uint32_t comp_ci_ = 0;      // completions consumer index (host private)
-  uint32_t inject_prod_ = 0;  // rx producer index of the far end (host private)
-  uint32_t collect_ci_ = 0;   // tx consumer index of the far end
-  uint64_t ring_drops_ = 0;
   // Calls that may run while another thread stops the transceiver (a
   // roundtrip lasts seconds): stop() refuses new ones, asks the far end to
   // end, and frees nothing until the last one has returned.
@@ -288,12 +312,7 @@ class Transceiver {
   std::atomic<bool> closing_{false};
   mutable std::atomic<int> active_calls_{0};
   uint32_t far_stop_ = 0;  // the CPU far end's stop flag (release / acquire)
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> cpu_failed_{false};
-  std::string cpu_error_;
-  std::thread thread_;
-  Batch cpu_batch_{};  // the cpu executor's crew of one (its thread's while it runs)
-  std::unique_ptr<cuda::EngineKernel> kernel_;
+  std::unique_ptr<Executor> executor_;
   std::unique_ptr<SocketNic> nic_;
   SocketNicStats final_nic_stats_{};
   cuda::EpochStats final_epoch_stats_{};
@@ -304,7 +323,7 @@ class Transceiver {
   Buffer far_payloads_, far_expected_, far_times_, far_result_;
   bool started_ = false;
   bool stopped_ = false;
-  std::vector<uint64_t> final_counters_;
+  std::vector<std::vector<uint64_t>> final_counters_;  // a queue's each
 };
 
 }  // namespace rt::host

@@ -1,0 +1,169 @@
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "rt/engine/batch.h"
+#include "rt/host/executor.h"
+
+namespace rt::host {
+namespace {
+
+// 0, or the errno of the failure: a loop that is not where the configuration put it shows
+// only as slow latency, so the caller reports it rather than running on.
+int pin_to_core(int core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);  // core < CPU_SETSIZE: the configuration was checked
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+class CpuExecutor final : public Executor {
+ public:
+  CpuExecutor(std::vector<EngineDesc> descs, EngineState* states, int first_core)
+      : descs_(std::move(descs)), states_(states), first_core_(first_core), loops_(descs_.size()) {}
+  ~CpuExecutor() override { halt(); }
+
+  void start() override {
+    stop_.store(false);
+    std::vector<std::future<int>> pinned;
+    for (uint32_t q = 0; q < loops_.size(); ++q) {
+      std::promise<int> p;
+      pinned.push_back(p.get_future());
+      loops_[q].thread = std::thread([this, q, p = std::move(p)]() mutable {
+        const int core = first_core_ >= 0 ? first_core_ + int(q) : -1;
+        const int err = core >= 0 ? pin_to_core(core) : 0;
+        p.set_value(err);
+        if (err == 0) loop(q);
+      });
+    }
+    for (uint32_t q = 0; q < loops_.size(); ++q) {
+      if (const int err = pinned[q].get(); err != 0) {
+        halt();  // the others stop; nothing runs
+        throw std::runtime_error("cpu_core=" + std::to_string(first_core_) + ": cannot pin queue " +
+                                 std::to_string(q) + "'s thread to core " +
+                                 std::to_string(first_core_ + int(q)) +
+                                 " (pthread_setaffinity_np: " + std::strerror(err) +
+                                 "); the process may run on the cores of its affinity mask "
+                                 "(taskset -p)");
+      }
+    }
+    running_ = true;
+  }
+
+  void stop(double) override {
+    halt();
+    running_ = false;
+  }
+  bool running() const override { return running_; }
+  void check() const override {}
+
+  cuda::EpochStats stats() const override {
+    cuda::EpochStats e{};
+    e.blocks = uint32_t(loops_.size());
+    if (running_) return e;         // the batches are the threads' own until they are joined
+    for (const Loop& l : loops_) {  // the threads' own, read once they are done
+      e.batch_depth = l.batch.depth;
+      e.batches += l.batch.batches;
+      e.batch_frames += l.batch.batch_frames;
+    }
+    return e;
+  }
+
+  void run_far_end(const FarEndDesc&, double) override {
+    throw std::logic_error("a far end on the device needs executor='cuda'");
+  }
+
+ private:
+  struct Loop {
+    std::thread thread;
+    Batch batch{};  // the thread's crew of one, read by stats() after the join
+  };
+
+  void loop(uint32_t q) {
+    const EngineDesc& d = descs_[q];
+    EngineState& st = states_[q];
+    // The same batch step as the GPU's crew of warps, with a crew of one: frames
+    // classified, committed in order, placed (engine/batch.h).
+    Batch& batch = loops_[q].batch;
+    batch_init(batch, batch_depth(d, 0, false), nullptr, st.rx_ci);
+    // Idle: spin, and now and then let other threads run. With more spinning threads than
+    // cores (two engines, a NIC thread and a peer on a 2-core machine) a pure spin holds the
+    // core for a whole time slice (milliseconds) while the thread it waits for cannot run.
+    uint32_t idle = 0;
+    while (!stop_.load(std::memory_order_acquire)) {
+      if (crew_step<Scope::kSystem>(SoloCrew{}, d, st, batch) != 0) {
+        idle = 0;
+      } else if (++idle % 1024 == 0) {
+        std::this_thread::yield();
+      } else {
+        spin_pause();
+      }
+    }
+    publish<Scope::kSystem>(st.tally, d.counters);  // counters after stop() are exact
+  }
+
+  void halt() {
+    stop_.store(true, std::memory_order_release);
+    for (Loop& l : loops_)
+      if (l.thread.joinable()) l.thread.join();
+  }
+
+  std::vector<EngineDesc> descs_;
+  EngineState* states_;
+  int first_core_;
+  std::vector<Loop> loops_;
+  std::atomic<bool> stop_{false};
+  bool running_ = false;
+};
+
+class CudaExecutor final : public Executor {
+ public:
+  CudaExecutor(std::vector<EngineDesc> descs, EngineState* states, bool wire_on_device,
+               uint64_t* heartbeat, const cuda::LaunchOptions& opts)
+      : descs_(std::move(descs)),
+        states_(states),
+        wire_on_device_(wire_on_device),
+        heartbeat_(heartbeat),
+        opts_(opts) {}
+
+  void start() override { kernel_.start(descs_, states_, wire_on_device_, heartbeat_, opts_); }
+  void stop(double timeout_s) override { kernel_.stop(timeout_s); }
+  bool running() const override { return kernel_.running(); }
+  void check() const override { kernel_.check(); }
+  cuda::EpochStats stats() const override { return kernel_.epoch_stats(); }
+  void run_far_end(const FarEndDesc& desc, double timeout_s) override {
+    kernel_.check();
+    kernel_.run_far_end(desc, timeout_s);
+  }
+
+ private:
+  std::vector<EngineDesc> descs_;
+  EngineState* states_;
+  bool wire_on_device_;
+  uint64_t* heartbeat_;
+  cuda::LaunchOptions opts_;
+  cuda::EngineKernel kernel_;  // loads its kernels and makes its streams here, before start()
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cpu_executor(std::vector<EngineDesc> descs, EngineState* states,
+                                            int first_core) {
+  return std::make_unique<CpuExecutor>(std::move(descs), states, first_core);
+}
+
+std::unique_ptr<Executor> make_cuda_executor(std::vector<EngineDesc> descs,
+                                             EngineState* states_device, bool wire_on_device,
+                                             uint64_t* heartbeat_pinned,
+                                             const cuda::LaunchOptions& opts) {
+  return std::make_unique<CudaExecutor>(std::move(descs), states_device, wire_on_device,
+                                        heartbeat_pinned, opts);
+}
+
+}  // namespace rt::host
