@@ -196,10 +196,10 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
 // of the engine takes them by reference, and a parameter whose address is
 // taken is copied to each thread's local memory, where 512 threads' copies
 // fall out of L1 (a crew's verdict and commit spent thousands of cycles there).
-template <Scope S, bool kCrew>
-__device__ void run_queue(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
-                          EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns,
-                          uint32_t depth) {
+template <Scope S>
+__device__ void run_crew(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
+                         EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns,
+                         uint32_t depth) {
   extern __shared__ __align__(16) uint8_t staging[];
   __shared__ EngineDesc d;
   __shared__ Staging stg;
@@ -207,13 +207,19 @@ __device__ void run_queue(const EngineDesc* descs, EngineState* states, KernelCo
   if (threadIdx.x < 32) copy_words(WarpTeam{}, &d, &descs[q]);
   if (threadIdx.x == 0) stg = Staging{staging, staging + descs[q].rx.slot_bytes};
   __syncthreads();
-  run_epoch<S, kCrew>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, depth);
+  run_epoch<S, true>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, depth);
 }
 
+// One warp a queue: each thread keeps its own copy of the descriptor (in registers and
+// L1), as a kernel parameter taken by reference would be.
 template <Scope S>
 __global__ void engine_kernel(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
                               EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns) {
-  run_queue<S, false>(descs, states, ctl, recs, heartbeat, epoch_ns, 1);
+  extern __shared__ __align__(16) uint8_t staging[];
+  const uint32_t q = blockIdx.x;
+  const EngineDesc d = descs[q];
+  Staging stg{staging, staging + d.rx.slot_bytes};
+  run_epoch<S, false>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, 1);
 }
 
 // The crew's registers are bounded so that kMaxCrewWarps warps fit one SM (one block a
@@ -222,7 +228,7 @@ template <Scope S>
 __global__ void __launch_bounds__(kMaxCrewWarps * 32, 1)
     crew_kernel(const EngineDesc* descs, EngineState* states, KernelControl* ctl, EpochRecord* recs,
                 uint64_t* heartbeat, uint64_t epoch_ns, uint32_t depth) {
-  run_queue<S, true>(descs, states, ctl, recs, heartbeat, epoch_ns, depth);
+  run_crew<S>(descs, states, ctl, recs, heartbeat, epoch_ns, depth);
 }
 
 template <Scope S>

@@ -54,6 +54,8 @@ struct BatchSlot {
   uint32_t len;
   engine_detail::IcrcVerdict icrc;
   StreamWrite stream;
+  uint32_t pay_raw;  // frames handler: the payload's raw CRC register (pay_raw_ok)
+  bool pay_raw_ok;
   uint8_t* place_dst;  // what the commit left to place (place_len 0: nothing)
   const uint8_t* place_src;
   uint32_t place_len;
@@ -75,6 +77,8 @@ struct Batch {
   uint64_t crc_n;
   uint32_t crc_shift[kMaxTeams];
   uint32_t crc_start;
+  uint64_t start_n;  // a folded page CRC's zlib start, for the last length it saw
+  uint32_t start_crc;
   uint64_t run_bytes;  // the last stream run's payload bytes (commit)
   // Commit: the span of the bytes the batch's noted placements write (execute
   // writes them all at once, in no order).
@@ -111,6 +115,7 @@ RT_HD inline void batch_init(Batch& b, uint32_t depth, uint8_t* staging, uint32_
   b.committed = rx_ci;
   b.done = 0;
   b.crc_n = ~uint64_t(0);
+  b.start_n = ~uint64_t(0);
   for (uint64_t& c : b.cycles) c = 0;
   b.batches = 0;
   b.batch_frames = 0;
@@ -269,6 +274,7 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
     const BatchSlot& s = b.slot[(q + k) & (b.depth - 1)];
     const StreamWrite& w = s.stream;
     if (k && psn_diff_sensor(w.psn, fs.psn_first) < 0) break;
+    fold_page_crc(fs, w.offset, w.len, s.pay_raw, s.pay_raw_ok);
     if (w.len) {
       const uintptr_t at = reinterpret_cast<uintptr_t>(w.dst);
       ascending = ascending && at >= hi;
@@ -346,20 +352,33 @@ RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, Bat
   const uint64_t c2 = crew_clock();
   uint64_t c3 = 0;
   IcrcVerdict icrc = IcrcVerdict::kUnchecked;
+  // The frames handler's packets: the payload's CRC register from the ICRC's own pass, for
+  // the page's CRC (fold_page_crc). A payload with pad has pad bytes after it in that pass.
+  uint32_t pay_raw = 0;
+  bool pay_raw_ok = false;
   if (d.check_icrc && s.r.ok()) {
     const FrameView& f = s.r.frame;
+    const bool fold = d.handler.kind == HandlerKind::kFrames && f.pad == 0;
     if constexpr (Team::kLanes == 1) {
       icrc = icrc_ok(f) ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+      if (fold) pay_raw = crc32_raw_team(t, f.base + f.payload, f.payload_len);
+      pay_raw_ok = fold;
     } else {
       const IcrcLayout l{f.l3,   f.l3_len, f.ip_version, f.bth + uint32_t(sizeof(Bth)) - f.l3,
                          f.icrc, nullptr};
-      if (f.ip_version && icrc_team_fits(l))
-        icrc = icrc_team(t, frame, l) == f.icrc_field() ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+      if (f.ip_version && icrc_team_fits(l)) {
+        const uint32_t got =
+            fold ? icrc_team_tail(t, frame, l, f.payload_len, &pay_raw) : icrc_team(t, frame, l);
+        icrc = got == f.icrc_field() ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+        pay_raw_ok = fold;
+      }
     }
   }
   if (t.leader()) {
     c3 = crew_clock();
     s.icrc = icrc;
+    s.pay_raw = pay_raw;
+    s.pay_raw_ok = pay_raw_ok;
     s.stream = stream_write(d, s.r, icrc);
     // A run's placement, noted now; the commit notes another for a frame it takes otherwise.
     s.place_dst = s.stream.dst;
@@ -478,7 +497,10 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
           q += k;
           continue;  // a run ends on nothing that waits
         }
+        st.pkt_raw = s.pay_raw;
+        st.pkt_raw_ok = s.pay_raw_ok;
         receive_decoded<S>(d, st, stg, s.r, s.len, s.ts, s.icrc);
+        st.pkt_raw_ok = false;
         s.place_dst = st.place_dst;
         s.place_src = st.place_src;
         s.place_len = st.place_len;
@@ -509,9 +531,21 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
     send_aeth<S>(d, st, stg, kAethAck, st.ack_psn);
   }
   if (st.frames.pending) {
-    const uint32_t crc = crc32_crew(c, b, pending_frame_page(d, st.frames),
-                                    pending_frame_bytes(d.frames, st.frames));
-    if (c.leader()) record_frame<S>(d, st, crc);
+    const FrameState& fs = st.frames;
+    const uint64_t n = pending_frame_bytes(d.frames, fs);
+    if (fs.crc_valid && fs.crc_len == n) {  // folded from the packets: the page is not read
+      if (c.leader()) {
+        if (b.start_n != n) {
+          b.start_n = n;
+          b.start_crc = crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu);
+        }
+        count(st.tally, Counter::kFramesCrcFolded);
+        record_frame<S>(d, st, ~(fs.crc_raw ^ b.start_crc));
+      }
+    } else {
+      const uint32_t crc = crc32_crew(c, b, pending_frame_page(d, fs), n);
+      if (c.leader()) record_frame<S>(d, st, crc);
+    }
   }
   if (c.leader()) {
     st.rx_ci = committed;

@@ -40,6 +40,8 @@ enum class Counter : uint32_t {
   kFramesMissing,     // a part of frames_dropped: nothing of them arrived (frames.h)
   kFrameCrcErrors,    // frames whose page CRC differs from their metadata's
   kFramePageBusy,     // packets not written: their page was still held by the host
+  kFramesCrcFolded,   // frames whose page CRC came from their packets' own pass (batch.h),
+                      // the page not read again: a part of frames and frames_dropped
   kAtomics,           // RC FETCH_ADD / COMPARE_SWAP executed (replays of a duplicate not counted)
   kRingDrops,         // written by the producer: rx ring full, packet dropped
   kCount
@@ -55,8 +57,8 @@ constexpr const char* kCounterNames[] = {
     "handler_errors", "tx_ring_full",     "completion_drops", "acks_sent",
     "naks_sent",      "acks_received",    "naks_received",    "host_sends",
     "express",        "frames",           "frames_dropped",   "frames_incomplete",
-    "frames_missing", "frame_crc_errors", "frame_page_busy",  "atomics",
-    "ring_drops",
+    "frames_missing", "frame_crc_errors", "frame_page_busy",  "frames_crc_folded",
+    "atomics",        "ring_drops",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
               "one name per counter");

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "rt/engine/completion.h"
+#include "rt/protocol/crc32_combine.h"
 #include "rt/protocol/hsb.h"
 
 namespace rt {
@@ -90,6 +91,12 @@ struct FrameState {
   bool open;
   bool dropped;     // a packet hit a page the host holds
   bool has_record;  // metadata mode: the end packet carried a whole record
+  // The page's CRC from the packets' own pass (batch.h): the raw register of
+  // page[0, crc_len), while every data byte placed so far came in order from 0.
+  uint64_t crc_len;
+  uint32_t crc_raw;
+  uint32_t crc_fold_n, crc_fold_shift;  // x^(8 n) for the last length folded (n bytes)
+  bool crc_valid;
   // The end of the frame, set by the leader, finished by the team (CRC).
   bool pending;
   uint32_t end_page, end_psn, imm;
@@ -102,6 +109,25 @@ RT_HD inline bool page_busy(const FrameState& s, uint32_t page) {
 RT_HD inline void set_page_busy(FrameState& s, uint32_t page, bool busy) {
   const uint32_t bit = 1u << (page % 32);
   s.busy[page / 32] = busy ? s.busy[page / 32] | bit : s.busy[page / 32] & ~bit;
+}
+
+// A packet's `len` data bytes placed at `offset` of the frame's page: their raw
+// CRC register (`raw`; `raw_ok` false: not known) folds into the page's when they
+// go on from the bytes before; anything else (a gap, a byte written twice, data
+// whose register is not known) leaves the page's CRC to be read from the page.
+RT_HD inline void fold_page_crc(FrameState& fs, uint32_t offset, uint32_t len, uint32_t raw,
+                                bool raw_ok) {
+  if (!fs.crc_valid || !len) return;
+  if (!raw_ok || offset != fs.crc_len) {
+    fs.crc_valid = false;
+    return;
+  }
+  if (fs.crc_fold_n != len) {  // a stream's packets are one size: worked out once
+    fs.crc_fold_n = len;
+    fs.crc_fold_shift = crc32_x8n(len);
+  }
+  fs.crc_raw = crc32_mulmod(fs.crc_fold_shift, fs.crc_raw) ^ raw;
+  fs.crc_len += len;
 }
 
 }  // namespace rt

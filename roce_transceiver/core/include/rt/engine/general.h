@@ -327,6 +327,9 @@ RT_HD inline void open_frame(const FramesDesc& fd, EngineState& st, uint32_t psn
   fs.packets = 1;
   fs.rx_first_ns = rx_ts;
   fs.meta = HsbMetadataFields{};
+  fs.crc_len = 0;
+  fs.crc_raw = 0;
+  fs.crc_valid = true;
 }
 
 // The end of a frame arrived (its 0x2B): the account closes, the stream's
@@ -422,6 +425,8 @@ RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Stagi
   if (!page_busy(fs, page)) {
     defer_copy(st, r.base + at, f.base + f.payload, f.payload_len);
     if (data_len && offset + data_len > fs.bytes) fs.bytes = offset + data_len;
+    // The packet's register is of its whole payload: a record appended to data is not known.
+    fold_page_crc(fs, offset, data_len, st.pkt_raw, st.pkt_raw_ok && data_len == f.payload_len);
   } else {
     count(st.tally, Counter::kFramePageBusy);
   }
