@@ -18,8 +18,8 @@ from typing import Any
 
 from holoscan.core import Application
 
-from operators import QecCheckerOp
-from operators.app_runner import (
+from roce_transceiver.operators import QecCheckerOp
+from roce_transceiver.operators.app_runner import (
     Report,
     latency_report,
     main_for,

@@ -19,8 +19,8 @@ from typing import Any
 
 from holoscan.core import Application
 
-from operators import FrameCheckerOp, FrameStatisticOp, SensorPeerOp, StatsSinkOp
-from operators.app_runner import (
+from roce_transceiver.operators import FrameCheckerOp, FrameStatisticOp, SensorPeerOp, StatsSinkOp
+from roce_transceiver.operators.app_runner import (
     Report,
     counter_rows,
     main_for,

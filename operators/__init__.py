@@ -1,6 +1,7 @@
-"""Holoscan operators over roce_transceiver: the transceiver, its peers, and the sinks and
-checkers the apps use. The operators import Holoscan (4.x) when first used;
-``operators.app_config`` (the apps' schema) does not need it."""
+"""Holoscan operators over roce_transceiver (``roce_transceiver.operators``, built from the
+repository's ``operators/``): the transceiver, its peers, and the sinks and checkers the apps
+use. The operators import Holoscan (4.x) when first used; ``roce_transceiver.operators.app_config``
+(the apps' schema) does not need it."""
 
 from __future__ import annotations
 
@@ -25,5 +26,5 @@ __all__ = sorted(_WHERE)
 
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
-        raise AttributeError(f"module 'operators' has no attribute {name!r}")
-    return getattr(import_module(f"operators.{_WHERE[name]}"), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)

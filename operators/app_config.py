@@ -340,7 +340,7 @@ def reference_markdown() -> str:
             "Generated from `roce_transceiver/config.py` by\n"
             "`python -m roce_transceiver.config > docs/configuration.md`",
             "Generated from `roce_transceiver/config.py` and `operators/app_config.py` by\n"
-            "`python -m operators.app_config > docs/configuration.md`",
+            "`python -m roce_transceiver.operators.app_config > docs/configuration.md`",
         )
         + "\n## Application files (`configs/*.yaml`)\n\n"
         "An app's file (`python apps/X.py --config FILE`, `roce-transceiver run FILE`) holds "

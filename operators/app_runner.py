@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from operators.app_config import ConfigError, load_app_config
+from roce_transceiver.operators.app_config import ConfigError, load_app_config
 from roce_transceiver.peers import LinkError
 from roce_transceiver.transceiver import TransceiverError
 
@@ -235,7 +235,7 @@ def _stop_signals_noted() -> Iterator[None]:
 
 def transceiver_op(fragment: Any, cfg: Mapping[str, Any]) -> Any:
     """The graph's RoceTransceiverOp, configured by the file's transceiver and operator keys."""
-    from operators.transceiver_op import RoceTransceiverOp
+    from roce_transceiver.operators.transceiver_op import RoceTransceiverOp
 
     return RoceTransceiverOp(
         fragment, name="roce", transceiver=cfg["transceiver"], **cfg["operator"]
@@ -283,7 +283,7 @@ def round_trip_graph(app: Any, cfg: Mapping[str, Any], *, title: str, qec: Any =
     (RoceTransceiverOp), ``peer`` (RoundTripPeerOp, echo requests or ``qec``'s syndromes) ->
     ``latency`` (LatencyStatsOp titled ``title``), and ``roce``'s counters -> ``stats``. The
     app connects ``roce``'s messages to its own checker."""
-    from operators import LatencyStatsOp, RoundTripPeerOp, StatsSinkOp
+    from roce_transceiver.operators import LatencyStatsOp, RoundTripPeerOp, StatsSinkOp
 
     out, lat, peer = Path(cfg["app"]["output_dir"]), cfg["latency"], cfg["peer"]
     app.roce = transceiver_op(app, cfg)

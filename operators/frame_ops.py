@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
 
-from operators.tensors import on_device, to_host
+from roce_transceiver.operators.tensors import on_device, to_host
 from roce_transceiver.peers.sensor import SentFrame
 
 __all__ = ["FrameCheckerOp", "FrameStatisticOp"]

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 from holoscan.core import Fragment, Operator, OperatorSpec
 
-from operators.peer_ops import RoundTripStep
 from roce_transceiver.histogram import Histogram
+from roce_transceiver.operators.peer_ops import RoundTripStep
 from roce_transceiver.stats import Percentiles
 
 __all__ = ["LatencyStatsOp"]

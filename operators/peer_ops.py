@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from holoscan.core import Fragment, Operator, OperatorSpec
 
-from operators.progress import Progress
-from operators.transceiver_op import RoceTransceiverOp
 from roce_transceiver.netns import VethNamespace, inside
+from roce_transceiver.operators.progress import Progress
+from roce_transceiver.operators.transceiver_op import RoceTransceiverOp
 from roce_transceiver.peers import QpuPeer, open_link
 from roce_transceiver.peers.link import Link
 from roce_transceiver.peers.sensor import Faults, Sensor, SentFrame

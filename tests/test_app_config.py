@@ -15,7 +15,7 @@ import pytest
 from app_helpers import ROOT, run_app
 from cli_helpers import CLI
 
-from operators.app_config import ConfigError, load_app_config
+from roce_transceiver.operators.app_config import ConfigError, load_app_config
 
 CONFIGS = ROOT / "configs"
 
@@ -72,7 +72,7 @@ def test_app_reading_anothers_file_is_an_error(tmp_path):
 def test_shipped_config_is_the_embedded_default(name):
     import importlib
 
-    module = importlib.import_module(f"apps.{name}")
+    module = importlib.import_module(f"roce_transceiver.apps.{name}")
     from_file = load_app_config(CONFIGS / f"{name}.yaml", app=name)
     assert from_file == load_app_config(module.DEFAULTS, app=name)
 

@@ -28,9 +28,9 @@ from cli_helpers import CLI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.app_config import APP_SCHEMA, load_app_config
 from roce_transceiver import config as config_module
 from roce_transceiver.config import SCHEMA, ConfigError, load_config
+from roce_transceiver.operators.app_config import APP_SCHEMA, load_app_config
 from roce_transceiver.schema import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
@@ -65,7 +65,7 @@ def refused(load: Any, path: Path) -> ConfigError:
 
 LOAD_IN_CHILD = """
 import json, sys, time, tracemalloc
-from operators.app_config import load_app_config
+from roce_transceiver.operators.app_config import load_app_config
 from roce_transceiver.config import ConfigError, load_config
 load = {"load_config": load_config, "load_app_config": load_app_config}[sys.argv[1]]
 tracemalloc.start()

@@ -1,8 +1,8 @@
 """docs/configuration.md documents every configuration key, as the schema has it.
 
 Goal: the reference cannot drift from the code. Oracle: the schemas themselves
-(roce_transceiver.config.SCHEMA, operators.app_config.APP_SCHEMA), rendered and compared
-with the file, and
+(roce_transceiver.config.SCHEMA, roce_transceiver.operators.app_config.APP_SCHEMA), rendered
+and compared with the file, and
 each key of a default configuration appearing in the file.
 """
 
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from operators.app_config import load_app_config, reference_markdown
 from roce_transceiver.config import load_config
+from roce_transceiver.operators.app_config import load_app_config, reference_markdown
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 
 def test_configuration_reference_is_current() -> None:
     assert DOC.read_text() == reference_markdown(), (
-        "docs/configuration.md is stale: run `python -m operators.app_config > "
+        "docs/configuration.md is stale: run `python -m roce_transceiver.operators.app_config > "
         "docs/configuration.md`"
     )
 

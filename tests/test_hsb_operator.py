@@ -16,7 +16,7 @@ from holoscan.core import Application, Operator  # noqa: E402
 from holoscan.schedulers import GreedyScheduler  # noqa: E402
 from hsb_helpers import bridge_host_config  # noqa: E402
 
-from operators import RoceTransceiverOp  # noqa: E402
+from roce_transceiver.operators import RoceTransceiverOp  # noqa: E402
 from roce_transceiver.peers.bridge import BridgeFaults, SoftwareBridge  # noqa: E402
 
 BRIDGE_IP, HOST_IP = "127.0.17.9", "127.0.17.1"

@@ -16,7 +16,7 @@ holoscan = pytest.importorskip("holoscan", reason="the operators need Holoscan")
 from holoscan.core import Application, Operator  # noqa: E402
 from holoscan.schedulers import GreedyScheduler  # noqa: E402
 
-from operators import (  # noqa: E402
+from roce_transceiver.operators import (  # noqa: E402
     FrameStatisticOp,
     RoceTransceiverOp,
     SensorPeerOp,
@@ -227,7 +227,7 @@ def test_drain_gives_up_after_its_timeout_and_says_so(caplog):
             self.add_operator(_FinishExpecting(self, name="finish", op=self.roce, expect=5))
 
     app = App()
-    with caplog.at_level("WARNING", logger="operators.transceiver_op"):
+    with caplog.at_level("WARNING", logger="roce_transceiver.operators.transceiver_op"):
         _greedy(app, seconds=20)
     assert app.roce.transceiver is None  # stopped, not waiting for what never came
     assert "the peer expected 5, 0 came within drain_timeout_s=0.2" in caplog.text
