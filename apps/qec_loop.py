@@ -19,7 +19,9 @@ from typing import Any
 from holoscan.core import Application
 
 from roce_transceiver.operators import QecCheckerOp
+from roce_transceiver.operators.app_config import PEER
 from roce_transceiver.operators.app_runner import (
+    HOLOSCAN_ARGV,
     Report,
     latency_report,
     main_for,
@@ -27,6 +29,8 @@ from roce_transceiver.operators.app_runner import (
     round_trip_graph,
     run_graph,
 )
+from roce_transceiver.operators.params import validated
+from roce_transceiver.operators.transceiver_op import roce_parameters
 from roce_transceiver.qec import sample_errors
 
 NAME = "qec_loop"
@@ -41,28 +45,33 @@ DEFAULTS: dict[str, Any] = {
 
 
 class QecLoopApp(Application):
-    def __init__(self, cfg: dict[str, Any], namespace: Any = None) -> None:
-        self.cfg, self.namespace = cfg, namespace
-        super().__init__()
+    """Composed from the file ``app.config()`` loaded: each operator takes its section with
+    ``self.kwargs`` (operators/params.py validates it)."""
+
+    def __init__(self, namespace: Any = None, argv: list[str] | None = None) -> None:
+        self.namespace = namespace
+        super().__init__(argv)
 
     def compose(self) -> None:
-        cfg, peer = self.cfg, self.cfg["peer"]
-        distance = cfg["transceiver"]["qec"]["distance"]
-        self.errors = sample_errors(distance, peer["pool"], peer["error_rate"], peer["seed"])
-        round_trip_graph(self, cfg, title=f"qec d={distance}", qec=self.errors)
-        self.checker = QecCheckerOp(
-            self, name="qec_check", distance=distance, sample=cfg["qec_check"]["sample"]
+        transceiver, _ = roce_parameters(self, self.kwargs("transceiver"), {})
+        peer, _ = validated(self, PEER, self.kwargs("peer"), name="peer", what="peer")
+        distance = transceiver["qec"]["distance"]
+        errors = sample_errors(distance, peer["pool"], peer["error_rate"], peer["seed"])
+        roce = round_trip_graph(
+            self, title=f"qec d={distance}", qec=errors, namespace=self.namespace
         )
-        self.add_flow(self.roce, self.checker, {("messages", "messages")})
+        checker = QecCheckerOp(
+            self, name="qec_check", distance=distance, **self.kwargs("qec_check")
+        )
+        self.add_flow(roce, checker, {("messages", "messages")})
 
 
 def run(cfg: dict[str, Any]) -> Report:
     with peer_network(cfg) as (cfg, namespace):
-        app = QecLoopApp(cfg, namespace)
-        run_graph(app, cfg)
+        ops = run_graph(QecLoopApp(namespace, HOLOSCAN_ARGV), cfg)
     d = cfg["transceiver"]["qec"]["distance"]
-    report = latency_report(f"qec loop (d={d}, lookup table in the loop)", app, cfg)
-    lat, peer, c = app.latency, app.peer, app.checker
+    report = latency_report(f"qec loop (d={d}, lookup table in the loop)", ops, cfg)
+    lat, peer, c = ops["latency"], ops["qpu"], ops["qec_check"]
     n = max(lat.received, 1)
     report.rows["logical errors"] = (
         f"loop {lat.logical_failures} ({lat.logical_failures / n:.2e}), pymatching on the "

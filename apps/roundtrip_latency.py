@@ -20,6 +20,7 @@ from holoscan.core import Application
 
 from roce_transceiver.operators import EchoCheckerOp
 from roce_transceiver.operators.app_runner import (
+    HOLOSCAN_ARGV,
     Report,
     latency_report,
     main_for,
@@ -40,23 +41,24 @@ DEFAULTS: dict[str, Any] = {
 
 
 class RoundTripLatencyApp(Application):
-    def __init__(self, cfg: dict[str, Any], namespace: Any = None) -> None:
-        self.cfg, self.namespace = cfg, namespace
-        super().__init__()
+    """Composed from the file ``app.config()`` loaded: each operator takes its section with
+    ``self.kwargs`` (operators/params.py validates it)."""
+
+    def __init__(self, namespace: Any = None, argv: list[str] | None = None) -> None:
+        self.namespace = namespace
+        super().__init__(argv)
 
     def compose(self) -> None:
-        round_trip_graph(self, self.cfg, title="echo round trip")
-        self.echo = EchoCheckerOp(self, name="echo_check")
-        self.add_flow(self.roce, self.echo, {("messages", "messages")})
+        roce = round_trip_graph(self, title="echo round trip", namespace=self.namespace)
+        self.add_flow(roce, EchoCheckerOp(self, name="echo_check"), {("messages", "messages")})
 
 
 def run(cfg: dict[str, Any]) -> Report:
     with peer_network(cfg) as (cfg, namespace):
-        app = RoundTripLatencyApp(cfg, namespace)
-        run_graph(app, cfg)
-    report = latency_report("roundtrip latency (echo)", app, cfg)
+        ops = run_graph(RoundTripLatencyApp(namespace, HOLOSCAN_ARGV), cfg)
+    report = latency_report("roundtrip latency (echo)", ops, cfg)
     if cfg["transceiver"]["completions"]:
-        e = app.echo
+        e = ops["echo_check"]
         report.check(
             "echo records",
             e.ok,

@@ -21,14 +21,15 @@ from holoscan.core import Application
 
 from roce_transceiver.operators import FrameCheckerOp, FrameStatisticOp, SensorPeerOp, StatsSinkOp
 from roce_transceiver.operators.app_runner import (
+    HOLOSCAN_ARGV,
     Report,
+    app_section,
     counter_rows,
     main_for,
     peer_network,
     run_graph,
     transceiver_op,
 )
-from roce_transceiver.peers.sensor import Faults
 
 NAME = "sensor_stream"
 
@@ -45,44 +46,37 @@ DEFAULTS: dict[str, Any] = {
 
 
 class SensorStreamApp(Application):
-    def __init__(self, cfg: dict[str, Any], namespace: Any = None) -> None:
-        self.cfg, self.namespace = cfg, namespace
-        super().__init__()
+    """Composed from the file ``app.config()`` loaded: each operator takes its section with
+    ``self.kwargs`` (operators/params.py validates it)."""
+
+    def __init__(self, namespace: Any = None, argv: list[str] | None = None) -> None:
+        self.namespace = namespace
+        super().__init__(argv)
 
     def compose(self) -> None:
-        cfg, peer = self.cfg, self.cfg["peer"]
-        self.roce = transceiver_op(self, cfg)
-        self.sensor = SensorPeerOp(
+        app = app_section(self)
+        roce = transceiver_op(self)
+        sensor = SensorPeerOp(
             self,
             name="sensor",
-            transceiver_op=self.roce,
-            count=cfg["app"]["count"],
-            frame_bytes=peer["frame_bytes"],
-            payload=peer["payload"],
-            rate=peer["rate"],
-            chunk=peer["chunk"],
-            link=peer["link"],
-            seed=peer["seed"],
-            faults=Faults(peer["loss"], peer["reorder"], peer["duplicate"], peer["corrupt"]),
-            progress_s=cfg["app"]["progress_s"],
+            transceiver_op=roce,
+            count=app["count"],
+            progress_s=app["progress_s"],
             namespace=self.namespace,
+            **self.kwargs("peer"),
         )
-        self.checker = FrameCheckerOp(
-            self, name="frame_check", allow_loss=cfg["frame_check"]["allow_loss"]
-        )
-        self.statistic = FrameStatisticOp(self, name="frame_statistic")
-        self.stats = StatsSinkOp(self, name="stats")
-        self.add_flow(self.sensor, self.checker, {("sent", "sent")})
-        self.add_flow(self.roce, self.checker, {("frames", "frames")})
-        self.add_flow(self.roce, self.statistic, {("frames", "frames")})
-        self.add_flow(self.roce, self.stats, {("stats", "stats")})
+        checker = FrameCheckerOp(self, name="frame_check", **self.kwargs("frame_check"))
+        statistic = FrameStatisticOp(self, name="frame_statistic")
+        self.add_flow(sensor, checker, {("sent", "sent")})
+        self.add_flow(roce, checker, {("frames", "frames")})
+        self.add_flow(roce, statistic, {("frames", "frames")})
+        self.add_flow(roce, StatsSinkOp(self, name="stats"), {("stats", "stats")})
 
 
 def run(cfg: dict[str, Any]) -> Report:
     with peer_network(cfg) as (cfg, namespace):
-        app = SensorStreamApp(cfg, namespace)
-        run_graph(app, cfg)
-    c, st, roce = app.checker, app.statistic, app.roce
+        ops = run_graph(SensorStreamApp(namespace, HOLOSCAN_ARGV), cfg)
+    c, st, roce = ops["frame_check"], ops["frame_statistic"], ops["roce"]
     report = Report("sensor stream (frames handler)")
     report.rows["executor / nic"] = (
         f"{roce.executor} / {roce.config['nic']} ({cfg['peer']['link']})"

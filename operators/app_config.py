@@ -29,7 +29,20 @@ from roce_transceiver.schema import (
     with_overrides,
 )
 
-__all__ = ["APPS", "APP_SCHEMA", "ConfigError", "load_app_config", "reference_markdown"]
+__all__ = [
+    "APP",
+    "APPS",
+    "APP_SCHEMA",
+    "FRAME_CHECK",
+    "LATENCY",
+    "OPERATOR",
+    "PEER",
+    "QEC_CHECK",
+    "ROCE_OP",
+    "ConfigError",
+    "load_app_config",
+    "reference_markdown",
+]
 
 #: The applications ``roce-transceiver run`` knows, by ``app.name``.
 APPS = ("roundtrip_latency", "sensor_stream", "qec_loop")
@@ -247,6 +260,39 @@ APP_SCHEMA = Section(
                 ),
             },
         ),
+    },
+)
+
+
+# Each operator's part of the schema: what it validates its keyword arguments against, however
+# they come (``**self.kwargs(section)`` of an ``app.config`` file, or Python; operators/params.py).
+def _section(name: str) -> Section:
+    section = APP_SCHEMA.keys[name]
+    assert isinstance(section, Section), name
+    return section
+
+
+APP = _section("app")
+OPERATOR = _section("operator")
+PEER = _section("peer")
+LATENCY = _section("latency")
+FRAME_CHECK = _section("frame_check")
+QEC_CHECK = _section("qec_check")
+
+#: RoceTransceiverOp's keyword arguments: the ``operator`` keys and its ``transceiver`` (the
+#: Transceiver's keys, roce_transceiver.config.SCHEMA, checked by load_config with its own
+#: rules). A user's app gives it one section, ``roce: {transceiver: {...}, max_messages: ...}``.
+ROCE_OP = Section(
+    "RoceTransceiverOp's keyword arguments.",
+    {
+        "transceiver": Field(
+            (dict, str),
+            None,
+            "the Transceiver's configuration: a mapping of its keys, or a YAML file; "
+            "null: every default",
+            nullable=True,
+        ),
+        **OPERATOR.keys,
     },
 )
 

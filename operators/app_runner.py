@@ -26,14 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roce_transceiver.operators.app_config import ConfigError, load_app_config
+from roce_transceiver.operators.app_config import APP, ConfigError, load_app_config
+from roce_transceiver.operators.params import validated
 from roce_transceiver.peers import LinkError
 from roce_transceiver.transceiver import TransceiverError
 
 __all__ = [
+    "HOLOSCAN_ARGV",
     "Check",
     "Report",
+    "app_section",
     "counter_rows",
+    "effective_config",
     "latency_report",
     "main_for",
     "make_scheduler",
@@ -44,6 +48,11 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+#: The command line the apps' Holoscan Application is given under main_for(): none of ours.
+#: Holoscan parses sys.argv by default, and its own --config would replace the file
+#: run_graph() gives the app (the user's, without the --set flags and the defaults).
+HOLOSCAN_ARGV = ["roce-transceiver-app"]
 
 #: What stops a run cleanly (module docstring).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -233,12 +242,22 @@ def _stop_signals_noted() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def transceiver_op(fragment: Any, cfg: Mapping[str, Any]) -> Any:
-    """The graph's RoceTransceiverOp, configured by the file's transceiver and operator keys."""
+def app_section(fragment: Any) -> dict[str, Any]:
+    """The ``app`` keys of the file ``fragment.config()`` loaded, validated (exact types)."""
+    values, _ = validated(fragment, APP, fragment.kwargs("app"), name="app", what="app")
+    return values
+
+
+def transceiver_op(fragment: Any) -> Any:
+    """The graph's RoceTransceiverOp, from the file's ``transceiver`` and ``operator``
+    sections (``self.kwargs``, as a user's app does)."""
     from roce_transceiver.operators.transceiver_op import RoceTransceiverOp
 
     return RoceTransceiverOp(
-        fragment, name="roce", transceiver=cfg["transceiver"], **cfg["operator"]
+        fragment,
+        name="roce",
+        transceiver=fragment.kwargs("transceiver"),
+        **fragment.kwargs("operator"),
     )
 
 
@@ -278,49 +297,76 @@ def peer_network(cfg: dict[str, Any]) -> Iterator[tuple[dict[str, Any], Any]]:
         raise ConfigError(f"'namespace': {e}", key="peer.link") from None
 
 
-def round_trip_graph(app: Any, cfg: Mapping[str, Any], *, title: str, qec: Any = None) -> None:
-    """The part of the graph the round-trip apps share, set on ``app``: ``roce``
-    (RoceTransceiverOp), ``peer`` (RoundTripPeerOp, echo requests or ``qec``'s syndromes) ->
-    ``latency`` (LatencyStatsOp titled ``title``), and ``roce``'s counters -> ``stats``. The
-    app connects ``roce``'s messages to its own checker."""
+def round_trip_graph(fragment: Any, *, title: str, qec: Any = None, namespace: Any = None) -> Any:
+    """The part of the graph the round-trip apps share, each operator from its section of the
+    fragment's config: ``roce`` (RoceTransceiverOp), ``qpu`` (RoundTripPeerOp, echo requests
+    or ``qec``'s syndromes) -> ``latency`` (LatencyStatsOp titled ``title``), and ``roce``'s
+    counters -> ``stats``. Returns ``roce``, for the app to connect its messages to its own
+    checker."""
     from roce_transceiver.operators import LatencyStatsOp, RoundTripPeerOp, StatsSinkOp
 
-    out, lat, peer = Path(cfg["app"]["output_dir"]), cfg["latency"], cfg["peer"]
-    app.roce = transceiver_op(app, cfg)
-    app.peer = RoundTripPeerOp(
-        app,
+    app = app_section(fragment)
+    roce = transceiver_op(fragment)
+    peer = RoundTripPeerOp(
+        fragment,
         name="qpu",
-        transceiver_op=app.roce,
-        count=cfg["app"]["count"],
-        size=peer["size"],
-        window=peer["window"],
-        rate=peer["rate"],
-        chunk=peer["chunk"],
-        link=peer["link"],
-        timeout_s=peer["timeout_s"],
-        seed=peer["seed"],
+        transceiver_op=roce,
+        count=app["count"],
         qec=qec,
-        progress_s=cfg["app"]["progress_s"],
-        namespace=app.namespace,
+        progress_s=app["progress_s"],
+        namespace=namespace,
+        **fragment.kwargs("peer"),
     )
-    app.latency = LatencyStatsOp(
-        app,
+    latency = LatencyStatsOp(
+        fragment,
         name="latency",
-        png=lat["png"] and out / lat["png"],
-        json=lat["json"] and out / lat["json"],
-        bins=lat["bins"],
+        output_dir=app["output_dir"],
         title=title,
+        **fragment.kwargs("latency"),
     )
-    app.stats = StatsSinkOp(app, name="stats")
-    app.add_flow(app.peer, app.latency, {("results", "results")})
-    app.add_flow(app.roce, app.stats, {("stats", "stats")})
+    fragment.add_flow(peer, latency, {("results", "results")})
+    fragment.add_flow(roce, StatsSinkOp(fragment, name="stats"), {("stats", "stats")})
+    return roce
 
 
-def run_graph(app: Any, cfg: Mapping[str, Any]) -> None:
-    """Run ``app`` under the configured scheduler; the scheduler ends it at app.timeout_s, and
-    SIGINT, SIGTERM or SIGHUP ends it early (module docstring). In the main thread the graph
-    runs in a thread of its own, while this one keeps the signals ours and acts on them."""
-    app.scheduler(make_scheduler(app, cfg))
+@contextmanager
+def effective_config(cfg: Mapping[str, Any]) -> Iterator[Path]:
+    """``cfg`` (validated: the file, the --set flags and the defaults together) as a YAML file
+    for ``app.config()``, for as long as the run lasts."""
+    import tempfile
+
+    import yaml
+
+    with tempfile.TemporaryDirectory(prefix="roce-app-") as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(_plain(cfg), sort_keys=False))
+        yield path
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def run_graph(app: Any, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Run ``app`` under the configured scheduler, ``cfg`` given to it by ``app.config()`` (its
+    operators take their sections with ``self.kwargs``); returns the graph's operators by
+    name. The scheduler ends the run at app.timeout_s, and SIGINT, SIGTERM or SIGHUP ends it
+    early (module docstring). In the main thread the graph runs in a thread of its own, while
+    this one keeps the signals ours and acts on them."""
+    with effective_config(cfg) as path:
+        app.config(str(path))
+        app.compose_graph()  # here, not in the graph's thread: the operators are known first
+        ops = {op.name: op for op in app.graph.get_nodes()}
+        app.scheduler(make_scheduler(app, cfg))
+        _run(app, ops.get("roce"))
+    return ops
+
+
+def _run(app: Any, roce: Any) -> None:
     if signal.getsignal(signal.SIGTERM) is not _note_stop:  # not under main_for (or not main)
         app.run()
         return
@@ -341,7 +387,7 @@ def run_graph(app: Any, cfg: Mapping[str, Any]) -> None:
         # the process 3 s later, summary or not; SIGHUP they ignore): ours again.
         _take_stop_signals()
         # The transceiver operator publishes its transceiver once the graph runs.
-        seen_running = seen_running or getattr(getattr(app, "roce", None), "transceiver", None)
+        seen_running = seen_running or getattr(roce, "transceiver", None) is not None
         # An interrupt while the graph is still starting does not take (GXF: "not running"):
         # then once more when it runs. Later ones would only log that it is stopping.
         if _stopped_by and (not interrupted or (seen_running and not interrupted_running)):
@@ -356,11 +402,11 @@ def counter_rows(stats: Mapping[str, int], names: Sequence[str]) -> str:
     return ", ".join(f"{n} {stats.get(n, 0)}" for n in names)
 
 
-def latency_report(title: str, app: Any, cfg: dict[str, Any]) -> Report:
+def latency_report(title: str, ops: Mapping[str, Any], cfg: dict[str, Any]) -> Report:
     """The round-trip rows and checks the roundtrip and qec apps share, floor included."""
     from roce_transceiver.bench.floors import Percentiles, measure_floors
 
-    lat, roce = app.latency, app.roce
+    lat, roce = ops["latency"], ops["roce"]
     report = Report(title)
     executor = roce.executor or "?"
     report.rows["executor / nic"] = f"{executor} / {roce.config['nic']} ({cfg['peer']['link']})"
@@ -380,11 +426,11 @@ def latency_report(title: str, app: Any, cfg: dict[str, Any]) -> Report:
         report.data["latency_us"] = p.as_dict()
         report.data["messages_per_s"] = lat.messages_per_s
     report.check("latency table", p is not None, f"{p.count if p else 0} round trips")
-    if app.latency.png:
-        report.rows["histogram"] = str(app.latency.png)
-    if cfg["latency"]["floor"] and p is not None:
+    if lat.png:
+        report.rows["histogram"] = str(lat.png)
+    if lat.floor and p is not None:
         floor = "pinned_pingpong" if executor == "cuda" else "cpu_thread_pingpong"
-        measured = measure_floors([floor], cfg["latency"]["floor_iterations"])[floor]
+        measured = measure_floors([floor], lat.floor_iterations)[floor]
         if isinstance(measured, Percentiles):
             f = measured.to("us")
             report.rows[f"floor {floor} (us)"] = f"p50 {f.p50:.2f}  p99 {f.p99:.2f}"

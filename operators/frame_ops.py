@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
 
+from roce_transceiver.operators.app_config import FRAME_CHECK
+from roce_transceiver.operators.params import operator_parameters
 from roce_transceiver.operators.tensors import on_device, to_host
 from roce_transceiver.peers.sensor import SentFrame
 
@@ -37,12 +39,13 @@ class _Arrived:
 
 
 class FrameCheckerOp(Operator):
-    """``frames`` from RoceTransceiverOp, ``sent`` from SensorPeerOp; ``allow_loss``: frames
-    with lost packets (faults configured) do not fail the run when their loss is the one the
-    sensor made."""
+    """``frames`` from RoceTransceiverOp, ``sent`` from SensorPeerOp; ``allow_loss`` (the
+    ``frame_check`` keys, validated): frames with lost packets (faults configured) do not fail
+    the run when their loss is the one the sensor made."""
 
-    def __init__(self, fragment: Fragment, *args: Any, allow_loss: bool = False, **kwargs: Any):
-        self.allow_loss = allow_loss
+    def __init__(self, fragment: Fragment, *args: Any, **params: Any) -> None:
+        p, holoscan = operator_parameters(fragment, FRAME_CHECK, params, "FrameCheckerOp")
+        self.allow_loss: bool = p["allow_loss"]
         self.sent: dict[int, SentFrame] = {}
         self.sent_total = 0
         self.frames = 0
@@ -55,7 +58,7 @@ class FrameCheckerOp(Operator):
         self._waiting: dict[int, _Arrived] = {}
         self._seen: set[int] = set()
         self.first_s = self.last_s = 0.0
-        super().__init__(fragment, *args, **kwargs)
+        super().__init__(fragment, *args, **holoscan)
 
     def setup(self, spec: OperatorSpec) -> None:
         spec.input("frames")

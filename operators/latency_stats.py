@@ -9,6 +9,8 @@ import numpy as np
 from holoscan.core import Fragment, Operator, OperatorSpec
 
 from roce_transceiver.histogram import Histogram
+from roce_transceiver.operators.app_config import LATENCY
+from roce_transceiver.operators.params import operator_parameters
 from roce_transceiver.operators.peer_ops import RoundTripStep
 from roce_transceiver.stats import Percentiles
 
@@ -16,27 +18,34 @@ __all__ = ["LatencyStatsOp"]
 
 
 class LatencyStatsOp(Operator):
-    """Collects :class:`RoundTripStep` messages on ``results``; when the graph ends, ``summary``
-    holds the percentiles (us), msgs/s and the counts, and the histogram is written to ``png``
-    and ``json`` (paths, or None for none)."""
+    """Collects :class:`RoundTripStep` messages on ``results``; when the graph ends,
+    ``percentiles`` holds the percentiles (us) and the histogram is written to ``png`` and
+    ``json`` (in ``output_dir`` unless absolute; None for none). ``png``, ``json``, ``bins``,
+    ``floor``, ``floor_iterations`` are the ``latency`` keys, validated (the floor is measured
+    by the app after the graph, with these two)."""
 
     def __init__(
         self,
         fragment: Fragment,
         *args: Any,
-        png: str | Path | None = None,
-        json: str | Path | None = None,
-        bins: int = 60,
+        output_dir: str | Path = ".",
         title: str = "round trip",
-        **kwargs: Any,
+        **params: Any,
     ) -> None:
-        self.png, self.json, self.bins, self.title = png, json, bins, title
+        p, holoscan = operator_parameters(fragment, LATENCY, params, "LatencyStatsOp")
+        out = Path(output_dir)
+        self.png: Path | None = out / p["png"] if p["png"] else None
+        self.json: Path | None = out / p["json"] if p["json"] else None
+        self.bins: int = p["bins"]
+        self.floor: bool = p["floor"]
+        self.floor_iterations: int = p["floor_iterations"]
+        self.title = title
         self.sent = self.received = self.wrong = self.lost = self.logical_failures = 0
         self.busy_s = 0.0
         self._samples: list[np.ndarray] = []
         self.percentiles: Percentiles | None = None
         self.histogram: Histogram | None = None
-        super().__init__(fragment, *args, **kwargs)
+        super().__init__(fragment, *args, **holoscan)
 
     def setup(self, spec: OperatorSpec) -> None:
         spec.input("results")

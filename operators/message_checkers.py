@@ -13,6 +13,8 @@ from typing import Any
 
 from holoscan.core import Fragment, Operator, OperatorSpec
 
+from roce_transceiver.operators.app_config import QEC_CHECK
+from roce_transceiver.operators.params import operator_parameters
 from roce_transceiver.qec import (
     LookupTableDecoder,
     RotatedSurfaceCode,
@@ -63,19 +65,19 @@ class EchoCheckerOp(_MessageChecker):
 
 
 class QecCheckerOp(_MessageChecker):
-    """Corrections against the table (all) and pymatching (the first ``sample``)."""
+    """Corrections against the table of ``distance`` (all) and pymatching (the first
+    ``sample``: the ``qec_check`` keys, validated)."""
 
-    def __init__(
-        self, fragment: Fragment, *args: Any, distance: int = 3, sample: int = 1000, **kwargs: Any
-    ) -> None:
+    def __init__(self, fragment: Fragment, *args: Any, distance: int = 3, **params: Any) -> None:
+        p, holoscan = operator_parameters(fragment, QEC_CHECK, params, "QecCheckerOp")
         self.code = RotatedSurfaceCode(distance)
         self.decoder = LookupTableDecoder(self.code)
-        self.sample = sample
+        self.sample: int = p["sample"]
         self._sampled: list[tuple[bytes, bytes]] = []
         self.matching_checked = 0
         self.logical_disagreements = 0
         self.heavier_than_matching = 0
-        super().__init__(fragment, *args, **kwargs)
+        super().__init__(fragment, *args, **holoscan)
 
     def check(self, c: Completion) -> str | None:
         want = self.decoder.decode_packed(c.request)

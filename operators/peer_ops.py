@@ -24,6 +24,8 @@ import numpy as np
 from holoscan.core import Fragment, Operator, OperatorSpec
 
 from roce_transceiver.netns import VethNamespace, inside
+from roce_transceiver.operators.app_config import PEER
+from roce_transceiver.operators.params import operator_parameters
 from roce_transceiver.operators.progress import Progress
 from roce_transceiver.operators.transceiver_op import RoceTransceiverOp
 from roce_transceiver.peers import QpuPeer, open_link
@@ -52,7 +54,8 @@ class RoundTripPeerOp(Operator):
     """``count`` requests in steps of ``chunk``; see the module docstring.
 
     ``qec``: the errors to send syndromes of (sent in turn); None: echo requests of ``size``
-    bytes."""
+    bytes. The other keyword arguments are the ``peer`` keys (docs/configuration.md:
+    ``**self.kwargs("peer")`` or Python), validated as RoceTransceiverOp's are."""
 
     def __init__(
         self,
@@ -60,22 +63,17 @@ class RoundTripPeerOp(Operator):
         *args: Any,
         transceiver_op: RoceTransceiverOp,
         count: int,
-        size: int = 32,
-        window: int = 1,
-        rate: float | None = None,
-        chunk: int = 1000,
-        link: str = "loopback",
-        timeout_s: float = 1.0,
-        seed: int = 1,
         qec: ErrorSample | None = None,
         progress_s: float = 0.0,
         namespace: VethNamespace | None = None,
-        **kwargs: Any,
+        **params: Any,
     ) -> None:
+        p, holoscan = operator_parameters(fragment, PEER, params, "RoundTripPeerOp")
         self.transceiver_op = transceiver_op
         self.namespace = namespace
-        self.count, self.size, self.window, self.rate = count, size, window, rate
-        self.chunk, self.link_kind, self.timeout_s, self.seed = chunk, link, timeout_s, seed
+        self.count, self.size, self.window, self.rate = count, p["size"], p["window"], p["rate"]
+        self.chunk, self.link_kind = p["chunk"], p["link"]
+        self.timeout_s, self.seed = p["timeout_s"], p["seed"]
         self.qec = qec
         self.progress = Progress("round trips", count, progress_s)
         self.sent = self.received = self.wrong = 0
@@ -84,7 +82,7 @@ class RoundTripPeerOp(Operator):
         self._peer: QpuPeer | None = None
         self._fail: np.ndarray | None = None
         self._fail_reference: np.ndarray | None = None
-        super().__init__(fragment, *args, **kwargs)
+        super().__init__(fragment, *args, **holoscan)
 
     def setup(self, spec: OperatorSpec) -> None:
         spec.output("results")
@@ -179,7 +177,9 @@ class RoundTripPeerOp(Operator):
 
 class SensorPeerOp(Operator):
     """``count`` frames of ``frame_bytes`` (a counting pattern, different per frame) in steps
-    of ``chunk``, at ``rate`` frames/s (None: as fast as the link takes them)."""
+    of ``chunk``, at ``rate`` frames/s (None: as fast as the link takes them), with the faults
+    ``loss``, ``reorder``, ``duplicate``, ``corrupt``: the ``peer`` keys, validated as
+    RoceTransceiverOp's are (``**self.kwargs("peer")`` or Python)."""
 
     def __init__(
         self,
@@ -187,22 +187,17 @@ class SensorPeerOp(Operator):
         *args: Any,
         transceiver_op: RoceTransceiverOp,
         count: int,
-        frame_bytes: int,
-        payload: int = 1024,
-        rate: float | None = None,
-        chunk: int = 16,
-        link: str = "loopback",
-        faults: Faults | None = None,
-        seed: int = 1,
         progress_s: float = 0.0,
         namespace: VethNamespace | None = None,
-        **kwargs: Any,
+        **params: Any,
     ) -> None:
+        p, holoscan = operator_parameters(fragment, PEER, params, "SensorPeerOp")
         self.transceiver_op = transceiver_op
         self.namespace = namespace
-        self.count, self.frame_bytes, self.payload = count, frame_bytes, payload
-        self.rate, self.chunk, self.link_kind = rate, chunk, link
-        self.faults, self.seed = faults or Faults(), seed
+        self.count, self.frame_bytes, self.payload = count, p["frame_bytes"], p["payload"]
+        self.rate, self.chunk, self.link_kind = p["rate"], p["chunk"], p["link"]
+        self.faults = Faults(p["loss"], p["reorder"], p["duplicate"], p["corrupt"])
+        self.seed = p["seed"]
         self.progress = Progress("frames", count, progress_s)
         self.sent = 0  # frames whose packets went out
         self.made = 0  # frames built and announced on ``sent``
@@ -211,7 +206,7 @@ class SensorPeerOp(Operator):
         self._link: Link | None = None
         self._sensor: Sensor | None = None
         self._next_at = 0.0
-        super().__init__(fragment, *args, **kwargs)
+        super().__init__(fragment, *args, **holoscan)
 
     def setup(self, spec: OperatorSpec) -> None:
         spec.output("sent")

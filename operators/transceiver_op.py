@@ -40,16 +40,20 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
 
-from roce_transceiver.config import load_config
+from roce_transceiver.config import ConfigError, load_config
 from roce_transceiver.frames import Frame
+from roce_transceiver.operators.app_config import OPERATOR, ROCE_OP
+from roce_transceiver.operators.params import locate, validated
+from roce_transceiver.schema import validate
 from roce_transceiver.transceiver import Completion, Transceiver, TransceiverError
 
-__all__ = ["RoceTransceiverOp"]
+__all__ = ["RoceTransceiverOp", "roce_parameters"]
 
 log = logging.getLogger(__name__)
 
@@ -108,25 +112,29 @@ def frame_tensor_source(frame: Frame) -> Any:
 
 
 class RoceTransceiverOp(Operator):
-    """Owns a Transceiver configured by ``transceiver`` (a mapping or a YAML path, validated
-    here: errors name the key); see the module docstring for the ports."""
+    """Owns a Transceiver; see the module docstring for the ports.
+
+    Keyword arguments, as Holoscan gives them (``**self.kwargs("roce")`` after
+    ``app.config(file)``) or as Python: ``transceiver``, the Transceiver's configuration (a
+    mapping of its keys or a YAML path; None: every default), and ``stats_period_s``,
+    ``idle_wait_s``, ``max_messages``, ``drain_timeout_s`` (docs/configuration.md, the
+    ``operator`` keys). They are validated here, at compose time: a bad one is a
+    ``ConfigError`` naming the key, and the file and line when the values are a section of the
+    fragment's config file (operators/params.py)."""
 
     def __init__(
         self,
         fragment: Fragment,
         *args: Any,
         transceiver: Mapping[str, Any] | str | None = None,
-        stats_period_s: float = 1.0,
-        idle_wait_s: float = 0.001,
-        max_messages: int = 1024,
-        drain_timeout_s: float = 5.0,
-        **kwargs: Any,
+        **params: Any,
     ) -> None:
-        self.config = load_config(transceiver)  # errors at compose time, not mid-run
-        self.stats_period_s = stats_period_s
-        self.idle_wait_s = idle_wait_s
-        self.max_messages = max_messages
-        self.drain_timeout_s = drain_timeout_s
+        name = params.pop("name", None)
+        self.config, op = roce_parameters(fragment, transceiver, params, name)
+        self.stats_period_s: float = op["stats_period_s"]
+        self.idle_wait_s: float = op["idle_wait_s"]
+        self.max_messages: int = op["max_messages"]
+        self.drain_timeout_s: float = op["drain_timeout_s"]
         self.transceiver: Transceiver | None = None
         self.hsb: Any = None  # the bridge's session (hsb.bridge set), while running
         self.executor: str | None = None  # what runs the loop, once started
@@ -137,7 +145,7 @@ class RoceTransceiverOp(Operator):
         self._drain_deadline = 0.0
         self._next_stats = 0.0
         self._frames: deque[Frame] = deque()
-        super().__init__(fragment, *args, **kwargs)
+        super().__init__(fragment, *args, **({"name": name} if name is not None else {}))
 
     def setup(self, spec: OperatorSpec) -> None:
         spec.input("tx").condition(ConditionType.NONE)
@@ -263,3 +271,39 @@ class RoceTransceiverOp(Operator):
                 data = np.asarray(item).tobytes()
             t.send(data)
             self.emitted["tx"] += 1
+
+
+def roce_parameters(
+    fragment: Any,
+    transceiver: Mapping[str, Any] | str | None,
+    params: Mapping[str, Any],
+    name: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """RoceTransceiverOp's keyword arguments validated: ``(transceiver config, operator
+    keys)``. Where they are one section of the fragment's file (``roce: {transceiver: ...,
+    max_messages: ...}``), errors name its keys and lines; else the transceiver's and the
+    operator keys are each looked for as a section of their own (the project's apps:
+    ``transceiver:`` and ``operator:``), and what is no section is named by the operator."""
+    what = f"RoceTransceiverOp {name!r}" if name else "RoceTransceiverOp"
+    whole = {**params, "transceiver": transceiver} if transceiver is not None else dict(params)
+    where = locate(fragment, whole, name)
+    if where is not None:
+        op = validate(ROCE_OP, where.data, prefix=where.prefix, source=where.source)
+        t = op.pop("transceiver")
+        if isinstance(t, Mapping):
+            return load_config(t, origin=where.source, prefix=f"{where.prefix}transceiver."), op
+        return load_config(t), op
+    op, _ = validated(fragment, OPERATOR, params, name=name, what=what)
+    if transceiver is None or isinstance(transceiver, (str, Path)):
+        return load_config(transceiver), op
+    if not isinstance(transceiver, Mapping):
+        raise ConfigError(
+            f"must be a mapping of the Transceiver's keys or a YAML path, not "
+            f"{type(transceiver).__name__}",
+            key="transceiver",
+            source=what,
+        )
+    section = locate(fragment, transceiver)
+    if section is not None:
+        return load_config(section.data, origin=section.source, prefix=section.prefix), op
+    return load_config(dict(transceiver), origin=what, prefix="transceiver."), op
