@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import zlib
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,3 +37,22 @@ def test_combine_of_32_slices_equals_zlib_like_a_warp() -> None:
 def test_combine_with_long_second_piece_uses_high_powers() -> None:
     b = bytes(70000)
     assert _core.crc32_combine(0x12345678, zlib.crc32(b), len(b)) == zlib.crc32(b, 0x12345678)
+
+
+@pytest.mark.parametrize("table", [False, True], ids=["shifts", "table"])
+@pytest.mark.parametrize("n", [0, 1, 4, 12, 16, 64, 500, 512, 1024, 4096, 4100, 65536])
+def test_zeros_move_a_raw_register_as_zlib_does(n: int, table: bool) -> None:
+    """raw(A || n zero bytes) from raw(A), the register started from zero and not inverted:
+    what folding a packet's CRC into its page's needs (engine/frames.h)."""
+    a = bytes(range(37)) * 3
+
+    def raw(data: bytes) -> int:
+        # zlib's CRC started from a zero register, without the final inversion.
+        crc = 0
+        for byte in data:
+            crc ^= byte
+            for _ in range(8):
+                crc = (crc >> 1) ^ 0xEDB88320 if crc & 1 else crc >> 1
+        return crc
+
+    assert _core.crc32_zeros(raw(a), n, table) == raw(a + bytes(n))

@@ -391,6 +391,17 @@ void register_protocol(pybind11::module_& m) {
   m.def("crc32_impl", &crc32_host_impl);
   m.def("crc32_combine", &crc32_combine, pybind11::arg("crc_a"), pybind11::arg("crc_b"),
         pybind11::arg("len_b"), "CRC of A||B from crc(A), crc(B), len(B) (the warp ICRC's math).");
+  m.def(
+      "crc32_zeros",
+      [](uint32_t raw, uint64_t n, bool table) {
+        if (!table) return crc32_zeros(detail::crc32_tables(), raw, n);
+        Crc32ZerosTable z;
+        crc32_zeros_table(z, n);
+        return crc32_zeros_by(z, raw);
+      },
+      pybind11::arg("raw"), pybind11::arg("n"), pybind11::arg("table") = false,
+      "A raw CRC register after n zero bytes, by table shifts (or a table for n), as a "
+      "frames page's CRC is folded from its packets'.");
   m.def("psn_add", &psn_add);
   m.def("psn_diff", &psn_diff);
   m.def("psn_before", &psn_before);

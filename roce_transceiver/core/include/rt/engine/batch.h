@@ -79,6 +79,10 @@ struct Batch {
   uint32_t crc_start;
   uint64_t start_n;  // a folded page CRC's zlib start, for the last length it saw
   uint32_t start_crc;
+  // Commit: page CRCs folded by the stream's packet size (the size of the last two runs'
+  // first packets, when they agree).
+  Crc32ZerosTable fold;
+  uint64_t fold_seen;
   uint64_t run_bytes;  // the last stream run's payload bytes (commit)
   // Commit: the span of the bytes the batch's noted placements write (execute
   // writes them all at once, in no order).
@@ -116,6 +120,8 @@ RT_HD inline void batch_init(Batch& b, uint32_t depth, uint8_t* staging, uint32_
   b.done = 0;
   b.crc_n = ~uint64_t(0);
   b.start_n = ~uint64_t(0);
+  b.fold.n = ~uint64_t(0);
+  b.fold_seen = ~uint64_t(0);
   for (uint64_t& c : b.cycles) c = 0;
   b.batches = 0;
   b.batch_frames = 0;
@@ -255,6 +261,11 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
   FrameState& fs = st.frames;
   const BatchSlot& head = b.slot[q & (b.depth - 1)];
   const bool opens = !fs.open || fs.page != head.stream.page;
+  // The table for the stream's packet size, once two runs in a row begin with it (a frame's
+  // shorter last packet does not make one).
+  if (head.stream.len != b.fold.n && head.stream.len == b.fold_seen && head.pay_raw_ok)
+    crc32_zeros_table(b.fold, head.stream.len);
+  b.fold_seen = head.stream.len;
   if (opens) {  // as frames_write() would: the packet that opens it counts as its first
     if (fs.open) close_incomplete(d.frames, st);
     open_frame(d.frames, st, head.stream.psn, head.stream.page, head.stream.offset, head.stream.len,
@@ -274,7 +285,7 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
     const BatchSlot& s = b.slot[(q + k) & (b.depth - 1)];
     const StreamWrite& w = s.stream;
     if (k && psn_diff_sensor(w.psn, fs.psn_first) < 0) break;
-    fold_page_crc(fs, w.offset, w.len, s.pay_raw, s.pay_raw_ok);
+    fold_page_crc(fs, w.offset, w.len, s.pay_raw, s.pay_raw_ok, &b.fold);
     if (w.len) {
       const uintptr_t at = reinterpret_cast<uintptr_t>(w.dst);
       ascending = ascending && at >= hi;

@@ -95,7 +95,6 @@ struct FrameState {
   // page[0, crc_len), while every data byte placed so far came in order from 0.
   uint64_t crc_len;
   uint32_t crc_raw;
-  uint32_t crc_fold_n, crc_fold_shift;  // x^(8 n) for the last length folded (n bytes)
   bool crc_valid;
   // The end of the frame, set by the leader, finished by the team (CRC).
   bool pending;
@@ -115,18 +114,17 @@ RT_HD inline void set_page_busy(FrameState& s, uint32_t page, bool busy) {
 // CRC register (`raw`; `raw_ok` false: not known) folds into the page's when they
 // go on from the bytes before; anything else (a gap, a byte written twice, data
 // whose register is not known) leaves the page's CRC to be read from the page.
+// `z`: a table for the stream's packet size, used when it is this one's.
 RT_HD inline void fold_page_crc(FrameState& fs, uint32_t offset, uint32_t len, uint32_t raw,
-                                bool raw_ok) {
+                                bool raw_ok, const Crc32ZerosTable* z = nullptr) {
   if (!fs.crc_valid || !len) return;
   if (!raw_ok || offset != fs.crc_len) {
     fs.crc_valid = false;
     return;
   }
-  if (fs.crc_fold_n != len) {  // a stream's packets are one size: worked out once
-    fs.crc_fold_n = len;
-    fs.crc_fold_shift = crc32_x8n(len);
-  }
-  fs.crc_raw = crc32_mulmod(fs.crc_fold_shift, fs.crc_raw) ^ raw;
+  const uint32_t moved = z && z->n == len ? crc32_zeros_by(*z, fs.crc_raw)
+                                          : crc32_zeros(detail::crc32_tables(), fs.crc_raw, len);
+  fs.crc_raw = moved ^ raw;
   fs.crc_len += len;
 }
 
