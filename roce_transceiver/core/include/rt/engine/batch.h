@@ -285,7 +285,6 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
     const BatchSlot& s = b.slot[(q + k) & (b.depth - 1)];
     const StreamWrite& w = s.stream;
     if (k && psn_diff_sensor(w.psn, fs.psn_first) < 0) break;
-    fold_page_crc(fs, w.offset, w.len, s.pay_raw, s.pay_raw_ok, &b.fold);
     if (w.len) {
       const uintptr_t at = reinterpret_cast<uintptr_t>(w.dst);
       ascending = ascending && at >= hi;
@@ -308,6 +307,26 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
       const StreamWrite& w = b.slot[(q + i) & (b.depth - 1)].stream;
       order_placement(b, first, q + i, w.dst, w.len);
     }
+  }
+  // The run's payload CRCs into the page's, in order, the register kept in a register:
+  // the only chain from packet to packet is its four table lookups.
+  if (fs.crc_valid) {
+    uint32_t raw = fs.crc_raw;
+    uint64_t at = fs.crc_len;
+    bool valid = true;
+    for (uint32_t i = 0; i < k && valid; ++i) {
+      const BatchSlot& s = b.slot[(q + i) & (b.depth - 1)];
+      const uint32_t n = s.stream.len;
+      if (!n) continue;
+      valid = s.pay_raw_ok && s.stream.offset == at;
+      raw = (b.fold.n == n ? crc32_zeros_by(b.fold, raw)
+                           : crc32_zeros(detail::crc32_tables(), raw, n)) ^
+            s.pay_raw;
+      at += n;
+    }
+    fs.crc_raw = raw;
+    fs.crc_len = at;
+    fs.crc_valid = valid;
   }
   count(st.tally, Counter::kRxPackets, k);
   count(st.tally, Counter::kRxBytes, frame_bytes);
