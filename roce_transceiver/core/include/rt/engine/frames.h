@@ -29,6 +29,12 @@
 namespace rt {
 
 constexpr uint32_t kMaxPages = 4096;  // the immediate's 12-bit page
+// A frame whose first packet carries this much data or more has its page CRC folded
+// from its packets (fold_page_crc); a stream of smaller packets has its page read at
+// the end instead. On the H200 a fold costs a crew's commit ~350 SM cycles a packet,
+// a page read ~0.4 a byte: 64 B packets went from 1.38 to 1.08 Mpps with the fold, 4 KiB
+// ones from 13.4 to 15.2 Gb/s, 1 KiB ones 7.8 to 7.6 Gb/s.
+constexpr uint32_t kFoldMinBytes = 2048;
 // A frame number this far (or farther) past the last, modulo 2^16, went back: a restart.
 constexpr uint32_t kFrameNumberRestart = 0x8000;
 

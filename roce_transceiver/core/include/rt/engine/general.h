@@ -329,7 +329,7 @@ RT_HD inline void open_frame(const FramesDesc& fd, EngineState& st, uint32_t psn
   fs.meta = HsbMetadataFields{};
   fs.crc_len = 0;
   fs.crc_raw = 0;
-  fs.crc_valid = true;
+  fs.crc_valid = data_len >= kFoldMinBytes;
 }
 
 // The end of a frame arrived (its 0x2B): the account closes, the stream's
