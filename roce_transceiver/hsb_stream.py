@@ -296,13 +296,20 @@ def plan_for(
     *,
     mtu: int | None = None,
     source: str | None = None,
+    queue: int = 0,
 ) -> StreamPlan:
     """The stream the transceiver configured by ``cfg`` (a loaded config with ``hsb.bridge``
-    set) asks of its bridge. ``announcement``: what the bridge said of itself (data plane,
-    board); ``mtu``: the path MTU to the bridge, when known."""
+    set) asks of its bridge for its queue ``queue`` (queues.count: a stream a queue, each on
+    the queue's QP, qp.qpn + queue, and its share of the pages, from sensor hsb.sensor +
+    queue). ``announcement``: what the bridge said of itself (data plane, board); ``mtu``:
+    the path MTU to the bridge, when known."""
     h, fr = cfg["hsb"], cfg["frames"]
     if not h["bridge"]:
         raise HsbError("hsb.bridge is null: no bridge to program (listen --hsb IP sets it)")
+    queues = cfg["queues"]["count"]
+    if not 0 <= queue < queues:
+        raise HsbError(f"queue {queue}: the transceiver has {queues} (queues.count)")
+    pages = fr["pages"] // queues  # the queue's share (config.py: a multiple of count)
     board = announcement.board if announcement else DEFAULT_BOARD
     data_plane = h["data_plane"]
     if data_plane is None:
@@ -321,14 +328,14 @@ def plan_for(
     return StreamPlan(
         bridge=h["bridge"],
         control_port=h["control_port"],
-        channel=Channel(data_plane, h["sensor"], sifs),
+        channel=Channel(data_plane, h["sensor"] + queue, sifs),
         host_mac=host_mac(cfg, interface),
         host_ip=cfg["local"]["ip"],
-        qpn=cfg["qp"]["qpn"],
+        qpn=cfg["qp"]["qpn"] + (queue if cfg["queues"]["steer"] == "qp" else 0),
         rkey=fr["rkey"],
-        va=fr["va"],
+        va=fr["va"] + queue * pages * fr["page_bytes"],
         page_bytes=fr["page_bytes"],
-        pages=fr["pages"],
+        pages=pages,
         frame_bytes=h["frame_bytes"] or largest_frame(fr["page_bytes"]),
         packet_bytes=packet,
         block_requests=board[3],
@@ -350,6 +357,11 @@ def check_plan(cfg: dict[str, Any], plan: StreamPlan, *, path_mtu: int | None = 
         out.append(f"handler is {cfg['handler']!r}: a bridge's frames need handler: frames")
     if cfg["qp"]["transport"] != "UC":
         out.append("qp.transport is RC: a bridge sends UC RDMA WRITEs; set qp.transport: UC")
+    if cfg["queues"]["count"] > 1 and cfg["queues"]["steer"] != "qp":
+        out.append(
+            "queues.steer is udp_sport: a bridge sends every sensor's stream from one UDP "
+            "port, so they would all land in one queue; set queues.steer: qp (a QP a sensor)"
+        )
     try:
         v4 = ipaddress.ip_address(cfg["local"]["ip"]).version == 4
     except ValueError:
@@ -441,30 +453,33 @@ def check_plan(cfg: dict[str, Any], plan: StreamPlan, *, path_mtu: int | None = 
 
 
 def check_streams(plans: list[StreamPlan]) -> list[str]:
-    """Streams that would mix into one another: a QP or an rkey on one host used by two, or
-    one sensor of a bridge programmed by two."""
+    """Streams that would mix into one another: a QP on one host used by two, pages of one
+    rkey two write into, or one sensor of a bridge programmed by two."""
     out: list[str] = []
     seen_qp: dict[tuple[str, int], int] = {}
-    seen_rkey: dict[tuple[str, int], int] = {}
+    seen_pages: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
     seen_vp: dict[tuple[str, int, int], int] = {}
     for i, p in enumerate(plans):
         name = f"stream {i} ({p.bridge} sensor {p.channel.sensor})"
-        for seen, key, what, fix in (
-            (seen_qp, (p.host_ip, p.qpn), f"qp.qpn {p.qpn:#x}", "give each stream its own QP"),
-            (
-                seen_rkey,
-                (p.host_ip, p.rkey),
-                f"frames.rkey {p.rkey:#x}",
-                "give each stream's pages their own rkey",
-            ),
-        ):
-            if key in seen:
-                out.append(
-                    f"{name}: {what} on {p.host_ip} is stream {seen[key]}'s too: the bridge "
-                    f"would write both streams into one QP's pages; {fix}"
-                )
-            else:
-                seen[key] = i
+        qp = (p.host_ip, p.qpn)
+        if qp in seen_qp:
+            out.append(
+                f"{name}: qp.qpn {p.qpn:#x} on {p.host_ip} is stream {seen_qp[qp]}'s too: the "
+                "bridge would write both streams into one QP's pages; give each stream its own "
+                "QP (or its own queue: queues.count)"
+            )
+        else:
+            seen_qp[qp] = i
+        lo, hi = p.va, p.va + p.pages * p.page_bytes
+        others = seen_pages.setdefault((p.host_ip, p.rkey), [])
+        clash = next((j for a, b, j in others if lo < b and a < hi), None)
+        if clash is not None:
+            out.append(
+                f"{name}: its pages under frames.rkey {p.rkey:#x} on {p.host_ip} overlap stream "
+                f"{clash}'s: the bridge would write both streams into the same pages; give each "
+                "stream's pages their own rkey (or each stream its own queue: queues.count)"
+            )
+        others.append((lo, hi, i))
         vp = (p.bridge, p.channel.data_plane, p.channel.vp_index)
         if vp in seen_vp:
             out.append(

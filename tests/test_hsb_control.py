@@ -13,6 +13,7 @@ Oracles: the bridge's own registers and request log; HSB's user guide for the fo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import struct
@@ -36,7 +37,7 @@ from roce_transceiver.hsb_control import (
     find_bridge,
     parse_announcement,
 )
-from roce_transceiver.hsb_stream import Channel, check_plan, check_streams, plan_for
+from roce_transceiver.hsb_stream import Channel, HsbError, check_plan, check_streams, plan_for
 from roce_transceiver.peers.bridge import BRIDGE_UUID, BridgeFaults, SoftwareBridge
 
 BRIDGE_IP = "127.0.17.9"
@@ -287,6 +288,27 @@ def test_the_path_mtu_bounds_the_packet_and_the_default_fits_it() -> None:
     assert plan_for(loaded, mtu=1500).packet_bytes == 1408  # hololink's figure for 1500 too
 
 
+def test_each_queue_gets_a_stream_of_its_own_qp_pages_and_sensor() -> None:
+    """queues.count 4: queue q's plan is QP qpn + q, the q-th quarter of the pages, sensor
+    hsb.sensor + q; the four do not mix, and steering by UDP port is refused for a bridge."""
+    cfg = {**hsb_config(), "queues": {"count": 4}}
+    cfg["frames"] = {**cfg.get("frames", {}), "pages": 8}
+    loaded = load_config(cfg)
+    plans = [plan_for(loaded, queue=q) for q in range(4)]
+    fr = loaded["frames"]
+    assert [p.qpn for p in plans] == [loaded["qp"]["qpn"] + q for q in range(4)]
+    assert [p.pages for p in plans] == [2] * 4
+    assert [p.va for p in plans] == [fr["va"] + q * 2 * fr["page_bytes"] for q in range(4)]
+    assert [p.channel.sensor for p in plans] == [0, 1, 2, 3]
+    assert check_streams(plans) == [] and all(check_plan(loaded, p) == [] for p in plans)
+    overlapping = dataclasses.replace(plans[1], qpn=0x99, va=plans[1].va + 1)
+    assert any("overlap stream" in p for p in check_streams([plans[1], overlapping]))
+    with pytest.raises(HsbError, match="queue 4: the transceiver has 4"):
+        plan_for(loaded, queue=4)
+    by_port = load_config({**cfg, "queues": {"count": 4, "steer": "udp_sport"}})
+    assert any("set queues.steer: qp" in p for p in check_plan(by_port, plan_for(by_port)))
+
+
 def test_streams_that_would_mix_are_caught() -> None:
     a = plan_for(load_config(hsb_config()))
     b = plan_for(
@@ -308,7 +330,7 @@ def test_streams_that_would_mix_are_caught() -> None:
     same_rkey = plan_for(
         load_config({**hsb_config(sensor=1), "qp": {"transport": "UC", "qpn": 0x22}})
     )
-    assert any("frames.rkey" in p for p in check_streams([a, same_rkey]))
+    assert any("frames.rkey" in p and "overlap" in p for p in check_streams([a, same_rkey]))
     assert any("pick another hsb.sensor" in p for p in check_streams([a, a]))
     assert Channel(0, 1, 2).vp_address == 0x1080 and Channel(1, 0, 1).hif_address == 0x02010300
 
