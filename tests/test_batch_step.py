@@ -162,10 +162,15 @@ def test_a_page_crc_comes_from_its_packets_when_they_came_in_order(
     """In batches, a frame whose data came in order, every packet without pad, its first
     carrying 2 KiB or more, has its page CRC folded from the packets' own CRC pass
     (frames_crc_folded) instead of the page read again; a packet with pad (a frame of 1 023
-    bytes), a small first packet (700 and 64 bytes) or a record appended to the data leave
-    the page to be read. Every way, each frame's CRC is zlib's of what was sent."""
-    sizes = [4096, 3000, 8192, 700, 1023, 5000, 2048, 64]
-    foldable = sum(1 for n in sizes if n % 4 == 0 and n >= 2048) if record == "separate" else 0
+    bytes), a small first packet (700 and 64 bytes), a later one under 256 bytes (2 148 = 2 048
+    + 100) or a record appended to the data leave the page to be read. Every way, each
+    frame's CRC is zlib's of what was sent."""
+    sizes = [4096, 3000, 8192, 700, 1023, 5000, 2048, 64, 2148]
+
+    def folds(n: int) -> bool:  # every packet pad-free, the first 2 KiB, none below 256 B
+        return n % 4 == 0 and n >= 2048 and (n % 2048 == 0 or n % 2048 >= 256)
+
+    foldable = sum(map(folds, sizes)) if record == "separate" else 0
     for shape in shapes(executor):
         queues = {"rx_depth": RING, "slot_bytes": 2304}  # 2 KiB, a record, the headers
         config = merged(frames_config(executor, True, pages=16), {"queues": queues})

@@ -388,7 +388,8 @@ RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, Bat
   bool pay_raw_ok = false;
   if (d.check_icrc && s.r.ok()) {
     const FrameView& f = s.r.frame;
-    const bool fold = d.handler.kind == HandlerKind::kFrames && f.pad == 0;
+    const bool fold = d.handler.kind == HandlerKind::kFrames && f.pad == 0 &&
+                      f.payload_len >= kFoldPacketMinBytes;
     if constexpr (Team::kLanes == 1) {
       icrc = icrc_ok(f) ? IcrcVerdict::kGood : IcrcVerdict::kBad;
       if (fold) pay_raw = crc32_raw_team(t, f.base + f.payload, f.payload_len);
