@@ -262,8 +262,8 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
   const BatchSlot& head = b.slot[q & (b.depth - 1)];
   const bool opens = !fs.open || fs.page != head.stream.page;
   // The table for the stream's packet size, once two runs in a row begin with it (a frame's
-  // shorter last packet does not make one).
-  if (head.stream.len != b.fold.n && head.stream.len == b.fold_seen && head.pay_raw_ok)
+  // shorter last packet does not make one); classify reads its size too.
+  if (head.stream.len != b.fold.n && head.stream.len == b.fold_seen)
     crc32_zeros_table(b.fold, head.stream.len);
   b.fold_seen = head.stream.len;
   if (opens) {  // as frames_write() would: the packet that opens it counts as its first
@@ -352,7 +352,7 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
 // saw) into `s`: read, decode, ICRC. Changes no engine state.
 template <Scope S, class Team>
 RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, BatchSlot& s,
-                           uint8_t* staging, uint64_t* prof) {
+                           uint8_t* staging, uint64_t* prof, bool tails) {
   const uint64_t c0 = crew_clock();
   const uint8_t* slot = d.rx.slot(seq);
   uint32_t len = 0;
@@ -388,7 +388,7 @@ RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, Bat
   bool pay_raw_ok = false;
   if (d.check_icrc && s.r.ok()) {
     const FrameView& f = s.r.frame;
-    const bool fold = d.handler.kind == HandlerKind::kFrames && f.pad == 0 &&
+    const bool fold = tails && d.handler.kind == HandlerKind::kFrames && f.pad == 0 &&
                       f.payload_len >= kFoldPacketMinBytes;
     if constexpr (Team::kLanes == 1) {
       icrc = icrc_ok(f) ? IcrcVerdict::kGood : IcrcVerdict::kBad;
@@ -501,12 +501,14 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
     c.sync();
     return b.done;
   }
-  // classify what is new
+  // classify what is new; the payloads' CRCs too (for the pages' CRCs) unless the stream's
+  // packets are known to be too small for a frame to be folded (kFoldMinBytes)
+  const bool tails = b.fold.n == ~uint64_t(0) || b.fold.n >= kFoldMinBytes;
   const uint32_t fresh = b.classified;
   for (uint32_t q = fresh + c.team_index(); q - fresh < ready - fresh; q += c.teams()) {
     const uint32_t i = q & (b.depth - 1);
     classify<S>(t, d, q, b.slot[i], b.staging ? b.staging + size_t(i) * d.rx.slot_bytes : nullptr,
-                c.team_index() == 0 ? b.classify_cycles : nullptr);
+                c.team_index() == 0 ? b.classify_cycles : nullptr, tails);
   }
   c.sync();
   const uint64_t t1 = crew_clock();
