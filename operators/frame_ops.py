@@ -22,7 +22,7 @@ from roce_transceiver.operators.params import operator_parameters
 from roce_transceiver.operators.tensors import on_device, to_host
 from roce_transceiver.peers.sensor import SentFrame
 
-__all__ = ["FrameCheckerOp", "FrameStatisticOp"]
+__all__ = ["FRAME_RECORD", "FrameCheckerOp", "FramePackOp", "FrameStatisticOp", "FrameUnpackOp"]
 
 # Steps of sensor records the checker can be behind by; the sensor waits beyond (policy 2:
 # a full queue is an error, never a silent drop).
@@ -164,3 +164,84 @@ class FrameStatisticOp(Operator):
             mean = float(np.asarray(tensor).mean(dtype=np.float64))
         self.frames += 1
         self.means.append(mean)
+
+
+#: The frame record carried across a fragment boundary, in this order, as one int64 tensor
+#: (RoceTransceiverOp's metadata keys; booleans as 0/1; a frame without a metadata record has
+#: metadata_crc -1).
+FRAME_RECORD = (
+    "frame_number",
+    "page",
+    "bytes",
+    "crc32",
+    "metadata_crc",
+    "crc_ok",
+    "crc_checked",
+    "bytes_ok",
+    "page_match",
+    "psn_first",
+    "psn_last",
+    "packets",
+    "packets_lost",
+    "ptp_s",
+    "ptp_ns",
+    "rx_first_ns",
+    "rx_last_ns",
+)
+_BOOLEAN = {"crc_ok", "crc_checked", "bytes_ok", "page_match"}
+
+
+class FramePackOp(Operator):
+    """A frame and its record as tensors: ``{"frame": tensor, "record": int64 tensor}``
+    (FRAME_RECORD), for a link that carries tensors and nothing else: the fragment boundary of
+    a distributed app (UCX). In ``frames`` (RoceTransceiverOp's), out ``frames``. The frame's
+    bytes are copied to the host, so that its page goes back to the ring at once, whatever
+    the link does with the message (and a remote fragment need not reach this GPU)."""
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.input("frames")
+        spec.output("frames")
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        from holoscan import as_tensor
+
+        message = op_input.receive("frames")
+        md = self.metadata
+        record = np.array(
+            [-1 if md[k] is None else int(md[k]) for k in FRAME_RECORD], dtype=np.int64
+        )
+        data = to_host(message["frame"]).copy()
+        del message  # the page's lease: released here, before the link holds anything
+        op_output.emit({"frame": as_tensor(data), "record": as_tensor(record)}, "frames")
+
+
+class FrameUnpackOp(Operator):
+    """The other end of :class:`FramePackOp`: ``{"frame": tensor}`` with the record back in the
+    operator's metadata, as RoceTransceiverOp emits it, so that FrameCheckerOp and
+    FrameStatisticOp run unchanged after the boundary. In ``frames``, out ``frames``."""
+
+    def __init__(self, fragment: Fragment, *args: Any, **kwargs: Any) -> None:
+        super().__init__(fragment, *args, **kwargs)
+        from holoscan.core import MetadataPolicy
+
+        # The record is the truth: metadata the link may carry as well is replaced by it.
+        self.metadata_policy = MetadataPolicy.UPDATE
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.input("frames")
+        spec.output("frames")
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        message = op_input.receive("frames")
+        record = np.asarray(message["record"])
+        if record.shape != (len(FRAME_RECORD),):
+            raise ValueError(
+                f"{self.name}: a frame record of shape {record.shape}, not "
+                f"({len(FRAME_RECORD)},): not FramePackOp's"
+            )
+        for key, value in zip(FRAME_RECORD, record.tolist(), strict=True):
+            if key in _BOOLEAN:
+                self.metadata[key] = bool(value)
+            else:
+                self.metadata[key] = None if key == "metadata_crc" and value < 0 else value
+        op_output.emit({"frame": message["frame"]}, "frames")
