@@ -1,16 +1,19 @@
 """The sensor stream across Holoscan's distributed runtime: two fragments connected over UCX.
 
     fragment ingest (the node with the NIC):
-        sensor peer --sent-------------------------------------------> frame checker
+        sensor peer --sent--> pack
         roce (RoceTransceiverOp, frames handler) --frames--> pack --frames--> (UCX)
     fragment process (wherever it fits):
-        unpack --frames--> frame checker (CRC vs metadata, packets lost, bytes, gaps)
-               --frames--> frame statistic
+        (UCX) --frames--> unpack --frames, sent--> frame checker (CRC vs record, packets
+                                                   lost, bytes, gaps)
+                                 --frames--------> frame statistic
 
 Frames cross the boundary as tensors: the frame's bytes and its record (frame number, CRC,
-packets lost, PSNs, timestamps) as an int64 tensor (FramePackOp); the process side puts the
-record back in the metadata (FrameUnpackOp), so the checker and the statistic are the
-sensor_stream app's. Run with no Holoscan option, both fragments run in this process (still
+packets lost, PSNs, timestamps) as an int64 tensor, and the sensor's records of the frames it
+announced since (frame number, page, loss, content) as an int64 and a uint8 tensor, in the
+same message (FramePackOp: one link keeps the sensor's record ahead of its frame). The process
+side puts the record back in the metadata (FrameUnpackOp), so the checker and the statistic are
+the sensor_stream app's. Run with no Holoscan option, both fragments run in this process (still
 connected through UCX); ``--driver --worker --fragments ingest`` on one node and ``--worker
 --fragments process --address DRIVER:PORT`` on another place them (docs/deployment.md). Each
 process writes ``sensor_stream_distributed_<fragment>.json`` for the fragments it ran.
@@ -62,10 +65,7 @@ DEFAULTS: dict[str, Any] = {
         "qp": {"transport": "UC"},
         "frames": {"pages": 16, "page_bytes": 131072, "metadata": True},
     },
-    # The sensor's records cross the boundary as pickled Python objects, in Holoscan's UCX
-    # serialization buffer (127 KiB unless HOLOSCAN_UCX_SERIALIZATION_BUFFER_SIZE says more):
-    # 16 KiB frames fit with their packets.
-    "peer": {"link": "loopback", "frame_bytes": 16384, "payload": 1024, "chunk": 1},
+    "peer": {"link": "loopback", "frame_bytes": 65536, "payload": 1024, "chunk": 1},
 }
 
 #: The options Holoscan's distributed runtime reads (the rest are the app's); the flags take
@@ -89,8 +89,9 @@ class Ingest(Fragment):
             progress_s=app["progress_s"],
             **self.kwargs("peer"),
         )
-        self.add_operator(sensor)
-        self.add_flow(roce, FramePackOp(self, name="pack"), {("frames", "frames")})
+        pack = FramePackOp(self, name="pack")
+        self.add_flow(sensor, pack, {("sent", "sent")})
+        self.add_flow(roce, pack, {("frames", "frames")})
         self.add_flow(roce, StatsSinkOp(self, name="stats"), {("stats", "stats")})
 
 
@@ -101,7 +102,7 @@ class Process(Fragment):
         self.scheduler(make_scheduler(self, {"app": app_section(self)}))
         unpack = FrameUnpackOp(self, name="unpack")
         checker = FrameCheckerOp(self, name="frame_check", **self.kwargs("frame_check"))
-        self.add_flow(unpack, checker, {("frames", "frames")})
+        self.add_flow(unpack, checker, {("frames", "frames"), ("sent", "sent")})
         self.add_flow(
             unpack, FrameStatisticOp(self, name="frame_statistic"), {("frames", "frames")}
         )
@@ -114,7 +115,7 @@ class SensorStreamDistributedApp(Application):
         self.add_flow(
             ingest,
             process,
-            {("pack.frames", "unpack.frames"), ("sensor.sent", "frame_check.sent")},
+            {("pack.frames", "unpack.frames")},
         )
 
 
@@ -156,7 +157,12 @@ def fragment_report(name: str, ops: dict[str, Any], count: int) -> Report:
     c, st = ops["frame_check"], ops["frame_statistic"]
     report.rows["frames"] = f"{c.frames} of {c.sent_total} sent, {c.bytes:,} bytes"
     report.data.update(
-        frames=c.frames, exact=c.exact, sent=c.sent_total, bad=c.bad[:20], gaps=c.gaps[:20]
+        frames=c.frames,
+        exact=c.exact,
+        damaged_as_sent=c.damaged_as_sent,
+        sent=c.sent_total,
+        bad=c.bad[:20],
+        gaps=c.gaps[:20],
     )
     report.data["statistic_frames"] = st.frames
     report.check(
