@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: The applications ``roce-transceiver run`` knows, by ``app.name``.
-APPS = ("roundtrip_latency", "sensor_stream", "qec_loop")
+APPS = ("roundtrip_latency", "sensor_stream", "qec_loop", "sensor_stream_distributed")
 
 APP_SCHEMA = Section(
     "An application's file: the app, its transceiver, its operators.",
@@ -347,9 +347,12 @@ def _check_together(
         )
     if peer["payload"] % 4:
         raise fail(f"{peer['payload']}: must be a multiple of 4", "peer.payload")
-    want = {"roundtrip_latency": "echo", "qec_loop": "qec", "sensor_stream": "frames"}.get(
-        app or name or ""
-    )
+    want = {
+        "roundtrip_latency": "echo",
+        "qec_loop": "qec",
+        "sensor_stream": "frames",
+        "sensor_stream_distributed": "frames",
+    }.get(app or name or "")
     if want and t["handler"] != want:
         raise fail(
             f"{app or name} runs the {want!r} handler, not {t['handler']!r}", "transceiver.handler"

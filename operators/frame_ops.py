@@ -22,7 +22,16 @@ from roce_transceiver.operators.params import operator_parameters
 from roce_transceiver.operators.tensors import on_device, to_host
 from roce_transceiver.peers.sensor import SentFrame
 
-__all__ = ["FrameCheckerOp", "FrameStatisticOp"]
+__all__ = [
+    "FRAME_RECORD",
+    "SENT_RECORD",
+    "FrameCheckerOp",
+    "FramePackOp",
+    "FrameStatisticOp",
+    "FrameUnpackOp",
+    "sent_frames",
+    "sent_tensors",
+]
 
 # Steps of sensor records the checker can be behind by; the sensor waits beyond (policy 2:
 # a full queue is an error, never a silent drop).
@@ -164,3 +173,202 @@ class FrameStatisticOp(Operator):
             mean = float(np.asarray(tensor).mean(dtype=np.float64))
         self.frames += 1
         self.means.append(mean)
+
+
+#: The frame record carried across a fragment boundary, in this order, as one int64 tensor
+#: (RoceTransceiverOp's metadata keys; booleans as 0/1; a frame without a metadata record has
+#: metadata_crc -1).
+FRAME_RECORD = (
+    "frame_number",
+    "page",
+    "bytes",
+    "crc32",
+    "metadata_crc",
+    "crc_ok",
+    "crc_checked",
+    "bytes_ok",
+    "page_match",
+    "psn_first",
+    "psn_last",
+    "packets",
+    "packets_lost",
+    "ptp_s",
+    "ptp_ns",
+    "rx_first_ns",
+    "rx_last_ns",
+)
+_BOOLEAN = {"crc_ok", "crc_checked", "bytes_ok", "page_match"}
+
+#: A sensor record (SentFrame) across the boundary: one int64 row per frame, in this order;
+#: its content rides in ``sent_content``, the rows' contents end to end (``bytes`` each).
+#: The events (strings for a log) stay behind: no checker reads them.
+SENT_RECORD = (
+    "frame_number",
+    "page",
+    "bytes",
+    "lost",
+    "reordered",
+    "duplicated",
+    "corrupted",
+    "end_lost",
+)
+
+
+def _sent_row(s: SentFrame) -> tuple[int, ...]:
+    """``s`` as a SENT_RECORD row."""
+    counts = (s.lost, s.reordered, s.duplicated, s.corrupted, int(s.end_lost))
+    return (s.frame_number, s.page, len(s.content), *counts)
+
+
+def sent_tensors(sent: list[SentFrame]) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, content)``: SENT_RECORD rows of ``sent`` and their contents end to end."""
+    rows = np.array(
+        [_sent_row(s) for s in sent],
+        dtype=np.int64,
+    ).reshape(len(sent), len(SENT_RECORD))
+    content = np.frombuffer(bytearray(b"".join(s.content for s in sent)), dtype=np.uint8)
+    return rows, content  # over a bytearray: a tensor is exported writable
+
+
+def sent_frames(rows: np.ndarray, content: np.ndarray, where: str) -> list[SentFrame]:
+    """The other way: SentFrame records (no packets, no events) from sent_tensors' output;
+    ``where`` names the operator in the error a malformed pair raises."""
+    if rows.ndim != 2 or rows.shape[1] != len(SENT_RECORD):
+        raise ValueError(
+            f"{where}: sent records of shape {rows.shape}, not (n, {len(SENT_RECORD)})"
+        )
+    sizes = rows[:, 2]
+    if (sizes < 0).any() or int(sizes.sum()) != content.size:
+        raise ValueError(
+            f"{where}: sent records name {int(sizes.sum())} content bytes, {content.size} came"
+        )
+    out: list[SentFrame] = []
+    at = 0
+    for row in rows.tolist():
+        number, page, size, lost, reordered, duplicated, corrupted, end_lost = row
+        out.append(
+            SentFrame(
+                number,
+                page,
+                content[at : at + size].tobytes(),
+                [],
+                lost=lost,
+                reordered=reordered,
+                duplicated=duplicated,
+                corrupted=corrupted,
+                end_lost=bool(end_lost),
+            )
+        )
+        at += size
+    return out
+
+
+class FramePackOp(Operator):
+    """A frame and its record as tensors, for a link that carries tensors and nothing else:
+    the fragment boundary of a distributed app (UCX). In ``frames`` (RoceTransceiverOp's) and
+    ``sent`` (SensorPeerOp's, optional); out ``frames``: ``{"frame": uint8, "record": int64
+    (FRAME_RECORD)}``, and, when the sensor announced frames since the last one, ``"sent_record"``
+    (int64 rows, SENT_RECORD) and ``"sent_content"`` (uint8).
+
+    The sensor's records ride in the frames' messages, not on a link of their own: the sensor
+    announces a frame before its packets go, so its record is here before the frame is, and
+    one link keeps that order across the boundary (two would race, and the checker ticks on
+    frames). The frame's bytes are copied to the host, so that its page goes back to the ring
+    at once, whatever the link does with the message (and a remote fragment need not reach
+    this GPU). The record replaces the metadata on the wire: the operator's metadata is
+    cleared before it emits."""
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.input("frames")
+        spec.input("sent").connector(
+            IOSpec.ConnectorType.DOUBLE_BUFFER, capacity=_SENT_BACKLOG, policy=2
+        ).condition(ConditionType.NONE)
+        spec.output("frames")
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        from holoscan import as_tensor
+
+        sent: list[SentFrame] = []
+        while (step := op_input.receive("sent")) is not None:
+            sent.extend(step)
+        message = op_input.receive("frames")
+        md = self.metadata
+        missing = [k for k in FRAME_RECORD if k not in md]
+        if missing:
+            raise ValueError(
+                f"{self.name}: a frame without {', '.join(missing)} in its metadata "
+                "(RoceTransceiverOp's frames, with the fragment's metadata enabled)"
+            )
+        record = np.array(
+            [-1 if md[k] is None else int(md[k]) for k in FRAME_RECORD], dtype=np.int64
+        )
+        md.clear()
+        data = to_host(message["frame"]).copy()
+        del message  # the page's lease: released here, before the link holds anything
+        out = {"frame": as_tensor(data), "record": as_tensor(record)}
+        if sent:  # UCX cannot carry a tensor with a zero dimension
+            rows, content = sent_tensors(sent)
+            out["sent_record"] = as_tensor(rows)
+            out["sent_content"] = as_tensor(content)
+        op_output.emit(out, "frames")
+
+
+class FrameUnpackOp(Operator):
+    """The other end of :class:`FramePackOp`: out ``frames``, ``{"frame": tensor}`` with the
+    record back in the operator's metadata as RoceTransceiverOp emits it, and ``sent``, the
+    SentFrame list the message carried (when it carried one), so that FrameCheckerOp and
+    FrameStatisticOp run unchanged after the boundary. In ``frames``.
+
+    The frame is copied out of the received message: Holoscan 4.6 re-emitting a tensor that
+    UCX delivered hands the next operator a tensor whose shape is gone (dimensions read from
+    freed memory, measured here), and a host copy of one frame costs little beside the link.
+    """
+
+    def __init__(self, fragment: Fragment, *args: Any, **kwargs: Any) -> None:
+        super().__init__(fragment, *args, **kwargs)
+        from holoscan.core import MetadataPolicy
+
+        # The record is the truth: metadata the link may carry as well is replaced by it.
+        self.metadata_policy = MetadataPolicy.UPDATE
+
+    def setup(self, spec: OperatorSpec) -> None:
+        spec.input("frames")
+        spec.output("frames")
+        spec.output("sent")
+
+    def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        from holoscan import as_tensor
+
+        message = op_input.receive("frames")
+        if "frame" not in message or "record" not in message:
+            raise ValueError(
+                f"{self.name}: a message with {sorted(message)}, not FramePackOp's "
+                "'frame' and 'record'"
+            )
+        record = np.asarray(message["record"])
+        if record.shape != (len(FRAME_RECORD),):
+            raise ValueError(
+                f"{self.name}: a frame record of shape {record.shape}, not "
+                f"({len(FRAME_RECORD)},): not FramePackOp's"
+            )
+        if ("sent_record" in message) != ("sent_content" in message):
+            raise ValueError(f"{self.name}: sent_record and sent_content come together")
+        sent = (
+            sent_frames(
+                np.asarray(message["sent_record"]), np.asarray(message["sent_content"]), self.name
+            )
+            if "sent_record" in message
+            else []
+        )
+        frame = np.asarray(message["frame"]).copy()
+        # The sensor's records go out bare (a message takes the metadata as it is at emit):
+        # the checker receives them and the frame, and two copies of a key would clash.
+        self.metadata.clear()
+        if sent:
+            op_output.emit(sent, "sent")
+        for key, value in zip(FRAME_RECORD, record.tolist(), strict=True):
+            if key in _BOOLEAN:
+                self.metadata[key] = bool(value)
+            else:
+                self.metadata[key] = None if key == "metadata_crc" and value < 0 else value
+        op_output.emit({"frame": as_tensor(frame)}, "frames")

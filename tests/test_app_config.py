@@ -15,7 +15,7 @@ import pytest
 from app_helpers import ROOT, run_app
 from cli_helpers import CLI
 
-from roce_transceiver.operators.app_config import ConfigError, load_app_config
+from roce_transceiver.operators.app_config import APPS, ConfigError, load_app_config
 
 CONFIGS = ROOT / "configs"
 
@@ -68,7 +68,9 @@ def test_app_reading_anothers_file_is_an_error(tmp_path):
         load_app_config(path, app="sensor_stream")
 
 
-@pytest.mark.parametrize("name", ["roundtrip_latency", "sensor_stream", "qec_loop"])
+@pytest.mark.parametrize(
+    "name", ["roundtrip_latency", "sensor_stream", "qec_loop", "sensor_stream_distributed"]
+)
 def test_shipped_config_is_the_embedded_default(name):
     import importlib
 
@@ -80,7 +82,7 @@ def test_shipped_config_is_the_embedded_default(name):
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_config_validates(path):
     cfg = load_app_config(path)
-    assert cfg["app"]["name"] in ("roundtrip_latency", "sensor_stream", "qec_loop")
+    assert cfg["app"]["name"] in APPS
 
 
 def test_deployment_config_says_what_is_missing(tmp_path):
