@@ -229,6 +229,14 @@ SCHEMA = Section(
                     minimum=0,
                     maximum=16,
                 ),
+                "device": Field(
+                    int,
+                    0,
+                    "the GPU the loop runs on and keeps its memory on, as CUDA numbers the "
+                    "visible ones (CUDA_VISIBLE_DEVICES); one transceiver per GPU in a graph",
+                    minimum=0,
+                    maximum=63,
+                ),
             },
         ),
         "far_end": Field(
@@ -570,6 +578,8 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("the pages run past the end of the 64-bit address space", "frames.va")
     if cfg["executor"] == "cuda" and cfg["cpu_core"] is not None:
         raise fail("pins the cpu executor's thread; executor 'cuda' has none", "cpu_core")
+    if cfg["executor"] == "cpu" and cfg["cuda"]["device"]:
+        raise fail("the GPU of executor 'cuda'; executor 'cpu' runs on none", "cuda.device")
     queues = cfg["queues"]["count"]
     if cfg["handler"] == "frames" and cfg["frames"]["pages"] % queues:
         raise fail(
@@ -692,6 +702,7 @@ TO_CORE: dict[str, str] = {
     "socket.batch": "socket_batch",
     "cuda.epoch_us": "cuda_epoch_us",
     "cuda.epochs_in_flight": "cuda_epochs_in_flight",
+    "cuda.device": "cuda_device",
     "frames.pages": "frames_pages",
     "frames.page_bytes": "frames_page_bytes",
     "frames.metadata": "frames_metadata",

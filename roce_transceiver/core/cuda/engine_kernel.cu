@@ -291,6 +291,7 @@ struct EngineKernel::Impl {
   bool stopped = false;
   uint32_t batch_depth = 1;      // frames a crew's batch holds (1: no crew)
   uint32_t blocks = 0;           // one a queue
+  int device = 0;                // the GPU it runs on: the relauncher's current device
   std::function<void()> launch;  // one epoch, on `stream`
 };
 
@@ -361,6 +362,8 @@ namespace {
 void relaunch_loop(EngineKernel::Impl& k, uint32_t in_flight) {
   std::vector<cudaEvent_t> done(in_flight);
   try {
+    // Its streams and kernels are that device's: a thread starts on device 0.
+    check_cuda(cudaSetDevice(k.device), "cudaSetDevice");
     for (cudaEvent_t& e : done)
       check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     uint64_t launched = 1;  // start() launched the first epoch
@@ -412,6 +415,7 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   Impl& k = *impl_;
   k.heartbeat = heartbeat_pinned;
   k.blocks = blocks;
+  check_cuda(cudaGetDevice(&k.device), "cudaGetDevice");
   const EngineDesc& desc = descs[0];  // every queue's rings have the same shape
   const size_t staging = size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
   const uint64_t epoch_ns = uint64_t(opts.epoch_us) * 1000;

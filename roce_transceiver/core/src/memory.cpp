@@ -1,7 +1,9 @@
 #include "rt/host/memory.h"
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
@@ -15,16 +17,24 @@ namespace rt::host {
 namespace {
 
 #if defined(RT_WITH_CUDA)
-// Device memory is allocated, copied and freed on this stream with the
+// Device memory is allocated, copied and freed on its device's stream with the
 // stream-ordered allocator: cudaMalloc/cudaFree/cudaMemcpy may synchronise the
-// whole device, and would then wait forever for a persistent kernel.
-cudaStream_t memory_stream() {
-  static cudaStream_t stream = [] {
-    cudaStream_t s = nullptr;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    return s;
-  }();
-  return stream;
+// whole device, and would then wait forever for a persistent kernel. Called with
+// `device` current (a stream belongs to the device current when it is made).
+constexpr int kMaxGpus = 64;
+cudaStream_t memory_stream(int device) {
+  static std::mutex mu;
+  static std::array<cudaStream_t, kMaxGpus> streams{};
+  const std::lock_guard<std::mutex> lock(mu);
+  cudaStream_t& s = streams[size_t(device) % kMaxGpus];
+  if (!s) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  return s;
+}
+
+int current_device() {
+  int d = 0;
+  cudaGetDevice(&d);
+  return d;
 }
 
 void check(cudaError_t err, const char* what, size_t bytes) {
@@ -65,6 +75,7 @@ Buffer::Buffer(Placement where, size_t bytes) : where_(where), bytes_(bytes) {
       break;
     case Placement::kPinned:
 #if defined(RT_WITH_CUDA)
+      gpu_ = current_device();
       check(cudaHostAlloc(reinterpret_cast<void**>(&host_), n, cudaHostAllocMapped),
             "cudaHostAlloc", n);
       std::memset(host_, 0, n);
@@ -76,10 +87,11 @@ Buffer::Buffer(Placement where, size_t bytes) : where_(where), bytes_(bytes) {
       break;
     case Placement::kDevice:
 #if defined(RT_WITH_CUDA)
-      check(cudaMallocAsync(reinterpret_cast<void**>(&device_), n, memory_stream()),
+      gpu_ = current_device();
+      check(cudaMallocAsync(reinterpret_cast<void**>(&device_), n, memory_stream(gpu_)),
             "cudaMallocAsync", n);
-      check(cudaMemsetAsync(device_, 0, n, memory_stream()), "cudaMemsetAsync", n);
-      check(cudaStreamSynchronize(memory_stream()), "cudaStreamSynchronize(memory)", n);
+      check(cudaMemsetAsync(device_, 0, n, memory_stream(gpu_)), "cudaMemsetAsync", n);
+      check(cudaStreamSynchronize(memory_stream(gpu_)), "cudaStreamSynchronize(memory)", n);
 #else
       no_cuda(where);
 #endif
@@ -98,6 +110,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     bytes_ = std::exchange(other.bytes_, 0);
     host_ = std::exchange(other.host_, nullptr);
     device_ = std::exchange(other.device_, nullptr);
+    gpu_ = other.gpu_;
   }
   return *this;
 }
@@ -110,7 +123,10 @@ void Buffer::release() noexcept {
       if (host_) cudaFreeHost(host_);
       break;
     case Placement::kDevice:
-      if (device_) cudaFreeAsync(device_, memory_stream());
+      if (device_) {
+        const DeviceScope scope(gpu_);  // a frame's region may go last, on any thread
+        cudaFreeAsync(device_, memory_stream(gpu_));
+      }
       break;
 #else
     default: break;
@@ -129,9 +145,10 @@ void Buffer::write(size_t offset, const void* src, size_t n) {
     return;
   }
 #if defined(RT_WITH_CUDA)
-  check(cudaMemcpyAsync(device_ + offset, src, n, cudaMemcpyHostToDevice, memory_stream()),
+  const DeviceScope scope(gpu_);
+  check(cudaMemcpyAsync(device_ + offset, src, n, cudaMemcpyHostToDevice, memory_stream(gpu_)),
         "cudaMemcpyAsync to device", n);
-  check(cudaStreamSynchronize(memory_stream()), "cudaStreamSynchronize(memory)", n);
+  check(cudaStreamSynchronize(memory_stream(gpu_)), "cudaStreamSynchronize(memory)", n);
 #endif
 }
 
@@ -144,9 +161,49 @@ void Buffer::read(size_t offset, void* dst, size_t n) const {
     return;
   }
 #if defined(RT_WITH_CUDA)
-  check(cudaMemcpyAsync(dst, device_ + offset, n, cudaMemcpyDeviceToHost, memory_stream()),
+  const DeviceScope scope(gpu_);
+  check(cudaMemcpyAsync(dst, device_ + offset, n, cudaMemcpyDeviceToHost, memory_stream(gpu_)),
         "cudaMemcpyAsync from device", n);
-  check(cudaStreamSynchronize(memory_stream()), "cudaStreamSynchronize(memory)", n);
+  check(cudaStreamSynchronize(memory_stream(gpu_)), "cudaStreamSynchronize(memory)", n);
+#endif
+}
+
+DeviceScope::DeviceScope(int device) {
+#if defined(RT_WITH_CUDA)
+  if (cudaGetDevice(&previous_) != cudaSuccess) {
+    cudaGetLastError();
+    previous_ = -1;
+    return;
+  }
+  if (previous_ == device) {
+    previous_ = -1;  // nothing to put back
+    return;
+  }
+  if (cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    previous_ = -1;
+  }
+#else
+  static_cast<void>(device);
+#endif
+}
+
+DeviceScope::~DeviceScope() {
+#if defined(RT_WITH_CUDA)
+  if (previous_ >= 0) cudaSetDevice(previous_);
+#endif
+}
+
+int cuda_device_count() {
+#if defined(RT_WITH_CUDA)
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+#else
+  return 0;
 #endif
 }
 

@@ -75,6 +75,16 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   std::string why;
   if (on_gpu_ && !cuda_usable(&why))
     throw std::runtime_error("executor='cuda' cannot run here: " + why);
+  if (!on_gpu_ && c.cuda_device != 0)
+    throw std::invalid_argument("cuda_device=" + std::to_string(c.cuda_device) +
+                                ": the GPU of executor='cuda'; the cpu executor has none");
+  if (on_gpu_ && (c.cuda_device < 0 || c.cuda_device >= cuda_device_count()))
+    throw std::invalid_argument(
+        "cuda_device=" + std::to_string(c.cuda_device) + ": " +
+        std::to_string(cuda_device_count()) + " GPU(s) visible to this process (0 to " +
+        std::to_string(cuda_device_count() - 1) + "; CUDA_VISIBLE_DEVICES picks and numbers them)");
+  // Everything of ours on the GPU is made on our device (Buffer keeps its own).
+  const DeviceScope on_device(c.cuda_device);
   if (c.qp.transport != Transport::RC && c.qp.transport != Transport::UC)
     throw std::invalid_argument("qp.transport: must be RC or UC");
   if (c.slot_bytes < 128 || c.slot_bytes % 64 || c.slot_bytes > 65536)
@@ -252,6 +262,7 @@ TxRing Transceiver::tx_view(const HostQueue& q, bool far) const {
 
 void Transceiver::start() {
   require_open("start()");
+  const DeviceScope on_device(cfg_.cuda_device);  // the executor's streams and kernels
   if (started_) throw std::logic_error("start(): already started (a Transceiver starts once)");
   std::vector<EngineDesc> descs;
   for (uint32_t q = 0; q < queues_.size(); ++q) {
@@ -324,6 +335,7 @@ void Transceiver::wait_for_calls(double timeout_s) {
 
 void Transceiver::stop() {
   if (stopped_) return;
+  const DeviceScope on_device(cfg_.cuda_device);  // the executor's streams go with it
   closing_.store(true, std::memory_order_release);
   store_release<Scope::kSystem>(&far_stop_, 1);  // a CPU far end ends its run
   std::string nic_error;
@@ -587,6 +599,7 @@ std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
 
 FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   const CallGuard guard(*this, "run_far_end()");
+  const DeviceScope on_device(cfg_.cuda_device);  // a GPU far end runs beside the loop
   require_loopback("roundtrip()");
   if (!running()) throw std::logic_error("run_far_end(): start() the transceiver first");
   if (p.payload_len == 0 || p.payloads.empty() || p.payloads.size() % p.payload_len)

@@ -44,9 +44,27 @@ class Buffer {
   size_t bytes_ = 0;
   uint8_t* host_ = nullptr;
   uint8_t* device_ = nullptr;
+  int gpu_ = 0;  // pinned and device memory: the CUDA device current at allocation
+};
+
+// The calling thread's current CUDA device is `device` while this lives, then the one
+// before again (cudaSetDevice; nothing without CUDA). A transceiver on GPU N allocates,
+// launches and frees under one: memory, streams and kernels belong to the device current
+// when they were made.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
 };
 
 // True when this build has CUDA and the runtime sees a GPU; `why` says why not.
 bool cuda_usable(std::string* why);
+// GPUs the CUDA runtime sees (0 without CUDA).
+int cuda_device_count();
 
 }  // namespace rt::host

@@ -64,6 +64,7 @@ struct TransceiverConfig {
   uint32_t cuda_epoch_us = 10000;
   uint32_t cuda_epochs_in_flight = 2;
   uint32_t cuda_warps = 1;  // 1: one warp; more: a crew (engine/batch.h)
+  int cuda_device = 0;      // the GPU the cuda executor runs on, its memory there
 };
 
 // What a flat key holds where the member's type alone does not say it (the others: strings,
@@ -148,6 +149,7 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("cuda_epoch_us", c.cuda_epoch_us);
   key("cuda_epochs_in_flight", c.cuda_epochs_in_flight);
   key("cuda_warps", c.cuda_warps);
+  key("cuda_device", c.cuda_device);
 }
 
 // A completed message as the host reads it from the completion ring.
