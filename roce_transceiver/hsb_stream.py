@@ -555,17 +555,24 @@ class DataChannel:
 
 class HsbStream:
     """A session with one bridge for a transceiver configured by ``cfg``: ``open()`` finds
-    the bridge (``hsb.enumerate``), checks the stream, configures and starts it; ``close()``
-    stops and un-configures it, and raises HsbError if the bridge could not be reached to do
-    so (it may still be streaming at this host). A context manager: closes on any exit."""
+    the bridge (``hsb.enumerate``), checks the streams, configures and starts them (a sensor
+    a queue: queues.count > 1 streams sensors hsb.sensor, hsb.sensor + 1, ... into the queues,
+    plan_for); ``close()`` stops and un-configures them, and raises HsbError if the bridge
+    could not be reached to do so (it may still be streaming at this host). A context
+    manager: closes on any exit."""
 
     def __init__(self, cfg: dict[str, Any], *, source: str | None = None) -> None:
         self.cfg = cfg
         self.source = source
         self.announcement: Announcement | None = None
-        self.plan: StreamPlan | None = None
-        self.channel: DataChannel | None = None
+        self.plans: list[StreamPlan] = []
+        self.channels: list[DataChannel] = []
         self._ecb: Ecb | None = None
+
+    @property
+    def plan(self) -> StreamPlan | None:
+        """Queue 0's stream (the only one with one queue)."""
+        return self.plans[0] if self.plans else None
 
     @staticmethod
     def find(cfg: dict[str, Any]) -> Announcement | None:
@@ -576,6 +583,7 @@ class HsbStream:
         return find_bridge(h["bridge"], h["enumeration_timeout_s"], port=h["enumeration_port"])
 
     def open(self, announcement: Announcement | None = None) -> StreamPlan:
+        """Queue 0's plan; ``plans`` has every queue's."""
         h = self.cfg["hsb"]
         if not h["bridge"]:
             raise HsbError("hsb.bridge is null: no bridge to program (listen --hsb IP sets it)")
@@ -593,28 +601,37 @@ class HsbStream:
         self._ecb = ecb
         try:
             mtu = ecb.path_mtu()
-            plan = plan_for(self.cfg, self.announcement, mtu=mtu, source=self.source)
-            problems = check_plan(self.cfg, plan, path_mtu=mtu)
-            if problems:
-                raise HsbError(f"bridge {plan.bridge} not programmed: " + "; ".join(problems))
-            self.plan = plan
-            self.channel = DataChannel(ecb, plan)
-            version = self.channel.version()
+            plans = [
+                plan_for(self.cfg, self.announcement, mtu=mtu, source=self.source, queue=q)
+                for q in range(self.cfg["queues"]["count"])
+            ]
+            problems = [p for plan in plans for p in check_plan(self.cfg, plan, path_mtu=mtu)]
+            problems += check_streams(plans)
+            if problems:  # the same check fails for every queue's plan alike: said once
+                raise HsbError(
+                    f"bridge {plans[0].bridge} not programmed: "
+                    + "; ".join(dict.fromkeys(problems))
+                )
+            self.plans = plans
+            self.channels = [DataChannel(ecb, plan) for plan in plans]
+            version = self.channels[0].version()
             if version < MINIMUM_HSB_IP_VERSION:
                 raise HsbError(
-                    f"bridge {plan.bridge}: HSB IP version {version:#06x}, the registers "
+                    f"bridge {plans[0].bridge}: HSB IP version {version:#06x}, the registers "
                     f"written here are {MINIMUM_HSB_IP_VERSION:#06x}'s and later's: update "
                     "the bridge's FPGA image"
                 )
-            self.channel.configure()
-            self.channel.start()
+            for ch in self.channels:
+                ch.configure()
+            for ch in self.channels:
+                ch.start()
         except EcbError as e:
             self._abandon()
             raise HsbError(f"bridge {h['bridge']}: {e}") from None
         except BaseException:
             self._abandon()
             raise
-        return plan
+        return plans[0]
 
     def _abandon(self) -> None:
         """After a failed open: un-configure what was written, say so if that fails too."""
@@ -624,29 +641,37 @@ class HsbStream:
             log.error("%s", e)
 
     def stop(self) -> None:
-        """Stop the sensor (its VP_MASK bit), leaving it configured: what is in flight still
-        lands. HsbError if the bridge does not answer (``close()`` tries again)."""
-        if self.channel is not None and self.channel.configured:
-            try:
-                self.channel.stop()
-            except EcbError as e:
-                raise HsbError(f"bridge {self.channel.plan.bridge}: could not stop: {e}") from None
+        """Stop the sensors (their VP_MASK bits), leaving them configured: what is in flight
+        still lands. HsbError if the bridge does not answer (``close()`` tries again)."""
+        for ch in self.channels:
+            if ch.configured:
+                try:
+                    ch.stop()
+                except EcbError as e:
+                    raise HsbError(f"bridge {ch.plan.bridge}: could not stop: {e}") from None
 
     def close(self) -> None:
-        ch, self.channel = self.channel, None
+        """Un-configure every sensor, each tried even when one fails; the failures raised
+        together, each with the command that clears it by hand."""
+        channels, self.channels = self.channels, []
         ecb, self._ecb = self._ecb, None
+        failures: list[str] = []
         try:
-            if ch is not None and ch.configured:
+            for ch in channels:
+                if not ch.configured:
+                    continue
                 try:
                     ch.unconfigure()
                 except EcbError as e:
-                    raise HsbError(
+                    failures.append(
                         f"bridge {ch.plan.bridge}: could not un-configure sensor "
                         f"{ch.plan.channel.sensor} ({e}); it may still be streaming at "
                         f"{ch.plan.host_ip}: run roce-transceiver hsb write --bridge "
                         f"{ch.plan.bridge} {ch.plan.channel.hif_address + VP_MASK:#x} 0 "
                         "once it answers"
-                    ) from None
+                    )
+            if failures:
+                raise HsbError("; ".join(failures))
         finally:
             if ecb is not None:
                 ecb.close()

@@ -237,6 +237,34 @@ def test_two_sensors_stream_to_two_transceivers_one_qp_each(
     assert unconfigured(b, 0) and unconfigured(b, 2)
 
 
+def test_two_sensors_stream_into_two_queues_of_one_transceiver(
+    lo_bridge: tuple[SoftwareBridge, int],
+) -> None:
+    """queues.count 2: one session programs sensors 0 and 1, each into its queue's QP and
+    pages; every frame of each arrives on its queue, whole, as the bridge sent it."""
+    b, port = lo_bridge
+    cfg = host_config(b, port, bridge=BRIDGE_IP)
+    cfg["queues"] = {**cfg.get("queues", {}), "count": 2}
+    cfg["frames"] = {**cfg.get("frames", {}), "pages": 8}
+    loaded = load_config(cfg)
+    got: list[dict[int, int]] = [{}, {}]
+    with Transceiver(loaded) as t, HsbStream(loaded) as stream:
+        assert [p.qpn for p in stream.plans] == [0x11, 0x12]
+        deadline = time.monotonic() + 30
+        while min(len(g) for g in got) < 5 and time.monotonic() < deadline:
+            for f in t.frames(timeout=0.02):
+                assert f.ok, f.as_dict()
+                assert 4 * f.queue <= f.page < 4 * f.queue + 4  # its queue's pages
+                got[f.queue][f.frame_number] = f.crc32
+                f.release()
+    assert min(len(g) for g in got) >= 5, got
+    for g, vp, qpn in ((got[0], 0, 0x11), (got[1], 2, 0x12)):
+        sent = {f.frame_number: f.crc32 for f in b.sent[vp]}
+        assert g.items() <= sent.items()
+        assert {f.qpn for f in b.sent[vp]} == {qpn}
+    assert unconfigured(b, 0) and unconfigured(b, 2)
+
+
 @pytest.mark.netns
 def test_bridge_in_a_namespace_streams_to_listen_in_packet_mode(
     veth_namespace: tuple[str, str, str], tmp_path: Path

@@ -115,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
             "late_frames": late,
             "unconfigured": hsb_error is None,
         }
+        if len(stream.plans) > 1:  # a sensor a queue: queue 0's above, every one's here
+            summary["hsb"]["streams"] = [p.as_dict() for p in stream.plans]
     text = f"{seen} frames, {bad} bad, {dropped} dropped; {summary['counters']}"
     print(json.dumps(summary) if args.json else text)
     failed = capture_failed("listen", t) or hsb_error is not None
@@ -163,17 +165,19 @@ class _Opener:
 
     def _run(self) -> None:
         try:
-            plan = self.stream.open(self.stream.announcement)
+            self.stream.open(self.stream.announcement)
         except BaseException as e:  # handed to the main thread by check()
             self.error = e
             return
-        print(
-            f"hsb: {plan.bridge} sensor {plan.channel.sensor} (data plane "
-            f"{plan.channel.data_plane}) streaming to {plan.host_ip}:{plan.host_port} qp "
-            f"{plan.qpn:#x}, {plan.frame_bytes}-byte frames in {plan.packet_bytes}-byte packets",
-            file=sys.stderr,
-            flush=True,
-        )
+        for q, plan in enumerate(self.stream.plans):  # a sensor a queue
+            print(
+                f"hsb: {plan.bridge} sensor {plan.channel.sensor} (data plane "
+                f"{plan.channel.data_plane}) streaming to {plan.host_ip}:{plan.host_port} qp "
+                f"{plan.qpn:#x}{f' (queue {q})' if len(self.stream.plans) > 1 else ''}, "
+                f"{plan.frame_bytes}-byte frames in {plan.packet_bytes}-byte packets",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def check(self) -> None:
         """Raise what the programming failed with, once it has."""
