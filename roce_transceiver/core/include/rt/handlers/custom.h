@@ -73,6 +73,10 @@ struct CustomCall {
   uint32_t lanes;
 };
 
+// The same bytes for NVRTC, nvcc and the host compiler (LP64 everywhere): the
+// engine fills one CustomCall for code any of them compiled.
+static_assert(sizeof(CustomCall) == 80, "CustomCall's layout is the ABI (kCustomAbiVersion)");
+
 // The type of an entry. `check-handler` compiles the user's source against it,
 // so a function of another type is a compile error naming the entry.
 using CustomEntry = int (*)(const CustomCall&);
