@@ -1,5 +1,5 @@
 """The ``roce-transceiver`` command line: decode, craft, info, bench, echo, listen, peer, run,
-hsb, doctor, plot.
+hsb, doctor, plot, check-handler.
 
 Every failure the user can cause (bad arguments, a file that is not a pcap, a
 field out of range) is one line on stderr, ``roce-transceiver: error: ...``,
@@ -18,6 +18,7 @@ from roce_transceiver import __version__
 from roce_transceiver.commands import (
     CommandError,
     bench,
+    check_handler,
     craft,
     decode,
     doctor,
@@ -54,7 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (decode, craft, info, bench, echo, listen, peer, run, hsb, doctor, plot):
+    for command in (
+        decode,
+        craft,
+        info,
+        bench,
+        echo,
+        listen,
+        peer,
+        run,
+        hsb,
+        doctor,
+        plot,
+        check_handler,
+    ):
         command.register(sub)
     return parser
 

@@ -89,6 +89,9 @@ def test_the_wheel_installs_only_the_projects_name(wheel: Path) -> None:
         assert want and want <= set(names), sorted(want - set(names))
     assert any(n.startswith("roce_transceiver/_core") for n in names), "no compiled _core"
     assert not [n for n in names if n.startswith("roce_transceiver/core/")], "C++ sources"
+    # ... but the user-handler ABI's headers go in, for NVRTC (docs/handlers.md).
+    for header in ("rt/hd.h", "rt/handlers/reply.h", "rt/handlers/custom.h"):
+        assert f"roce_transceiver/include/{header}" in names, header
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import platform
 import sys
 from typing import Any
 
-from roce_transceiver import __version__, _core
+from roce_transceiver import __version__, _core, custom_handler
 from roce_transceiver.config import load_config
 
 __all__ = ["BACKENDS", "collect", "register", "run"]
@@ -49,6 +49,7 @@ def collect() -> dict[str, Any]:
             name: "available" if built else "not built yet" for name, built in BACKENDS.items()
         },
         "gpu_sharing": _gpu_sharing(),
+        "nvrtc": _nvrtc(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "python_executable": sys.executable,
         "platform": platform.platform(),
@@ -68,6 +69,12 @@ def _gpu_sharing() -> dict[str, Any]:
     else:
         graph = "allocations, copies, kernels loaded before start(); a load at first use waits"
     return {"epoch_us": epoch_us, "graph_may": graph}
+
+
+def _nvrtc() -> dict[str, Any]:
+    """Whether user handlers compile here (check-handler; docs/handlers.md)."""
+    status = custom_handler.nvrtc_status()
+    return {"available": status.available, "version": status.version, "reason": status.reason}
 
 
 def _cuda_version(encoded: int) -> str:
@@ -97,6 +104,11 @@ def _print_text(info: dict[str, Any]) -> None:
         print(f"  gpus        none visible{reason}")
     share = info["gpu_sharing"]
     print(f"  gpu share   cuda.epoch_us {share['epoch_us']}: a graph may run {share['graph_may']}")
+    nvrtc = info["nvrtc"]
+    if nvrtc["available"]:
+        print(f"  nvrtc       {nvrtc['version']}: user handlers compile (check-handler)")
+    else:
+        print(f"  nvrtc       not available: {nvrtc['reason']}")
     print(f"  crc32       {info['crc32_impl']}")
     g = info["gpunetio"]
     state = "device API built in" if g["built"] else "device API not built"

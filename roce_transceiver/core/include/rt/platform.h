@@ -16,30 +16,7 @@
 #endif
 
 #include "rt/device_clock.h"
-
-#if defined(__CUDACC__)
-#define RT_HD __host__ __device__
-#define RT_DEVICE __device__
-#else
-#define RT_HD
-#define RT_DEVICE
-#endif
-
-// True while compiling the device side of a .cu file. Branch on this only in
-// this header and in the few leaf helpers that must differ (tables, clocks).
-// For the loop's rare paths: kept out of line so the common path, inlined
-// into the persistent kernel, keeps its registers (no spills to local memory).
-#if defined(__CUDACC__)
-#define RT_COLD __noinline__
-#else
-#define RT_COLD __attribute__((noinline))
-#endif
-
-#if defined(__CUDA_ARCH__)
-#define RT_DEVICE_CODE 1
-#else
-#define RT_DEVICE_CODE 0
-#endif
+#include "rt/hd.h"
 
 namespace rt {
 

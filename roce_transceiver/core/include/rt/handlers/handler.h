@@ -11,6 +11,7 @@
 #pragma once
 
 #include "rt/handlers/qec.h"
+#include "rt/handlers/reply.h"
 #include "rt/platform.h"
 
 namespace rt {
@@ -34,9 +35,6 @@ struct Message {
   bool has_imm;
   uint8_t opcode;  // the opcode that completed the message
 };
-
-constexpr int kNoReply = -1;
-constexpr int kHandlerError = -2;
 
 // Returns the reply length (0 or more bytes written to `reply`), kNoReply, or
 // kHandlerError (counted by the engine).
