@@ -20,6 +20,7 @@ from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpe
 from roce_transceiver.operators.app_config import FRAME_CHECK
 from roce_transceiver.operators.params import operator_parameters
 from roce_transceiver.operators.tensors import on_device, to_host
+from roce_transceiver.operators.transceiver_op import FRAME_METADATA
 from roce_transceiver.peers.sensor import SentFrame
 
 __all__ = [
@@ -178,25 +179,7 @@ class FrameStatisticOp(Operator):
 #: The frame record carried across a fragment boundary, in this order, as one int64 tensor
 #: (RoceTransceiverOp's metadata keys; booleans as 0/1; a frame without a metadata record has
 #: metadata_crc -1).
-FRAME_RECORD = (
-    "frame_number",
-    "page",
-    "bytes",
-    "crc32",
-    "metadata_crc",
-    "crc_ok",
-    "crc_checked",
-    "bytes_ok",
-    "page_match",
-    "psn_first",
-    "psn_last",
-    "packets",
-    "packets_lost",
-    "ptp_s",
-    "ptp_ns",
-    "rx_first_ns",
-    "rx_last_ns",
-)
+FRAME_RECORD = FRAME_METADATA
 _BOOLEAN = {"crc_ok", "crc_checked", "bytes_ok", "page_match"}
 
 #: A sensor record (SentFrame) across the boundary: one int64 row per frame, in this order;

@@ -57,7 +57,9 @@ __all__ = ["RoceTransceiverOp", "roce_parameters"]
 
 log = logging.getLogger(__name__)
 
-_FRAME_METADATA = (
+#: The frame metadata keys a frame's tensor carries, in this order (the distributed app's
+#: record tensor keeps the same order, frame_ops.FRAME_RECORD).
+FRAME_METADATA = (
     "frame_number",
     "page",
     "bytes",
@@ -245,7 +247,7 @@ class RoceTransceiverOp(Operator):
     def _emit_frame(self, op_output: Any, frame: Frame) -> None:
         from holoscan import as_tensor
 
-        for key in _FRAME_METADATA:
+        for key in FRAME_METADATA:
             self.metadata[key] = getattr(frame, key)
         op_output.emit({"frame": as_tensor(frame_tensor_source(frame))}, "frames")
         self.emitted["frames"] += 1
