@@ -237,7 +237,6 @@ class Transceiver {
   std::vector<uint64_t> counters() const;
   std::vector<uint64_t> queue_counters(uint32_t queue) const;  // one queue's
   uint32_t queue_count() const { return uint32_t(queues_.size()); }
-  const Steering& steering() const { return steering_; }
   const TransceiverConfig& config() const { return cfg_; }
 
   // Queue a payload for queue 0's engine to SEND to its peer. False when the host
