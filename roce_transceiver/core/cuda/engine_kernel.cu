@@ -13,6 +13,7 @@
 
 #include "rt/cuda/engine_launch.h"
 #include "rt/engine/batch.h"
+#include "rt/protocol/icrc_words.h"
 
 namespace rt::cuda {
 namespace {
@@ -200,10 +201,11 @@ template <Scope S>
 __device__ void run_crew(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
                          EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns,
                          uint32_t depth) {
-  extern __shared__ __align__(16) uint8_t staging[];
+  extern __shared__ __align__(16) uint8_t dynamic_smem[];
   __shared__ EngineDesc d;
   __shared__ Staging stg;
   const uint32_t q = blockIdx.x;
+  uint8_t* staging = icrc_word_tables_to_shared(dynamic_smem);  // lone frames' express path
   if (threadIdx.x < 32) copy_words(WarpTeam{}, &d, &descs[q]);
   if (threadIdx.x == 0) stg = Staging{staging, staging + descs[q].rx.slot_bytes};
   __syncthreads();
@@ -215,9 +217,10 @@ __device__ void run_crew(const EngineDesc* descs, EngineState* states, KernelCon
 template <Scope S>
 __global__ void engine_kernel(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
                               EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns) {
-  extern __shared__ __align__(16) uint8_t staging[];
+  extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const uint32_t q = blockIdx.x;
   const EngineDesc d = descs[q];
+  uint8_t* staging = icrc_word_tables_to_shared(dynamic_smem);  // the express path's ICRCs
   Staging stg{staging, staging + d.rx.slot_bytes};
   run_epoch<S, false>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, 1);
 }
@@ -417,7 +420,8 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   k.blocks = blocks;
   check_cuda(cudaGetDevice(&k.device), "cudaGetDevice");
   const EngineDesc& desc = descs[0];  // every queue's rings have the same shape
-  const size_t staging = size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
+  // Dynamic shared memory: the express path's ICRC tables, then a frame in and a reply out.
+  const size_t staging = kIcrcWordSmemBytes + size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
   const uint64_t epoch_ns = uint64_t(opts.epoch_us) * 1000;
   KernelControl* ctl = k.ctl_device;
   EpochRecord* rec = k.rec;

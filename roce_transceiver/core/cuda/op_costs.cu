@@ -9,6 +9,7 @@
 #include "rt/bench/op_costs.h"
 #include "rt/engine/engine.h"
 #include "rt/protocol/icrc_warp.cuh"
+#include "rt/protocol/icrc_words.h"
 
 namespace rt::bench {
 namespace {
@@ -50,6 +51,10 @@ enum Op : int {
   kCopyOutTeam,
   kSubmitCounted,
   kCountOne,
+  kIcrcWords2,
+  // One express() step in place, between its own marks (express.h's ExpressPiece).
+  kInPlaceFirst,
+  kInPlaceWhole = kInPlaceFirst + engine_detail::kExpressPieces,
   kNumOps
 };
 
@@ -79,12 +84,22 @@ const char* const kOpNames[kNumOps] = {
     "express: icrc_team, warp",
     "express: reply template to staging, warp",
     "express: run_handler (reserve, echo), warp",
-    "express: patch_reply, lane 0",
+    "express: patch_reply_team, warp",
     "express: request + reply ICRCs together (icrc_team2), warp",
     "express: reply to the tx slot, warp",
     "express: submit_counted (doorbell), lane 0",
     "express: one count(), lane 0",
+    "express: request + reply ICRCs, a word a lane (icrc_words2), warp",
+    "express step in place: header compare",
+    "express step in place: handler",
+    "express step in place: reply header (template, patched)",
+    "express step in place: both ICRCs",
+    "express step in place: reply to the tx slot",
+    "express step in place: doorbell",
+    "express step in place: counters, completion, PSNs",
+    "express step in place: whole, arrive excluded",
 };
+static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == kNumOps, "a name an op");
 
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
@@ -96,11 +111,21 @@ void check(cudaError_t err, const char* what) {
 
 __device__ inline uint64_t cycles() { return sm_cycles(); }
 
+// express()'s marks as SM cycles, by lane 0 once the warp has converged.
+struct ClockMarks {
+  uint64_t* at;  // engine_detail::kExpressPieces stamps
+  __device__ void mark(uint32_t k) const {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) at[k] = cycles();
+  }
+};
+
 __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len, int repeats,
                                 uint32_t* dev_word, uint32_t* pinned_word, uint8_t* pinned_buf,
                                 uint64_t* out, uint64_t* span) {
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(16) uint8_t dynamic_smem[];
   crc32_tables_to_shared();
+  uint8_t* smem = icrc_word_tables_to_shared(dynamic_smem);
   uint8_t* f_in = smem;
   uint8_t* f_out = smem + kSlot;
   const uint32_t lane = threadIdx.x;
@@ -196,7 +221,7 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
   // The express path's pieces, one at a time, on the next request (whose
   // header the steps above taught the prediction).
   for (int rep = 0; rep < repeats; ++rep) {
-    uint64_t t[kNumOps - kArrive + 1];
+    uint64_t t[kCountOne - kArrive + 2];
     __syncwarp();
     t[0] = cycles();
     const engine_detail::Arrival a = engine_detail::arrive<Scope::kDevice>(team, d, st, &stg);
@@ -218,8 +243,7 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     __syncwarp();
     t[5] = cycles();
     uint32_t len = 0;
-    if (lane == 0 && r.frame) len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, true);
-    len = __shfl_sync(0xFFFFFFFFu, len, 0);
+    if (r.frame) len = patch_reply_team(team, st.pred, r.frame, uint32_t(r.n), st.send_psn);
     __syncwarp();
     t[6] = cycles();
     if (hit && len) {
@@ -229,6 +253,22 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
       uint32_t rx_icrc = 0, tx_icrc = 0;
       icrc_team2(team, a.frame, req.layout, f_out, l, &rx_icrc, &tx_icrc);
       sink += rx_icrc + tx_icrc;
+    }
+    __syncwarp();
+    t[7] = cycles();
+    if (hit && len) {
+      IcrcLayout l = st.pred.reply.layout;
+      l.end = len - kIcrcBytes;
+      l.masks = st.pred.reply.icrc_masks;
+      uint32_t rx_icrc = 0, tx_icrc = 0;
+      __syncwarp();
+      const uint64_t w0 = cycles();
+      if (icrc_words_fit(req.layout) && icrc_words_fit(l))
+        icrc_words2(team, a.frame, req.layout, f_out, l, &rx_icrc, &tx_icrc);
+      __syncwarp();
+      const uint64_t w1 = cycles();
+      sink += rx_icrc + tx_icrc;
+      if (lane == 0) out[kIcrcWords2 * kMaxRepeats + rep] = w1 - w0;
     }
     __syncwarp();
     t[7] = cycles();
@@ -242,8 +282,33 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     __syncwarp();
     t[10] = cycles();
     if (lane == 0)
-      for (int op = kArrive; op < kNumOps; ++op)
+      for (int op = kArrive; op <= kCountOne; ++op)
         out[op * kMaxRepeats + rep] = t[op - kArrive + 1] - t[op - kArrive];
+  }
+
+  // Whole express steps again, each with its own marks between the pieces, on
+  // the requests after those the steps above took (arrive not timed).
+  __shared__ uint64_t marks[engine_detail::kExpressPieces];
+  for (int rep = 0; rep < repeats; ++rep) {
+    const engine_detail::Arrival a = engine_detail::arrive<Scope::kDevice>(team, d, st, &stg);
+    if (lane < engine_detail::kExpressPieces) marks[lane] = 0;
+    __syncwarp();
+    const uint64_t t0 = cycles();
+    const bool took =
+        a.frame && engine_detail::express<Scope::kDevice>(team, d, st, &stg, a, ClockMarks{marks});
+    __syncwarp();
+    const uint64_t t1 = cycles();
+    if (lane == 0) {
+      uint64_t at = t0;
+      for (uint32_t k = 0; k < engine_detail::kExpressPieces; ++k) {
+        const uint64_t m = took && marks[k] ? marks[k] : at;
+        out[(kInPlaceFirst + k) * kMaxRepeats + rep] = m - at;
+        at = m;
+      }
+      out[kInPlaceWhole * kMaxRepeats + rep] = took ? t1 - t0 : 0;
+      ++st.rx_ci;
+    }
+    __syncwarp();
   }
 
   // The SM clock against %globaltimer over about a millisecond.
@@ -368,9 +433,13 @@ OpCosts device_op_costs(const std::vector<uint8_t>& request, int repeats) {
     check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&pinned_dev), pinned, 0),
           "cudaHostGetDevicePointer");
 
-    op_costs_kernel<<<1, 32, 2 * kSlot>>>(d, frame, uint32_t(request.size()), repeats, dev_word,
-                                          reinterpret_cast<uint32_t*>(pinned_dev), pinned_dev + 256,
-                                          out, span);
+    const size_t smem = kIcrcWordSmemBytes + 2 * kSlot;  // with the static part, over 48 KiB
+    check(cudaFuncSetAttribute(op_costs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(smem)),
+          "cudaFuncSetAttribute(shared memory)");
+    op_costs_kernel<<<1, 32, smem>>>(d, frame, uint32_t(request.size()), repeats, dev_word,
+                                     reinterpret_cast<uint32_t*>(pinned_dev), pinned_dev + 256, out,
+                                     span);
     check(cudaGetLastError(), "launch");
     check(cudaDeviceSynchronize(), "kernel");
     std::vector<uint64_t> samples(size_t(kNumOps) * kMaxRepeats);

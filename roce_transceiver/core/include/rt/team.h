@@ -39,8 +39,12 @@ struct WarpTeam {
   __device__ bool any(bool b) const { return __any_sync(0xFFFFFFFFu, b); }
   __device__ uint32_t ballot(bool b) const { return __ballot_sync(0xFFFFFFFFu, b); }
   __device__ uint32_t xor_all(uint32_t v) const {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_xor_sync(0xFFFFFFFFu, v);  // one instruction, not five shuffles
+#else
     for (int step = 16; step >= 1; step >>= 1) v ^= __shfl_xor_sync(0xFFFFFFFFu, v, step);
     return v;
+#endif
   }
   __device__ uint32_t from_leader(uint32_t v) const { return __shfl_sync(0xFFFFFFFFu, v, 0); }
   __device__ uint64_t from_leader(uint64_t v) const {

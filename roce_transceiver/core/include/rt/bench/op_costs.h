@@ -26,7 +26,8 @@ struct OpCost {
 struct OpCosts {
   std::vector<OpCost> ops;
   double sm_ghz;  // cycles per ns of the SM that measured, against %globaltimer
-  // Requests the express-path steps (2 x repeats) actually took that way:
+  // Requests the express-path steps (3 x repeats: two runs of engine_step, one in place)
+  // actually took that way:
   // fewer means those rows timed the general path.
   uint64_t express_taken;
 };

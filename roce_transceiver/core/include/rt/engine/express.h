@@ -5,6 +5,7 @@
 #pragma once
 
 #include "rt/engine/general.h"
+#include "rt/protocol/icrc_words.h"
 #include "rt/team.h"
 
 namespace rt {
@@ -92,33 +93,49 @@ RT_HD inline Arrival arrive(const Team& t, const EngineDesc& d, const EngineStat
   return Arrival{stg->rx, len, ts, true};
 }
 
+// What express() reports to a profiler (bench ops) between its pieces:
+// mark(k) after piece k. The engine's own is empty.
+struct NoMarks {
+  RT_HD void mark(uint32_t) const {}
+};
+
+// The pieces express() marks, in order.
+enum ExpressPiece : uint32_t {
+  kPieceMatch,     // the header compared with the prediction
+  kPieceHandler,   // the handler ran
+  kPiecePatch,     // the reply header from the template, patched
+  kPieceIcrc,      // both ICRCs
+  kPieceCopy,      // the reply in its tx slot
+  kPieceDoorbell,  // submitted
+  kPieceBooks,     // counters, completion, PSN, MSN: after the doorbell
+  kExpressPieces
+};
+
 // Team-wide: take a predicted SEND Only (prediction.h) the short way:
 // compare the header, check the ICRC with every lane, run the handler, patch
 // the reply template. True when the frame was taken; false leaves it, and
 // the state, to the general path. Everything counted and changed here is what
 // receive_packet() counts and changes for the same frame.
-template <Scope S, class Team>
+template <Scope S, class Team, class Marks = NoMarks>
 RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, Staging* stg,
-                          const Arrival& a) {
+                          const Arrival& a, const Marks& marks = Marks{}) {
   if (!d.express || st.in_message || st.resync || st.pred.reply.len == 0) return false;
   if ((reinterpret_cast<uintptr_t>(a.frame) & 15) || d.rx.slot_bytes < kPredictBytes) return false;
   ExpressRequest req;
   if (!predicted(t, st.pred, a.frame, a.len, &req) || req.psn != st.expected_psn) return false;
+  marks.mark(kPieceMatch);
   // The reply is built before the request's ICRC is known, so both CRCs are
   // taken in one pass; a request that fails its ICRC leaves its reply unsent
   // and its counters untouched (handlers are pure: handler.h).
-  if (stg) {  // the template, a chunk a lane, before the handler writes the payload behind it
-    copy_wide_team(t, stg->tx, st.pred.reply.bytes, st.pred.reply.len);
-    t.sync();
-  }
   const Message m{a.frame + req.payload, req.payload_len, 0, false,
                   a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))]};
   const HandlerReply r = run_handler<S>(d, st, stg, m, st.pred.reply.len, t);
-  uint32_t reply_len = 0;
-  if (t.leader() && r.n >= 0 && r.slot)
-    reply_len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, stg != nullptr);
-  reply_len = t.from_leader(reply_len);
-  t.sync();  // the leader's header and the handler's payload, seen by every lane
+  marks.mark(kPieceHandler);
+  // The header after the payload: its lengths are the handler's. Every lane sees
+  // both when it returns.
+  const uint32_t reply_len =
+      r.n >= 0 && r.slot ? patch_reply_team(t, st.pred, r.frame, uint32_t(r.n), st.send_psn) : 0;
+  marks.mark(kPiecePatch);
   uint8_t* slot = d.tx.slot(st.tx_pi);
   uint8_t* out = stg ? stg->tx : slot;
   IcrcLayout l = st.pred.reply.layout;
@@ -127,19 +144,18 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   const bool verify = d.check_icrc || a.speculative;
   uint32_t rx_icrc = 0, tx_icrc = 0;
   if (verify && reply_len) {
-    icrc_team2(t, a.frame, req.layout, out, l, &rx_icrc, &tx_icrc);
+    if (icrc_words_fit(req.layout) && icrc_words_fit(l))
+      icrc_words2(t, a.frame, req.layout, out, l, &rx_icrc, &tx_icrc);
+    else
+      icrc_team2(t, a.frame, req.layout, out, l, &rx_icrc, &tx_icrc);
   } else if (verify) {
-    rx_icrc = icrc_team(t, a.frame, req.layout);
+    rx_icrc = icrc_words_fit(req.layout) ? icrc_words(t, a.frame, req.layout)
+                                         : icrc_team(t, a.frame, req.layout);
   } else if (reply_len) {
-    tx_icrc = icrc_team(t, out, l);
+    tx_icrc = icrc_words_fit(l) ? icrc_words(t, out, l) : icrc_team(t, out, l);
   }
   if (verify && rx_icrc != load_le32(a.frame + req.layout.end)) return false;
-  if (t.leader()) {
-    count(st.tally, Counter::kRxPackets);
-    count(st.tally, Counter::kRxBytes, a.len);
-    count(st.tally, Counter::kExpress);
-    count_handled(st, r);
-  }
+  marks.mark(kPieceIcrc);
   if (reply_len) {
     if (t.leader()) store_le32(out + l.end, tx_icrc);
     t.sync();
@@ -147,14 +163,28 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
       copy_wide_team(t, slot, out, reply_len);
       t.sync();  // every lane's stores before the leader's doorbell
     }
+    marks.mark(kPieceCopy);
     if (t.leader()) {
-      submit_counted<S>(d, st, reply_len);
+      // Stamped with the request's arrival: the reply leaves in the same step, and
+      // reading the clock here would cost it ~200 SM cycles (bench ops).
+      tx_submit<S>(d.tx, st.tx_pi, reply_len, 0, a.ts);
       st.send_psn = psn_add(st.send_psn, 1);
-      count(st.tally, Counter::kReplies);
     }
+    marks.mark(kPieceDoorbell);
   }
   if (t.leader()) {
-    record_completion(d, st, m, r, req.psn, a.ts);
+    // What receive_packet(), count_handled() and submit_counted() count, at once: after
+    // the doorbell, off the round trip.
+    const bool replied = reply_len != 0;
+    count_all(st.tally, CountOf{Counter::kRxPackets, 1}, CountOf{Counter::kRxBytes, a.len},
+              CountOf{Counter::kExpress, 1}, CountOf{Counter::kMessages, 1},
+              CountOf{Counter::kTxPackets, replied}, CountOf{Counter::kTxBytes, reply_len},
+              CountOf{Counter::kReplies, replied});
+    if (r.n == kHandlerError)
+      count(st.tally, Counter::kHandlerErrors);
+    else if (r.n >= 0 && !r.slot)
+      count(st.tally, Counter::kTxRingFull);
+    if (d.record_completions) record_completion(d, st, m, r, req.psn, a.ts);  // out of line
     st.expected_psn = psn_add(req.psn, 1);
     if (d.qp.transport == Transport::RC) {
       st.nak_sent = false;
@@ -162,6 +192,7 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
     }
   }
   t.sync();
+  marks.mark(kPieceBooks);
   return true;
 }
 

@@ -19,8 +19,7 @@ namespace engine_detail {
 template <Scope S>
 RT_HD inline void submit_counted(const EngineDesc& d, EngineState& st, uint32_t len) {
   tx_submit<S>(d.tx, st.tx_pi, len, 0, now_ns());
-  count(st.tally, Counter::kTxPackets);
-  count(st.tally, Counter::kTxBytes, len);
+  count_all(st.tally, CountOf{Counter::kTxPackets, 1}, CountOf{Counter::kTxBytes, len});
 }
 
 enum class Verdict : uint8_t { kAccept, kDrop };

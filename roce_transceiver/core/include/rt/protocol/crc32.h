@@ -79,26 +79,31 @@ RT_HD inline const Crc32Tables& crc32_tables() {
 }  // namespace detail
 
 #if defined(__CUDACC__)
-// Every kernel that computes a CRC calls this first, with all threads of the
-// block (it ends with __syncthreads()). 16-byte loads, eight in flight per
-// thread before their stores: the 25 KiB cost a few L2 round trips, not one
-// per word (a 4-byte loop took 32 us of every launch of a one-warp kernel on
-// the H200, which the cuda executor's epochs pay each time).
-__device__ inline void crc32_tables_to_shared() {
-  constexpr uint32_t kChunks = sizeof(Crc32Tables) / 16;
+// Copy `bytes` (a multiple of 16) of tables from global to shared memory, with
+// all threads of the block; ends with __syncthreads(). 16-byte loads, eight in
+// flight per thread before their stores: tens of KiB cost a few L2 round trips,
+// not one per word (a 4-byte loop took 32 us of every launch of a one-warp
+// kernel on the H200, which the cuda executor's epochs pay each time).
+__device__ inline void copy_to_shared(void* shared, const void* global, uint32_t bytes) {
   constexpr uint32_t kInFlight = 8;
-  const auto* src = reinterpret_cast<const uint4*>(&detail::kCrc32DeviceTables);
-  auto* dst = reinterpret_cast<uint4*>(&detail::g_crc32_shared_tables);
-  for (uint32_t base = threadIdx.x; base < kChunks; base += kInFlight * blockDim.x) {
+  const uint32_t chunks = bytes / 16;
+  const auto* src = static_cast<const uint4*>(global);
+  auto* dst = static_cast<uint4*>(shared);
+  for (uint32_t base = threadIdx.x; base < chunks; base += kInFlight * blockDim.x) {
     uint4 v[kInFlight];
 #pragma unroll
     for (uint32_t k = 0; k < kInFlight; ++k)
-      if (base + k * blockDim.x < kChunks) v[k] = src[base + k * blockDim.x];
+      if (base + k * blockDim.x < chunks) v[k] = src[base + k * blockDim.x];
 #pragma unroll
     for (uint32_t k = 0; k < kInFlight; ++k)
-      if (base + k * blockDim.x < kChunks) dst[base + k * blockDim.x] = v[k];
+      if (base + k * blockDim.x < chunks) dst[base + k * blockDim.x] = v[k];
   }
   __syncthreads();
+}
+
+// Every kernel that computes a CRC calls this first, with all threads of the block.
+__device__ inline void crc32_tables_to_shared() {
+  copy_to_shared(&detail::g_crc32_shared_tables, &detail::kCrc32DeviceTables, sizeof(Crc32Tables));
 }
 #endif
 

@@ -14,7 +14,7 @@ namespace rt {
 struct TxDesc {
   uint32_t len;           // bytes in the slot
   uint32_t flags;         // meaning set by the ring's user
-  uint64_t timestamp_ns;  // engine's clock at submit
+  uint64_t timestamp_ns;  // engine's clock at submit (express replies: the request's arrival)
 };
 static_assert(sizeof(TxDesc) == 16, "descriptors are 16 bytes");
 
