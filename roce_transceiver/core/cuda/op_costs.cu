@@ -84,15 +84,14 @@ const char* const kOpNames[kNumOps] = {
     "express: icrc_team, warp",
     "express: reply template to staging, warp",
     "express: run_handler (reserve, echo), warp",
-    "express: patch_reply_team, warp",
+    "express: patch_reply, lane 0",
     "express: request + reply ICRCs together (icrc_team2), warp",
     "express: reply to the tx slot, warp",
     "express: submit_counted (doorbell), lane 0",
     "express: one count(), lane 0",
     "express: request + reply ICRCs, a word a lane (icrc_words2), warp",
     "express step in place: header compare",
-    "express step in place: handler",
-    "express step in place: reply header (template, patched)",
+    "express step in place: reply template, handler, header patch",
     "express step in place: both ICRCs",
     "express step in place: reply to the tx slot",
     "express step in place: doorbell",
@@ -243,7 +242,8 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     __syncwarp();
     t[5] = cycles();
     uint32_t len = 0;
-    if (r.frame) len = patch_reply_team(team, st.pred, r.frame, uint32_t(r.n), st.send_psn);
+    if (lane == 0 && r.frame) len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, true);
+    len = __shfl_sync(0xFFFFFFFFu, len, 0);
     __syncwarp();
     t[6] = cycles();
     if (hit && len) {

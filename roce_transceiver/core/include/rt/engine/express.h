@@ -102,8 +102,7 @@ struct NoMarks {
 // The pieces express() marks, in order.
 enum ExpressPiece : uint32_t {
   kPieceMatch,     // the header compared with the prediction
-  kPieceHandler,   // the handler ran
-  kPiecePatch,     // the reply header from the template, patched
+  kPiecePatch,     // the reply template staged, the handler run, its lengths patched in
   kPieceIcrc,      // both ICRCs
   kPieceCopy,      // the reply in its tx slot
   kPieceDoorbell,  // submitted
@@ -127,14 +126,20 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   // The reply is built before the request's ICRC is known, so both CRCs are
   // taken in one pass; a request that fails its ICRC leaves its reply unsent
   // and its counters untouched (handlers are pure: handler.h).
+  if (stg) {  // the template, a chunk a lane, before the handler writes the payload behind it
+    copy_wide_team(t, stg->tx, st.pred.reply.bytes, st.pred.reply.len);
+    t.sync();
+  }
   const Message m{a.frame + req.payload, req.payload_len, 0, false,
                   a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))]};
   const HandlerReply r = run_handler<S>(d, st, stg, m, st.pred.reply.len, t);
-  marks.mark(kPieceHandler);
-  // The header after the payload: its lengths are the handler's. Every lane sees
-  // both when it returns.
-  const uint32_t reply_len =
-      r.n >= 0 && r.slot ? patch_reply_team(t, st.pred, r.frame, uint32_t(r.n), st.send_psn) : 0;
+  // A lane-parallel patch (each lane splicing the fields into its header word)
+  // measured 1 954 SM cycles against this one's 450: the leader's few stores win.
+  uint32_t reply_len = 0;
+  if (t.leader() && r.n >= 0 && r.slot)
+    reply_len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, stg != nullptr);
+  reply_len = t.from_leader(reply_len);
+  t.sync();  // the leader's header and the handler's payload, seen by every lane
   marks.mark(kPiecePatch);
   uint8_t* slot = d.tx.slot(st.tx_pi);
   uint8_t* out = stg ? stg->tx : slot;

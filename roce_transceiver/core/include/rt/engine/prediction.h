@@ -34,11 +34,6 @@ struct Prediction {
   alignas(16) uint8_t care[kPredictBytes];  // 0xFF bits must match `expect`
   HeaderTemplate reply;                     // our SEND Only to the peer, empty payload
   uint32_t reply_ip_sum;                    // IPv4: header sum without length and checksum
-  // Where the reply's per-packet fields are (frame offsets), worked out once.
-  uint16_t reply_ip_len_at;   // IPv4 total length, IPv6 payload length
-  uint16_t reply_ip_sum_at;   // IPv4 header checksum; 0: none (IPv6)
-  uint16_t reply_udp_len_at;  // UDP length
-  uint16_t reply_bth_at;      // BTH
 };
 
 namespace prediction_detail {
@@ -107,10 +102,6 @@ RT_HD inline void predict_reply(Prediction& p, const FrameSpec& spec) {
   p.reply.layout = layout_of(f);
   icrc_masks_for(p.reply.layout, p.reply.icrc_masks);
   p.reply.len = f.payload;
-  p.reply_ip_len_at = uint16_t(f.l3 + (f.ip_version == 4 ? 2 : 4));
-  p.reply_ip_sum_at = uint16_t(f.ip_version == 4 ? f.l3 + 10 : 0);
-  p.reply_udp_len_at = uint16_t(f.l4 + 4);
-  p.reply_bth_at = uint16_t(f.bth);
   p.reply_ip_sum = 0;
   if (f.ip_version == 4) {
     for (uint32_t i = 0; i < f.l3_len; i += 2)
@@ -162,61 +153,35 @@ RT_HD inline bool predicted(const Team& t, const Prediction& p, const uint8_t* f
   return icrc_team_fits(req->layout);
 }
 
-namespace prediction_detail {
-
-// Word c of a frame (its bytes 4c..4c+3, little-endian) with the big-endian
-// field of `bytes` bytes at frame offset `at` set to v; unchanged where the
-// field is not in it.
-RT_HD inline uint32_t splice_be(uint32_t w, uint32_t c, uint32_t at, uint32_t bytes, uint32_t v) {
-  for (uint32_t k = 0; k < bytes; ++k) {
-    const uint32_t pos = at + k - 4 * c;  // unsigned: past 3 when the byte is in another word
-    if (pos < 4) {
-      const uint32_t byte = (v >> (8 * (bytes - 1 - k))) & 0xFFu;
-      w = (w & ~(0xFFu << (8 * pos))) | byte << (8 * pos);
-    }
-  }
-  return w;
-}
-
-}  // namespace prediction_detail
-
-// Team-wide, after the handler wrote `payload_len` bytes at `frame` +
-// reply.len: the reply's header from the template, with its lengths, IPv4
-// checksum, pad count and PSN `psn`, a word a lane; the pad zeroed. Returns the
-// frame's length (the same for every lane); the ICRC is the caller's.
-template <class Team>
-RT_HD inline uint32_t patch_reply_team(const Team& t, const Prediction& p, uint8_t* frame,
-                                       uint32_t payload_len, uint32_t psn) {
+// Leader: the reply header for `payload_len` bytes at `frame` + reply.len,
+// PSN `psn`; zeroes the pad. Copies the template first unless the team did
+// (copied: it is in `frame` already). Returns the frame's length; the ICRC is
+// the caller's (a team computes it).
+RT_HD inline uint32_t patch_reply(const Prediction& p, uint8_t* frame, uint32_t payload_len,
+                                  uint32_t psn, bool copied = false) {
   using namespace prediction_detail;
   const HeaderTemplate& h = p.reply;
-  const uint32_t hdr = h.len;
+  const IcrcLayout& l = h.layout;
   const uint32_t pad = (4 - (payload_len & 3)) & 3;
-  const uint32_t len = hdr + payload_len + pad + kIcrcBytes;
-  if (t.leader()) zero_bytes(frame + hdr + payload_len, pad);
-  t.sync();  // the pad before the word that may share it with the header's end
-  const uint32_t l3 = p.reply_ip_len_at - (p.reply_ip_sum_at ? 2u : 4u);
-  const uint32_t l4 = p.reply_udp_len_at - 4u;
-  const uint32_t ip_len = p.reply_ip_sum_at ? len - l3 : len - l4;
-  uint32_t sum = p.reply_ip_sum + ip_len;
-  sum = (sum & 0xFFFF) + (sum >> 16);
-  sum = (sum & 0xFFFF) + (sum >> 16);
-  const uint32_t bth1 = h.bytes[p.reply_bth_at + 1] | pad << 4;
-  auto* words = reinterpret_cast<uint32_t*>(frame);
-  const auto* tmpl = reinterpret_cast<const uint32_t*>(h.bytes);
-  for (uint32_t c = t.lane(); 4 * c < hdr; c += t.size()) {
-    uint32_t w = tmpl[c];
-    w = splice_be(w, c, p.reply_ip_len_at, 2, ip_len);
-    if (p.reply_ip_sum_at) w = splice_be(w, c, p.reply_ip_sum_at, 2, ~sum & 0xFFFF);
-    w = splice_be(w, c, p.reply_udp_len_at, 2, len - l4);
-    w = splice_be(w, c, p.reply_bth_at + 1u, 1, bth1);
-    w = splice_be(w, c, p.reply_bth_at + 9u, 3, psn);
-    if (4 * c + 4 > hdr) {  // the header's last word: the payload's (or pad's) first bytes after it
-      const uint32_t keep = ~0u << (8 * (hdr - 4 * c));
-      w = (w & ~keep) | (words[c] & keep);
-    }
-    words[c] = w;
+  const uint32_t len = h.len + payload_len + pad + kIcrcBytes;
+  const uint32_t l4 = l.l3 + l.l3_len;
+  const uint32_t bth = l4 + uint32_t(sizeof(UdpHdr));
+  if (!copied) copy_bytes(frame, h.bytes, h.len);
+  zero_bytes(frame + h.len + payload_len, pad);
+  if (l.ip_version == 4) {
+    put_be16(frame + l.l3 + 2, len - l.l3);
+    uint32_t sum = p.reply_ip_sum + (len - l.l3);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    put_be16(frame + l.l3 + 10, ~sum & 0xFFFF);
+  } else {
+    put_be16(frame + l.l3 + 4, len - l4);
   }
-  t.sync();
+  put_be16(frame + l4 + 4, len - l4);
+  frame[bth + 1] = uint8_t(h.bytes[bth + 1] | pad << 4);
+  frame[bth + 9] = uint8_t(psn >> 16);
+  frame[bth + 10] = uint8_t(psn >> 8);
+  frame[bth + 11] = uint8_t(psn);
   return len;
 }
 
