@@ -45,6 +45,7 @@ from engine_helpers import (
     EXECUTORS,
     NAK_PSN_SEQUENCE,
     NAK_REMOTE_ACCESS,
+    SETUPS,
     TRANSPORTS,
     Peer,
     collect_n,
@@ -438,12 +439,16 @@ def test_writes_with_immediate_take_the_express_path_and_land_as_the_general_pat
     assert all(p.icrc_ok for p in sent)
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
-def test_bench_roundtrip_reports_the_express_path_taking_rc_requests(executor: str) -> None:
+@pytest.mark.parametrize("setup", SETUPS)
+def test_bench_roundtrip_reports_the_express_path_taking_rc_requests(
+    setup: tuple[str, str],
+) -> None:
     from roce_transceiver.bench.roundtrip import run_roundtrip
 
+    executor, far_end = setup
     out = io.StringIO()
-    r = run_roundtrip(executor, "cpu", count=300, transport="RC", floor_iterations=100, out=out)
+    r = run_roundtrip(executor, far_end, count=300, transport="RC", floor_iterations=100, out=out)
+    assert r["all_done"], out.getvalue()
     # The first request of the warm-up teaches the header; every other one, each with its
     # ACK request, takes the express path.
     assert r["rx_packets"] == 300 + 300
