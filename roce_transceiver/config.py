@@ -487,7 +487,8 @@ SCHEMA = Section(
         "express": Field(
             bool,
             True,
-            "take SEND Onlys that match the last accepted header the short way (same results)",
+            "take SEND Onlys and WRITE Onlys with Immediate that match the last accepted "
+            "header the short way, RC ACKs included (same results)",
         ),
         "completions": Field(
             bool, True, "record each message for the host (receive()); off for benchmarks"

@@ -10,8 +10,10 @@ Oracles: zlib (Python's) for every CRC-32; the frames' own ICRC as ``protocol.bu
 (checked against scapy in test_protocol_scapy.py, and again here for a sample); for the
 engine, the CPU executor's way (SoloTeam, no staging): the driver
 (tests/cpp/team_emulation.cpp) compares every tx frame, completion record, counter, region
-byte and final state field of the warp's runs with it, and this module checks that run on
-its own terms (every echo is its request, the express path took the SEND Onlys it should).
+byte and final state field of the warp's runs with it, and, with the express path on, that
+run with the general path's alone (express off: all the same but the ``express`` counter);
+this module checks that run on its own terms (every echo is its request, the express path
+took the requests it should).
 Built by g++ with AddressSanitizer and UBSan; a ThreadSanitizer build checks the lanes'
 shared-state accesses for races (a sync() missing from team-wide code).
 """
@@ -239,7 +241,8 @@ class Stream:
 def echo_stream(transport: str, seed: str, check_icrc: bool = True) -> Stream:
     """SEND Onlys of many lengths (the express path's), broken up by everything that must
     leave it to the general path and that the general path shares with the warp (long
-    WRITEs: the team's ICRC verdict), then SEND Onlys again."""
+    WRITEs: the team's ICRC verdict), then SEND Onlys with ACK requests and WRITE Onlys with
+    Immediate (the express path's too, among WRITEs it must refuse), SEND Onlys again."""
     rng = random.Random(seed)
     rc = transport == "RC"
     s = Stream(transport)
@@ -294,6 +297,31 @@ def echo_stream(transport: str, seed: str, check_icrc: bool = True) -> Stream:
     s.echoes.append(b"padded")
     s.frames.append(padded + bytes(20))  # Ethernet padding: taken, never predicted
     s.frames.append(padded[:30])  # truncated: malformed
+    # RC requests as an RC requester sends them, each asking for its ACK: the express path
+    # sends the echo and then the ACK (UC ignores the bit).
+    for n in (0, 5, 64, 700):
+        s.send(rng.randbytes(n), ack_req=True)
+    # WRITE Onlys with Immediate (NVQLink's shape): the first teaches its header, the rest
+    # are placed, handed to the handler and echoed the express way; those the general path
+    # refuses (an unknown rkey, past the region's end) or drops (a corrupt ICRC) write nothing.
+    write_imm = "RDMA_WRITE_ONLY_WITH_IMMEDIATE"
+    for k in range(8):
+        data = rng.randbytes(rng.choice((0, 1, 2, 3, 32, 300, 1000)))
+        s.add(write_imm, data, va=REGION_VA + 128 * k, rkey=REGION_RKEY, imm=k, echo=data,
+              ack_req=rc and k % 2 == 0)  # fmt: skip
+    s.add(write_imm, b"no", va=REGION_VA, rkey=REGION_RKEY + 1, imm=8, takes_psn=False)
+    s.add(write_imm, b"far" * 8, va=REGION_VA + REGION_BYTES - 4, rkey=REGION_RKEY, imm=9,
+          takes_psn=False)  # fmt: skip
+    data = rng.randbytes(40)
+    bad = bytearray(build(f"{transport}_{write_imm}", data, **PEER, **PEER_IP, dest_qp=QPN,
+                          psn=s.psn, va=REGION_VA + 2048, rkey=REGION_RKEY, imm=10))  # fmt: skip
+    bad[-1] ^= 0x01
+    s.frames.append(bytes(bad))
+    if not check_icrc:
+        s.psn = psn_add(s.psn, 1)
+        s.echoes.append(data)
+    data = rng.randbytes(40)
+    s.add(write_imm, data, va=REGION_VA + 2100, rkey=REGION_RKEY, imm=11, echo=data)
     for _ in range(30):
         s.send(rng.randbytes(rng.choice((8, 32, 64, 256, 600, 1450))))
     return s
@@ -376,8 +404,10 @@ def test_engine_step_with_32_lanes_is_the_cpu_executors_byte_for_byte(emulation,
     echoed = [p.payload for p in sent if p.opcode & 0x1F == 0x04]
     assert echoed == stream.echoes, (len(echoed), len(stream.echoes), c)
     if express == "express=1":
-        # The express path took the SEND Onlys after the first of each run of them alike.
-        assert c["express"] >= len(stream.echoes) - 12, c
+        # The express path took the SEND Onlys and WRITE Onlys with Immediate after the first
+        # of each run of them alike, those with ACK requests too; and the driver found the
+        # general path alone giving the same results.
+        assert c["express"] >= len(stream.echoes) - 14, c
     else:
         assert c["express"] == 0, c
 
@@ -392,6 +422,9 @@ def test_frames_with_32_lanes_are_the_cpu_executors_byte_for_byte(emulation, tmp
     # held by the host (nobody releases pages here).
     assert c["frames"] >= 3 and c["frame_page_busy"] > 0, c
     assert len(r.completions) == c["frames"], c
+    # A sensor's WRITE Only with Immediate ends a frame: the frames handler keeps its
+    # account on the general path, never the express path (NVQLink's shape is not HSB's).
+    assert c["express"] == 0, c
 
 
 def test_lanes_share_the_engine_state_without_races(emulation_tsan, tmp_path):

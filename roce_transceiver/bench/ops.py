@@ -24,11 +24,14 @@ __all__ = ["request_frame", "run"]
 
 
 def request_frame(size: int, transport: str) -> bytes:
-    """The request the engine under test receives: a SEND Only of ``size`` payload bytes."""
+    """The request the engine under test receives: a SEND Only of ``size`` payload bytes; on RC
+    with AckReq, as an RC requester sends it, so the engine's steps include the ACK."""
     if transport not in ("RC", "UC"):
         raise ValueError(f"transport {transport!r}: must be 'RC' or 'UC'")
     payload = bytes(i & 0xFF for i in range(size))
-    return build(f"{transport}_SEND_ONLY", payload, dest_qp=0x12, psn=100)
+    return build(
+        f"{transport}_SEND_ONLY", payload, dest_qp=0x12, psn=100, ack_req=transport == "RC"
+    )
 
 
 def run(

@@ -443,38 +443,41 @@ long first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>&
   return a.size() == b.size() ? -1 : long(n);
 }
 
-bool same_list(const char* run, const char* what, const std::vector<std::vector<uint8_t>>& want,
+// `ref` names the run `want` came from, in what is printed.
+bool same_list(const char* run, const char* ref, const char* what,
+               const std::vector<std::vector<uint8_t>>& want,
                const std::vector<std::vector<uint8_t>>& got) {
   if (want.size() != got.size()) {
-    std::printf("%s: %zu %s, the CPU executor's way %zu\n", run, got.size(), what, want.size());
+    std::printf("%s: %zu %s, %s %zu\n", run, got.size(), what, ref, want.size());
     return false;
   }
   for (size_t i = 0; i < want.size(); ++i) {
     const long at = first_difference(want[i], got[i]);
     if (at >= 0) {
-      std::printf("%s: %s %zu differs at byte %ld (%zu bytes, the CPU executor's %zu)\n", run, what,
-                  i, at, got[i].size(), want[i].size());
+      std::printf("%s: %s %zu differs at byte %ld (%zu bytes, %s %zu)\n", run, what, i, at,
+                  got[i].size(), ref, want[i].size());
       return false;
     }
   }
   return true;
 }
 
-bool same_outcome(const char* run, const Outcome& want, const Outcome& got) {
-  bool ok = same_list(run, "tx frames", want.tx, got.tx);
-  ok = same_list(run, "completion records", want.completions, got.completions) && ok;
+bool same_outcome(const char* run, const Outcome& want, const Outcome& got,
+                  const char* ref = "the CPU executor's") {
+  bool ok = same_list(run, ref, "tx frames", want.tx, got.tx);
+  ok = same_list(run, ref, "completion records", want.completions, got.completions) && ok;
   for (uint32_t i = 0; i < rt::kNumCounters; ++i) {
     if (want.counters[i] != got.counters[i]) {
-      std::printf("%s: counter %s = %llu, the CPU executor's %llu\n", run, rt::kCounterNames[i],
-                  static_cast<unsigned long long>(got.counters[i]),
+      std::printf("%s: counter %s = %llu, %s %llu\n", run, rt::kCounterNames[i],
+                  static_cast<unsigned long long>(got.counters[i]), ref,
                   static_cast<unsigned long long>(want.counters[i]));
       ok = false;
     }
   }
   for (const auto& [name, value] : want.state) {
     if (got.state.at(name) != value) {
-      std::printf("%s: state %s = %llu, the CPU executor's %llu\n", run, name.c_str(),
-                  static_cast<unsigned long long>(got.state.at(name)),
+      std::printf("%s: state %s = %llu, %s %llu\n", run, name.c_str(),
+                  static_cast<unsigned long long>(got.state.at(name)), ref,
                   static_cast<unsigned long long>(value));
       ok = false;
     }
@@ -508,6 +511,22 @@ int run_engine_compare(const char* in_path, const char* out_path, int argc, char
   int status = 0;
   for (const Way& w : ways)
     if (!same_outcome(w.name, cpu, run_engine(o, frames, w.warp, w.staged))) status = 1;
+  if (o.express) {
+    // The express path is an optimisation only: the general path alone gives the same
+    // frames, records, counters (but the express path's own), state and memory.
+    EngineOptions alone = o;
+    alone.express = false;
+    Outcome general = run_engine(alone, frames, false, false);
+    const uint32_t taken = uint32_t(rt::Counter::kExpress);
+    if (general.counters[taken] != 0) {
+      std::printf("the general path alone: counter express = %llu\n",
+                  static_cast<unsigned long long>(general.counters[taken]));
+      status = 1;
+    }
+    general.counters[taken] = cpu.counters[taken];
+    if (!same_outcome("the express path (1 lane)", general, cpu, "the general path alone's"))
+      status = 1;
+  }
   FILE* out = std::fopen(out_path, "w");
   for (uint32_t i = 0; i < rt::kNumCounters; ++i)
     std::fprintf(out, "counter %s %llu\n", rt::kCounterNames[i],

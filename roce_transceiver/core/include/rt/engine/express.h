@@ -1,7 +1,9 @@
 // The engine's front: how a team takes a frame off the rx ring (arrive), and
-// the express path for SEND Onlys whose header the queue pair predicted
-// (prediction.h). The express path accepts only what the general path
-// (general.h) would, and changes the state the same way.
+// the express path for the requests whose header the queue pair predicted
+// (prediction.h): SEND Onlys and WRITE Onlys with Immediate, UC or RC, with
+// or without an ACK request. The express path accepts only what the general
+// path (general.h) would, changes the state the same way and sends the same
+// frames in the same order.
 #pragma once
 
 #include "rt/engine/general.h"
@@ -93,6 +95,84 @@ RT_HD inline Arrival arrive(const Team& t, const EngineDesc& d, const EngineStat
   return Arrival{stg->rx, len, ts, true};
 }
 
+// Where a predicted WRITE Only with Immediate lands.
+struct WriteTarget {
+  uint8_t* dst;     // the region's byte at the RETH's address
+  uint64_t va;      // the RETH's address
+  uint32_t len;     //   and DMA length
+  uint32_t region;  // the region's index
+  uint32_t imm;
+};
+
+// The RETH checks of execute_write (rkey, bounds, a payload within the DMA
+// length) on a predicted WRITE: true with `w` filled when it may land; false
+// leaves it to the general path, which counts and NAKs it. Every lane reads the
+// same bytes and finds the same.
+RT_HD inline bool write_target(const EngineDesc& d, const Prediction& p, const uint8_t* frame,
+                               const ExpressRequest& req, WriteTarget* w) {
+  if (d.handler.kind == HandlerKind::kFrames) return false;  // frames_write keeps frames' accounts
+  const Reth& reth = *reinterpret_cast<const Reth*>(frame + p.reth);
+  w->va = reth.va.get();
+  w->len = reth.dma_len.get();
+  const int region =
+      req.payload_len <= w->len ? find_region(d, reth.rkey.get(), w->va, w->len) : -1;
+  if (region < 0) return false;
+  const MemRegion& r = d.regions[region];
+  w->region = uint32_t(region);
+  w->dst = r.base + (w->va - r.va);
+  w->imm = reinterpret_cast<const ImmDt*>(frame + p.reth + sizeof(Reth))->imm.get();
+  return true;
+}
+
+// One ICRC for icrc_jobs(): of the frame at `frame` (null: none wanted).
+struct IcrcJob {
+  const uint8_t* frame;
+  IcrcLayout layout;
+  uint32_t* out;
+};
+
+// Team-wide: up to three ICRCs, two at a time (icrc_team2) and the one left
+// alone. Every lane passes the same jobs.
+template <class Team>
+RT_HD inline void icrc_jobs(const Team& t, IcrcJob a, IcrcJob b, IcrcJob c = IcrcJob{}) {
+  // The wanted ones to the front.
+  if (!a.frame) {
+    a = c;
+    c.frame = nullptr;
+  }
+  if (!b.frame) {
+    b = c;
+    c.frame = nullptr;
+  }
+  if (!a.frame) {
+    a = b;
+    b.frame = nullptr;
+  }
+  // Short frames a word a lane (icrc_words.h), longer ones by 16-byte chunks.
+  const auto one = [&](const IcrcJob& j) {
+    *j.out = icrc_words_fit(j.layout) ? icrc_words(t, j.frame, j.layout)
+                                      : icrc_team(t, j.frame, j.layout);
+  };
+  if (a.frame && b.frame) {
+    if (icrc_words_fit(a.layout) && icrc_words_fit(b.layout))
+      icrc_words2(t, a.frame, a.layout, b.frame, b.layout, a.out, b.out);
+    else
+      icrc_team2(t, a.frame, a.layout, b.frame, b.layout, a.out, b.out);
+  } else if (a.frame) {
+    one(a);
+  }
+  if (c.frame) one(c);
+}
+
+// Team-wide: whether the tx ring has the two slots a reply and its ACK take.
+// With fewer the general path decides what goes (it counts what does not).
+template <Scope S, class Team>
+RT_HD inline bool room_for_two(const Team& t, const EngineDesc& d, EngineState& st) {
+  uint32_t room = 0;
+  if (t.leader()) room = tx_reserve<S>(d.tx, st.tx_pi + 1, st.tx_ci_seen) != nullptr;
+  return t.from_leader(room) != 0;
+}
+
 // What express() reports to a profiler (bench ops) between its pieces:
 // mark(k) after piece k. The engine's own is empty.
 struct NoMarks {
@@ -101,99 +181,128 @@ struct NoMarks {
 
 // The pieces express() marks, in order.
 enum ExpressPiece : uint32_t {
-  kPieceMatch,     // the header compared with the prediction
+  kPieceMatch,     // the header compared with the prediction (and a WRITE's checks)
   kPiecePatch,     // the reply template staged, the handler run, its lengths patched in
-  kPieceIcrc,      // both ICRCs
-  kPieceCopy,      // the reply in its tx slot
+  kPieceIcrc,      // the ICRCs (request, reply, ACK)
+  kPieceCopy,      // the reply and the ACK in their tx slots
   kPieceDoorbell,  // submitted
   kPieceBooks,     // counters, completion, PSN, MSN: after the doorbell
   kExpressPieces
 };
 
-// Team-wide: take a predicted SEND Only (prediction.h) the short way:
-// compare the header, check the ICRC with every lane, run the handler, patch
-// the reply template. True when the frame was taken; false leaves it, and
-// the state, to the general path. Everything counted and changed here is what
-// receive_packet() counts and changes for the same frame.
+// Team-wide: take a predicted request (prediction.h) the short way: compare
+// the header, check the ICRC with every lane, place a WRITE's payload, run the
+// handler, patch the reply template and, on RC for an ACK request, the ACK
+// template. True when the frame was taken; false leaves it, and the state, to
+// the general path. Everything counted, changed and sent here is what
+// receive_packet() counts, changes and sends for the same frame: the reply,
+// then the ACK (IBA 9.7.5.1: the MSN counts this message, the PSN is its),
+// here both behind one doorbell.
 template <Scope S, class Team, class Marks = NoMarks>
 RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, Staging* stg,
                           const Arrival& a, const Marks& marks = Marks{}) {
   if (!d.express || st.in_message || st.resync || st.pred.reply.len == 0) return false;
   if ((reinterpret_cast<uintptr_t>(a.frame) & 15) || d.rx.slot_bytes < kPredictBytes) return false;
+  Prediction& p = st.pred;
   ExpressRequest req;
-  if (!predicted(t, st.pred, a.frame, a.len, &req) || req.psn != st.expected_psn) return false;
+  if (!predicted(t, p, a.frame, a.len, &req) || req.psn != st.expected_psn) return false;
+  const bool rc = d.qp.transport == Transport::RC;
+  const bool ack = rc && req.ack_req;
+  if (ack && (p.ack.len == 0 || !room_for_two<S>(t, d, st))) return false;
+  const bool write = p.reth != 0;
+  WriteTarget w{};
+  if (write && !write_target(d, p, a.frame, req, &w)) return false;
   marks.mark(kPieceMatch);
-  // The reply is built before the request's ICRC is known, so both CRCs are
-  // taken in one pass; a request that fails its ICRC leaves its reply unsent
-  // and its counters untouched (handlers are pure: handler.h).
+  const bool verify = d.check_icrc || a.speculative;
+  uint32_t rx_icrc = 0, tx_icrc = 0, ack_icrc = 0;
+  uint32_t ack_len = 0;
+  IcrcLayout al = p.ack.layout;
+  al.masks = p.ack.icrc_masks;
+  if (ack) {
+    if (t.leader()) patch_ack(p, req.psn, psn_add(st.msn, 1));
+    ack_len = p.ack.len + kIcrcBytes;
+    t.sync();  // the leader's patch, seen by every lane's ICRC
+  }
+  if (write) {
+    // A WRITE's data lands before its handler reads it from the region (as the general path
+    // has it), so only a request whose ICRC matched: the ICRC first, with the ACK's.
+    icrc_jobs(t, IcrcJob{verify ? a.frame : nullptr, req.layout, &rx_icrc},
+              IcrcJob{ack && verify ? p.ack.bytes : nullptr, al, &ack_icrc});
+    if (verify && rx_icrc != load_le32(a.frame + req.layout.end)) return false;
+    copy_bytes_team(t, w.dst, a.frame + req.payload, req.payload_len);
+  }
+  // A SEND's reply is built before the request's ICRC is known, so the CRCs
+  // are taken in one pass; a request that fails its ICRC leaves its reply
+  // unsent and its counters untouched (handlers are pure: handler.h).
   if (stg) {  // the template, a chunk a lane, before the handler writes the payload behind it
-    copy_wide_team(t, stg->tx, st.pred.reply.bytes, st.pred.reply.len);
+    copy_wide_team(t, stg->tx, p.reply.bytes, p.reply.len);
     t.sync();
   }
-  const Message m{a.frame + req.payload, req.payload_len, 0, false,
-                  a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))]};
-  const HandlerReply r = run_handler<S>(d, st, stg, m, st.pred.reply.len, t);
-  // A lane-parallel patch (each lane splicing the fields into its header word)
-  // measured 1 954 SM cycles against this one's 450: the leader's few stores win.
+  const uint8_t opcode = a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))];
+  const Message m = write ? Message{w.dst, req.payload_len, w.imm, true, opcode}
+                          : Message{a.frame + req.payload, req.payload_len, 0, false, opcode};
+  const HandlerReply r = run_handler<S>(d, st, stg, m, p.reply.len, t);
   uint32_t reply_len = 0;
   if (t.leader() && r.n >= 0 && r.slot)
-    reply_len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, stg != nullptr);
+    reply_len = patch_reply(p, r.frame, uint32_t(r.n), st.send_psn, stg != nullptr);
   reply_len = t.from_leader(reply_len);
   t.sync();  // the leader's header and the handler's payload, seen by every lane
   marks.mark(kPiecePatch);
   uint8_t* slot = d.tx.slot(st.tx_pi);
+  uint8_t* ack_slot = d.tx.slot(st.tx_pi + (reply_len ? 1 : 0));  // the ACK after the reply
   uint8_t* out = stg ? stg->tx : slot;
-  IcrcLayout l = st.pred.reply.layout;
+  IcrcLayout l = p.reply.layout;
   l.end = reply_len - kIcrcBytes;
-  l.masks = st.pred.reply.icrc_masks;
-  const bool verify = d.check_icrc || a.speculative;
-  uint32_t rx_icrc = 0, tx_icrc = 0;
-  if (verify && reply_len) {
-    if (icrc_words_fit(req.layout) && icrc_words_fit(l))
-      icrc_words2(t, a.frame, req.layout, out, l, &rx_icrc, &tx_icrc);
-    else
-      icrc_team2(t, a.frame, req.layout, out, l, &rx_icrc, &tx_icrc);
-  } else if (verify) {
-    rx_icrc = icrc_words_fit(req.layout) ? icrc_words(t, a.frame, req.layout)
-                                         : icrc_team(t, a.frame, req.layout);
-  } else if (reply_len) {
-    tx_icrc = icrc_words_fit(l) ? icrc_words(t, out, l) : icrc_team(t, out, l);
-  }
-  if (verify && rx_icrc != load_le32(a.frame + req.layout.end)) return false;
-  marks.mark(kPieceIcrc);
-  if (reply_len) {
-    if (t.leader()) store_le32(out + l.end, tx_icrc);
-    t.sync();
-    if (stg) {
-      copy_wide_team(t, slot, out, reply_len);
-      t.sync();  // every lane's stores before the leader's doorbell
-    }
-    marks.mark(kPieceCopy);
-    if (t.leader()) {
-      // Stamped with the request's arrival: the reply leaves in the same step, and
-      // reading the clock here would cost it ~200 SM cycles (bench ops).
-      tx_submit<S>(d.tx, st.tx_pi, reply_len, 0, a.ts);
-      st.send_psn = psn_add(st.send_psn, 1);
-    }
-    marks.mark(kPieceDoorbell);
-  }
+  l.masks = p.reply.icrc_masks;
+  icrc_jobs(t, IcrcJob{verify && !write ? a.frame : nullptr, req.layout, &rx_icrc},
+            IcrcJob{reply_len ? out : nullptr, l, &tx_icrc},
+            IcrcJob{ack && !(write && verify) ? p.ack.bytes : nullptr, al, &ack_icrc});
+  if (verify && !write && rx_icrc != load_le32(a.frame + req.layout.end)) return false;
   if (t.leader()) {
-    // What receive_packet(), count_handled() and submit_counted() count, at once: after
-    // the doorbell, off the round trip.
-    const bool replied = reply_len != 0;
+    if (reply_len) store_le32(out + l.end, tx_icrc);
+    if (ack) store_le32(p.ack.bytes + p.ack.len, ack_icrc);
+  }
+  t.sync();
+  marks.mark(kPieceIcrc);
+  if (stg && reply_len) copy_wide_team(t, slot, out, reply_len);
+  if (ack) copy_wide_team(t, ack_slot, p.ack.bytes, ack_len);
+  if ((stg && reply_len) || ack) t.sync();  // every lane's stores before the leader's doorbell
+  marks.mark(kPieceCopy);
+  if (t.leader()) {
+    // Stamped with the request's arrival: the replies leave in the same step, and
+    // reading the clock here would cost the round trip ~200 SM cycles (bench ops).
+    if (reply_len && ack) tx_ready(d.tx, st.tx_pi, reply_len, 0, a.ts);  // rung for by the ACK's
+    if (ack)
+      tx_submit<S>(d.tx, st.tx_pi, ack_len, 0, a.ts);
+    else if (reply_len)
+      tx_submit<S>(d.tx, st.tx_pi, reply_len, 0, a.ts);
+  }
+  marks.mark(kPieceDoorbell);
+  if (t.leader()) {
+    // What receive_packet(), count_handled(), submit_counted() and send_aeth() count, at
+    // once (independent adds, one dirty mask): after the doorbell, off the round trip.
+    const uint32_t sent = (reply_len ? 1 : 0) + (ack ? 1 : 0);
     count_all(st.tally, CountOf{Counter::kRxPackets, 1}, CountOf{Counter::kRxBytes, a.len},
               CountOf{Counter::kExpress, 1}, CountOf{Counter::kMessages, 1},
-              CountOf{Counter::kTxPackets, replied}, CountOf{Counter::kTxBytes, reply_len},
-              CountOf{Counter::kReplies, replied});
+              CountOf{Counter::kTxPackets, sent}, CountOf{Counter::kTxBytes, reply_len + ack_len},
+              CountOf{Counter::kReplies, reply_len ? 1u : 0u},
+              CountOf{Counter::kAcksSent, ack ? 1u : 0u});
     if (r.n == kHandlerError)
       count(st.tally, Counter::kHandlerErrors);
     else if (r.n >= 0 && !r.slot)
       count(st.tally, Counter::kTxRingFull);
+    if (reply_len) st.send_psn = psn_add(st.send_psn, 1);
     if (d.record_completions) record_completion(d, st, m, r, req.psn, a.ts);  // out of line
     st.expected_psn = psn_add(req.psn, 1);
-    if (d.qp.transport == Transport::RC) {
+    if (rc) {
       st.nak_sent = false;
       st.msn = psn_add(st.msn, 1);
+    }
+    if (write) {  // the WRITE's state, as execute_write leaves it
+      st.write_region = w.region;
+      st.write_start_va = w.va;
+      st.write_next_va = w.va + req.payload_len;
+      st.write_remaining = w.len - req.payload_len;
     }
   }
   t.sync();

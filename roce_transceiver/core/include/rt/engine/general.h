@@ -57,14 +57,7 @@ RT_HD inline bool transmit(const EngineDesc& d, EngineState& st, const Staging* 
 template <Scope S>
 RT_HD inline void send_aeth(const EngineDesc& d, EngineState& st, const Staging* stg,
                             uint8_t syndrome, uint32_t psn) {
-  FrameSpec spec = d.reply_spec;
-  spec.opcode = make_opcode(Transport::RC, 0x11);  // ACKNOWLEDGE
-  spec.dest_qp = d.qp.peer_qpn;
-  spec.psn = psn & kPsnMask;
-  spec.syndrome = syndrome;
-  spec.msn = st.msn & kPsnMask;
-  spec.ack_req = false;
-  if (transmit<S>(d, st, stg, spec, ByteSpan()))
+  if (transmit<S>(d, st, stg, ack_spec(d, syndrome, psn, st.msn), ByteSpan()))
     count(st.tally, syndrome == kAethAck ? Counter::kAcksSent : Counter::kNaksSent);
 }
 
@@ -484,6 +477,7 @@ RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const S
     const Message m{r.base + (st.write_start_va - r.va), written,
                     f.ext_hdr<ImmDt>(kImmDt).imm.get(), true, f.bth_hdr().opcode};
     deliver<S>(d, st, stg, m, psn, rx_ts);
+    if (f.op.is(kOnly)) predict_from(st.pred, f);  // NVQLink's shape: the next one alike
   }
   return Verdict::kAccept;
 }

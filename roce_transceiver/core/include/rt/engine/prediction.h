@@ -1,14 +1,17 @@
 // Header prediction: what the engine's express path knows about its queue
 // pair.
 //
-// Nearly every packet on a queue pair repeats the last one: the same peer, a
-// SEND Only, the next PSN. So the engine keeps the header of the last SEND
-// Only it accepted, with a mask of the bytes that must match (the fields that
-// change from packet to packet, or that routers rewrite, are left out), and a
-// reply header encoded once, whose lengths, PSN, pad and checksums are
-// patched per reply. A request that matches skips decoding; one that does not
-// goes the general way (general.h), which decides everything the match relies
-// on: the match only ever accepts what the general path would accept.
+// Nearly every packet on a queue pair repeats the last one: the same peer, the
+// same operation, the next PSN. So the engine keeps the header of the last
+// request it accepted of the kinds it predicts (a SEND Only; a WRITE Only with
+// Immediate, NVQLink's shape), with a mask of the bytes that must match (the
+// fields that change from packet to packet, or that routers rewrite, are left
+// out; so are the AckReq bit, a WRITE's RETH and its immediate, which each
+// request brings its own of), a reply header encoded once, whose lengths, PSN,
+// pad and checksums are patched per reply, and on RC an ACK encoded once, whose
+// PSN, MSN and ICRC are. A request that matches skips decoding; one that does
+// not goes the general way (general.h), which decides everything the match
+// relies on: the match only ever accepts what the general path would accept.
 //
 // Team-wide functions (team.h) split the header into 16-byte chunks.
 #pragma once
@@ -19,8 +22,9 @@
 
 namespace rt {
 
-// Header room: Ethernet + 802.1Q + IPv6 + UDP + BTH is 78 bytes.
-constexpr uint32_t kPredictBytes = 96;
+// Header room: Ethernet + 802.1Q + IPv6 + UDP + BTH + RETH + ImmDt is 98
+// bytes; a multiple of 16 for the team's chunks.
+constexpr uint32_t kPredictBytes = 112;
 
 struct HeaderTemplate {
   alignas(16) uint8_t bytes[kPredictBytes];
@@ -30,10 +34,15 @@ struct HeaderTemplate {
 };
 
 struct Prediction {
-  HeaderTemplate expect;                    // the last accepted SEND Only
+  HeaderTemplate expect;                    // the last accepted request of a predicted kind
   alignas(16) uint8_t care[kPredictBytes];  // 0xFF bits must match `expect`
   HeaderTemplate reply;                     // our SEND Only to the peer, empty payload
   uint32_t reply_ip_sum;                    // IPv4: header sum without length and checksum
+  // RC: our ACKNOWLEDGE, the whole frame but its PSN, MSN and ICRC (patch_ack());
+  // len (its header bytes) 0: none. The express path builds each ACK in it.
+  HeaderTemplate ack;
+  uint32_t reth;  // `expect` is a WRITE Only with Immediate: its RETH's offset, ImmDt
+                  // right after (IBA 9.2); 0: a SEND Only
 };
 
 namespace prediction_detail {
@@ -50,13 +59,15 @@ RT_HD inline IcrcLayout layout_of(const FrameView& f) {
 
 }  // namespace prediction_detail
 
-// Learn the header of a SEND Only the general path accepted. Headers it
-// cannot predict (immediate data, an ACK request, Ethernet padding, lengths
-// that do not add up) leave the prediction as it was.
+// Learn the header of a request the general path accepted: a SEND Only, or
+// a WRITE Only with Immediate. Headers it cannot predict (other operations,
+// immediate data on a SEND, Ethernet padding, lengths that do not add up)
+// leave the prediction as it was.
 RT_HD inline void predict_from(Prediction& p, const FrameView& f) {
   using namespace prediction_detail;
-  const Bth& bth = f.bth_hdr();
-  if ((bth.opcode & 0x1F) != 0x04 || bth.ack_requested()) return;
+  const bool send = (f.op.flags & kSend) && f.op.is(kOnly) && f.op.hdrs == 0;
+  const bool write = (f.op.flags & kWrite) && f.op.is(kOnly) && f.op.hdrs == (kReth | kImmDt);
+  if (!send && !write) return;
   if (f.payload > kPredictBytes || f.end != f.len) return;
   if (f.ip_version == 4 && get_be16(f.base + f.l3 + 2) != f.end - f.l3) return;
   if (f.ip_version == 6 && get_be16(f.base + f.l3 + 4) != f.end - f.l3 - f.l3_len) return;
@@ -79,11 +90,14 @@ RT_HD inline void predict_from(Prediction& p, const FrameView& f) {
   care[f.l4 + 6] = care[f.l4 + 7] = 0;  // UDP checksum
   care[f.bth + 1] = 0xCF;               // pad count
   care[f.bth + 4] = 0;                  // FECN, BECN, reserved
+  care[f.bth + 8] = 0x7F;               // AckReq: each request's own (predicted())
   care[f.bth + 9] = care[f.bth + 10] = care[f.bth + 11] = 0;  // PSN
+  for (uint32_t i = f.ext; i < f.payload; ++i) care[i] = 0;   // RETH, ImmDt: the express path's
   copy_bytes(p.expect.bytes, f.base, f.payload);
   zero_bytes(p.expect.bytes + f.payload, kPredictBytes - f.payload);
   p.expect.layout = layout_of(f);
   icrc_masks_for(p.expect.layout, p.expect.icrc_masks);
+  p.reth = write ? f.ext + f.op.offset_of(kReth) : 0;
   p.expect.len = f.payload;
 }
 
@@ -109,12 +123,32 @@ RT_HD inline void predict_reply(Prediction& p, const FrameSpec& spec) {
   }
 }
 
+// The ACK template: `spec` (an RC ACKNOWLEDGE) encoded whole, room for its
+// ICRC included. Too long for the room: no template, no express ACKs.
+RT_HD inline void predict_ack(Prediction& p, const FrameSpec& spec) {
+  using namespace prediction_detail;
+  p.ack.len = 0;
+  alignas(16) uint8_t frame[kPredictBytes];
+  const EncodeResult e = encode(spec, ByteSpan(), MutByteSpan(frame, sizeof frame));
+  if (!e.ok()) return;
+  const DecodeResult r = decode(ByteSpan(frame, e.len));
+  if (!r.ok()) return;
+  const FrameView& f = r.frame;
+  zero_bytes(p.ack.bytes, kPredictBytes);
+  copy_bytes(p.ack.bytes, frame, f.icrc);
+  p.ack.layout = layout_of(f);
+  p.ack.layout.end = f.icrc;
+  icrc_masks_for(p.ack.layout, p.ack.icrc_masks);
+  p.ack.len = f.icrc;
+}
+
 // What a matching request carries.
 struct ExpressRequest {
   uint32_t payload;      // offset
   uint32_t payload_len;  // without pad
   uint32_t psn;
   IcrcLayout layout;  // with its end set
+  bool ack_req;       // BTH AckReq: on RC, the responder ACKs it (IBA 9.7.5.1)
 };
 
 // Team-wide: does `frame` (16-byte aligned) match the prediction? Fills `req`
@@ -147,6 +181,7 @@ RT_HD inline bool predicted(const Team& t, const Prediction& p, const uint8_t* f
   req->payload = h.len;
   req->payload_len = body - pad;
   req->psn = uint32_t(frame[bth + 9]) << 16 | uint32_t(frame[bth + 10]) << 8 | frame[bth + 11];
+  req->ack_req = (frame[bth + 8] & 0x80) != 0;
   req->layout = l;
   req->layout.end = len - kIcrcBytes;
   req->layout.masks = h.icrc_masks;
@@ -183,6 +218,24 @@ RT_HD inline uint32_t patch_reply(const Prediction& p, uint8_t* frame, uint32_t 
   frame[bth + 10] = uint8_t(psn >> 8);
   frame[bth + 11] = uint8_t(psn);
   return len;
+}
+
+// Leader: the ACK in the template for the request at `psn`, with MSN `msn`
+// (the messages completed, this one counted), as send_aeth() encodes it.
+// Returns the frame's length; its ICRC is the caller's (a team computes it,
+// over the template, which the ACK is then copied from).
+RT_HD inline uint32_t patch_ack(Prediction& p, uint32_t psn, uint32_t msn) {
+  const IcrcLayout& l = p.ack.layout;
+  const uint32_t bth = l.l3 + l.masked - uint32_t(sizeof(Bth));
+  uint8_t* f = p.ack.bytes;
+  f[bth + 9] = uint8_t(psn >> 16);
+  f[bth + 10] = uint8_t(psn >> 8);
+  f[bth + 11] = uint8_t(psn);
+  uint8_t* aeth = f + bth + sizeof(Bth);  // the syndrome (an ACK's) stays as encoded
+  aeth[1] = uint8_t(msn >> 16);
+  aeth[2] = uint8_t(msn >> 8);
+  aeth[3] = uint8_t(msn);
+  return p.ack.len + kIcrcBytes;
 }
 
 }  // namespace rt

@@ -121,11 +121,25 @@ RT_HD inline FrameSpec reply_send_spec(const EngineDesc& d) {
   return spec;
 }
 
+// Our RC ACKNOWLEDGE (IBA 9.7.5.1) of the request at `psn`: its AETH's syndrome
+// and MSN. The general path encodes it per ACK, the express path once (predict_ack).
+RT_HD inline FrameSpec ack_spec(const EngineDesc& d, uint8_t syndrome, uint32_t psn, uint32_t msn) {
+  FrameSpec spec = d.reply_spec;
+  spec.opcode = kRcAcknowledge;
+  spec.dest_qp = d.qp.peer_qpn;
+  spec.psn = psn & kPsnMask;
+  spec.syndrome = syndrome;
+  spec.msn = msn & kPsnMask;
+  spec.ack_req = false;
+  return spec;
+}
+
 RT_HD inline void engine_init(const EngineDesc& d, EngineState* st) {
   *st = EngineState{};
   st->expected_psn = d.qp.rx_psn & kPsnMask;
   st->send_psn = d.qp.tx_psn & kPsnMask;
   predict_reply(st->pred, reply_send_spec(d));
+  if (d.qp.transport == Transport::RC) predict_ack(st->pred, ack_spec(d, kAethAck, 0, 0));
 }
 
 }  // namespace rt

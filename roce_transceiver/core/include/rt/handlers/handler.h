@@ -5,9 +5,10 @@
 // handler is picked by an enum switch (no virtual calls in RT_HD code).
 //
 // Handlers are pure: what they write is the reply, nothing else. The engine's
-// express path runs a handler before the request's ICRC is checked and drops
-// the reply when the check fails, so a handler with side effects would act on
-// frames the engine then discards.
+// express path runs a SEND's handler before the request's ICRC is checked and
+// drops the reply when the check fails, so a handler with side effects would
+// act on frames the engine then discards. (A WRITE with Immediate's handler
+// runs after the check: its bytes must land in the region first.)
 #pragma once
 
 #include "rt/handlers/qec.h"

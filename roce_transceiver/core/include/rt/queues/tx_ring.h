@@ -44,6 +44,18 @@ RT_HD inline uint8_t* tx_reserve(const TxRing& r, uint32_t pi, uint32_t& seen) {
   return r.slot(pi);
 }
 
+// Engine: describe the slot at `pi` (prepared in place) and move on, without
+// ringing: the next tx_submit's doorbell publishes it too (a reply and its RC
+// ACK, one doorbell for both).
+RT_HD inline void tx_ready(const TxRing& r, uint32_t& pi, uint32_t len, uint32_t flags,
+                           uint64_t timestamp_ns) {
+  TxDesc& d = r.descs[pi & r.mask()];
+  d.len = len;
+  d.flags = flags;
+  d.timestamp_ns = timestamp_ns;
+  ++pi;
+}
+
 // Engine: publish the slot at `pi` (prepared in place) and ring the doorbell.
 template <Scope S>
 RT_HD inline void tx_submit(const TxRing& r, uint32_t& pi, uint32_t len, uint32_t flags,
