@@ -189,9 +189,9 @@ int run_icrc(const char* in_path, const char* out_path) {
 }
 
 // icrc_words / icrc_words2 (a word a lane, position tables) by the 32 lanes, for the frames
-// short enough (icrc_words_fit): a line a frame, "-" for one too long, else its ICRC and
-// the pair's (this frame with precomputed masks, the next without), or "-" for the pair when
-// the next does not fit.
+// short enough (icrc_words_fit, which also wants the masks worked out: exit status 2 if a
+// layout without them is taken): a line a frame, "-" for one too long, else its ICRC and the
+// pair's (this frame and the next), or "-" for the pair when the next does not fit.
 int run_icrc_words(const char* in_path, const char* out_path) {
   const std::vector<Record> frames = read_records(in_path);
   const size_t n = frames.size();
@@ -203,13 +203,15 @@ int run_icrc_words(const char* in_path, const char* out_path) {
     bufs.push_back(std::make_unique<Aligned>(frames[i].align + frames[i].bytes.size() + 64));
     uint8_t* p = bufs.back()->p + frames[i].align;
     if (!frames[i].bytes.empty()) std::memcpy(p, frames[i].bytes.data(), frames[i].bytes.size());
-    fits[i] =
-        layout_of(p, uint32_t(frames[i].bytes.size()), &plain[i]) && rt::icrc_words_fit(plain[i]);
+    fits[i] = layout_of(p, uint32_t(frames[i].bytes.size()), &plain[i]);
     masked[i] = plain[i];
     if (fits[i]) {
       rt::icrc_masks_for(plain[i], masks[i].data());
       masked[i].masks = masks[i].data();
     }
+    // Without its masks worked out a layout is refused, whatever its length.
+    if (rt::icrc_words_fit(plain[i])) return 2;
+    fits[i] = fits[i] && rt::icrc_words_fit(masked[i]);
   }
   const auto frame = [&](size_t i) { return bufs[i]->p + frames[i].align; };
   LaneResults one(n), pair_a(n), pair_b(n);
@@ -217,11 +219,11 @@ int run_icrc_words(const char* in_path, const char* out_path) {
   w.run([&](const HostWarpTeam& t) {
     for (size_t i = 0; i < n; ++i) {
       if (!fits[i]) continue;
-      one.put(i, t.lane(), rt::icrc_words(t, frame(i), plain[i]));
+      one.put(i, t.lane(), rt::icrc_words(t, frame(i), masked[i]));
       const size_t j = (i + 1) % n;
       if (!fits[j]) continue;
       uint32_t a = 0, b = 0;
-      rt::icrc_words2(t, frame(i), masked[i], frame(j), plain[j], &a, &b);
+      rt::icrc_words2(t, frame(i), masked[i], frame(j), masked[j], &a, &b);
       pair_a.put(i, t.lane(), a);
       pair_b.put(i, t.lane(), b);
     }

@@ -103,7 +103,7 @@ RT_HD inline uint32_t load_word(const uint8_t* p) {
 RT_HD inline uint32_t input_word(const uint8_t* frame, const IcrcLayout& l, uint32_t i) {
   if (i == 0) return 0xFFFFFFFFu;
   const uint32_t a = 4 * (i - 1);
-  return load_word(frame + l.l3 + a) | icrc_team_detail::mask_at(l, a);
+  return load_word(frame + l.l3 + a) | (a < l.masked ? l.masks[a / 4] : 0u);
 }
 
 // Input words in all: (end - l3) bytes and the four ones.
@@ -127,9 +127,10 @@ RT_HD inline uint32_t contribution(const IcrcWordTables& tw, uint32_t w, uint32_
 
 }  // namespace icrc_words_detail
 
-// Whether a frame laid out as `l` is short enough for icrc_words2().
+// Whether a frame laid out as `l` is short enough for icrc_words2(), with its
+// masks worked out (icrc_masks_for): a lane's mask is one load, not a search.
 RT_HD inline bool icrc_words_fit(const IcrcLayout& l) {
-  return icrc_team_fits(l) && l.end - l.l3 + 4 <= 4 * kIcrcWordPositions;
+  return l.masks && icrc_team_fits(l) && l.end - l.l3 + 4 <= 4 * kIcrcWordPositions;
 }
 
 // The ICRCs of two short frames (a request's and its reply's; icrc_words_fit()
