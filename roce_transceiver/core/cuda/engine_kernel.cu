@@ -166,6 +166,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
       st.rx_released = st.rx_ci;
     }
     publish<Scope::kSystem>(st.tally, d.counters);
+    publish_completions(d, st);  // the host sees every record before the gap
     if (books) store_relaxed<Scope::kSystem>(heartbeat, passes);
     rec->passes = passes;
     rec->last_end_ns = globaltimer_ns();

@@ -106,6 +106,7 @@ class CpuExecutor final : public Executor {
       }
     }
     publish<Scope::kSystem>(st.tally, d.counters);  // counters after stop() are exact
+    publish_completions(d, st);                     // and every record the host's
   }
 
   void halt() {

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -93,6 +94,9 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   if (c.completion_slot_bytes < 128 || c.completion_slot_bytes % 64)
     throw std::invalid_argument("completion_slot_bytes=" + std::to_string(c.completion_slot_bytes) +
                                 ": must be a multiple of 64, at least 128");
+  if (c.completion_batch < 1 || c.completion_batch > 65536)
+    throw std::invalid_argument("completion_batch=" + std::to_string(c.completion_batch) +
+                                ": must be 1 to 65536");
   if (c.batch < 1 || c.batch > 1024)
     throw std::invalid_argument("batch=" + std::to_string(c.batch) + ": must be 1 to 1024");
   if (c.queues < 1 || c.queues > kMaxQueues)
@@ -203,6 +207,8 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   d.msg_buf_bytes = c.msg_buf_bytes;
   d.reply_scratch_bytes = c.slot_bytes;
   d.batch = c.batch;
+  // Half the ring at most: the host drains one half while the loop fills the other.
+  d.completion_batch = std::max(1u, std::min(c.completion_batch, c.completion_depth / 2));
   d.check_icrc = c.check_icrc;
   d.record_completions = c.record_completions;
   d.express = c.express;

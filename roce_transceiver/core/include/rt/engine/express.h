@@ -153,8 +153,8 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
       count(st.tally, Counter::kReplies);
     }
   }
+  record_completion(t, d, st, m, r, req.psn, a.ts);  // after the doorbell, by every lane
   if (t.leader()) {
-    record_completion(d, st, m, r, req.psn, a.ts);
     st.expected_psn = psn_add(req.psn, 1);
     if (d.qp.transport == Transport::RC) {
       st.nak_sent = false;

@@ -42,6 +42,7 @@ struct TransceiverConfig {
   uint32_t host_tx_depth = 64;
   uint32_t completion_depth = 1024;
   uint32_t completion_slot_bytes = 1024;
+  uint32_t completion_batch = 128;  // records published together (at most half the ring)
   uint32_t batch = 32;
   uint32_t msg_buf_bytes = 65536;
   bool check_icrc = true;
@@ -118,6 +119,7 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("host_tx_depth", c.host_tx_depth);
   key("completion_depth", c.completion_depth);
   key("completion_slot_bytes", c.completion_slot_bytes);
+  key("completion_batch", c.completion_batch);
   key("batch", c.batch);
   key("msg_buf_bytes", c.msg_buf_bytes);
   key("check_icrc", c.check_icrc);
