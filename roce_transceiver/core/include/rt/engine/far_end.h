@@ -119,8 +119,12 @@ struct FarEndDesc {
   FarEndResult* result;
 };
 
-// What the two halves share while they run on different warps: each word has
-// one writer, read by the other half with acquire (a CPU thread runs both).
+// What the two halves share while they run on different warps (a CPU thread runs both):
+// each word has one writer. The progress words are relaxed: the receiver reads `sent` and
+// `offered` only with a reply in hand, and the release that published its request came
+// after both stores (and after the `times` entries below them); the sender needs
+// `received` only eventually, for its window. The *_over words end the run, with
+// release / acquire: what a half wrote before its own is the other's after.
 struct FarEndShared {
   uint32_t sent;           // sender: requests published (raised before each is published)
   uint32_t offered;        // sender: requests sent or dropped, the index of the next one
@@ -203,7 +207,7 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
     if (d.drop_ns && now - due > d.drop_ns) {
       d.times[s.offered] = kFarEndDropped;
       ++s.dropped;
-      store_release<Scope::kDevice>(&sh.offered, ++s.offered);
+      store_relaxed<Scope::kDevice>(&sh.offered, ++s.offered);
       return true;
     }
   }
@@ -225,10 +229,10 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
     if (lag > s.max_lag) s.max_lag = lag;
   }
   d.times[s.offered] = d.interval_ns ? due : now;
-  // `sent` before the request is published: its reply is causally after both.
-  store_release<Scope::kDevice>(&sh.sent, ++s.sent);
+  // `sent` before the request is published: its reply comes after both.
+  store_relaxed<Scope::kDevice>(&sh.sent, ++s.sent);
   rx_publish<S>(d.rx, s.prod, d.requests.len, now);
-  store_release<Scope::kDevice>(&sh.offered, ++s.offered);
+  store_relaxed<Scope::kDevice>(&sh.offered, ++s.offered);
   return true;
 }
 
@@ -268,7 +272,7 @@ RT_HD inline void give_back(const FarEndDesc& d, Receiver& r, bool idle) {
 
 // One frame from the engine, if there is one. True when it took one.
 template <Scope S>
-RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& sh) {
+RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& sh, uint64_t start) {
   const TxDesc* td = tx_poll<S>(d.tx, r.ci);
   if (!td) {
     give_back<S>(d, r, true);
@@ -278,10 +282,10 @@ RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& s
   const uint32_t len = td->len < d.tx.slot_bytes ? td->len : d.tx.slot_bytes;
   // Stage the reply next to us (16-byte loads) before looking at it byte by byte.
   copy_wide(d.frame, d.tx.slot(r.ci), len);
-  const uint32_t sent = load_acquire<Scope::kDevice>(&sh.sent);
+  const uint32_t sent = load_relaxed<Scope::kDevice>(&sh.sent);
   if (r.received < sent) {
     // Dropped requests got no reply: the next sent one is this reply's.
-    const uint32_t offered = load_acquire<Scope::kDevice>(&sh.offered);
+    const uint32_t offered = load_relaxed<Scope::kDevice>(&sh.offered);
     while (r.next < offered && d.times[r.next] == kFarEndDropped) ++r.next;
   }
   bool ok = false;
@@ -299,10 +303,13 @@ RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& s
     kind = check_reply(d, r.next, d.frame, len, &ok, &psn);
   }
   if (kind == ReplyKind::kReply && r.received < sent) {
-    d.times[r.next] = t - d.times[r.next];
+    // On a schedule the due time is known here; else the sender wrote the send time.
+    const uint64_t from =
+        d.interval_ns ? start + d.phase_ns + uint64_t(r.next) * d.interval_ns : d.times[r.next];
+    d.times[r.next] = t - from;
     if (!ok) ++r.wrong;
     ++r.next;
-    store_release<Scope::kDevice>(&sh.received, ++r.received);
+    store_relaxed<Scope::kDevice>(&sh.received, ++r.received);
     r.last_reply = t;
     r.reply_psn = psn_add(psn, 1);
     r.psn_known = true;
@@ -371,7 +378,7 @@ RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
     }
     if (pass % kCheckEvery == 0 && (status = must_end(d, start, stop)) != 0) break;
     const bool sent = send_step<S>(d, s, sh, start, r.received);
-    const bool got = receive_step<S>(d, r, sh);
+    const bool got = receive_step<S>(d, r, sh, start);
     if (!sent && !got) spin_pause();
   }
   give_back<S>(d, r, true);
@@ -394,7 +401,7 @@ RT_HD inline void far_end_send(const FarEndDesc& d, FarEndShared& sh, uint64_t s
       if (load_acquire<Scope::kDevice>(&sh.receiver_over)) break;
       if ((status = must_end(d, start, stop)) != 0) break;
     }
-    received = load_acquire<Scope::kDevice>(&sh.received);
+    received = load_relaxed<Scope::kDevice>(&sh.received);
     if (!send_step<S>(d, s, sh, start, received)) spin_pause();
   }
   finish_sender(d, s);
@@ -412,13 +419,15 @@ RT_HD inline void far_end_receive(const FarEndDesc& d, FarEndShared& sh, uint64_
   tx_consume<S>(d.tx, r.ci);
   uint32_t status = 0;
   for (uint32_t pass = 0;; ++pass) {
+    if (pass % kCheckEvery == 0 && (status = must_end(d, start, stop)) != 0) break;
+    if (receive_step<S>(d, r, sh, start)) continue;
+    // Idle: is the run over? (After the sender's release, `sent` is its last.)
     const uint32_t sender = load_acquire<Scope::kDevice>(&sh.sender_over);
-    if (sender && r.received == load_acquire<Scope::kDevice>(&sh.sent)) {
+    if (sender && r.received == load_relaxed<Scope::kDevice>(&sh.sent)) {
       status = sender;  // done, or why the sender stopped
       break;
     }
-    if (pass % kCheckEvery == 0 && (status = must_end(d, start, stop)) != 0) break;
-    if (!receive_step<S>(d, r, sh)) spin_pause();
+    spin_pause();
   }
   give_back<S>(d, r, true);
   finish_receiver(d, r, start);
