@@ -475,6 +475,15 @@ SCHEMA = Section(
                     maximum=65536,
                     check=_multiple_of_64,
                 ),
+                "completion_batch": Field(
+                    int,
+                    128,
+                    "completion records published to the host together, one fence across the "
+                    "bus for them: a record is seen once this many are written or the loop "
+                    "idles; at most half of completion_depth is used (1: each record at once)",
+                    minimum=1,
+                    maximum=65536,
+                ),
                 "max_message_bytes": Field(
                     int, 65536, "largest multi-packet SEND assembled", minimum=64, maximum=1 << 24
                 ),
@@ -725,6 +734,7 @@ TO_CORE: dict[str, str] = {
     "queues.host_tx_depth": "host_tx_depth",
     "queues.completion_depth": "completion_depth",
     "queues.completion_slot_bytes": "completion_slot_bytes",
+    "queues.completion_batch": "completion_batch",
     "queues.max_message_bytes": "msg_buf_bytes",
     "check_icrc": "check_icrc",
     "express": "express",

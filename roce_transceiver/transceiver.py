@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 _U32_MAX = 2**32 - 1  # the far end counts requests and its window in uint32
 _MAX_TIMEOUT_S = 1e10  # the far end's deadline is uint64 nanoseconds: 1.8e10 s at most
 _MIN_RATE = 1e-9  # requests/s: the far end's interval is uint64 nanoseconds (1e18 here)
+_MAX_RATE = 1e9  # requests/s: the far end paces in whole nanoseconds (1 here)
 
 
 class TransceiverError(RuntimeError):
@@ -70,7 +71,12 @@ class Completion:
 
 @dataclass(frozen=True)
 class RoundTrip:
-    """Requests from the far end, replies back, timed where they start and end."""
+    """Requests from the far end, replies back, timed where they start and end.
+
+    At a ``rate``, the load is offered open loop: request i is due at i / rate after the
+    start, its round trip counted from its due time (so a loop that falls behind shows its
+    queue), and one that went out more than ``late_after`` after its due time is ``late``;
+    one that could not go out within ``drop_after`` is ``dropped`` (never sent)."""
 
     status: str  # "done", "timeout", "stopped"
     sent: int
@@ -78,8 +84,13 @@ class RoundTrip:
     wrong: int  # replies whose payload was not the expected one
     bad_frames: int
     ring_full: int  # times the engine's rx ring was full and a request waited
-    elapsed_ns: int
-    rtt_ns: np.ndarray  # one per reply, in order
+    elapsed_ns: int  # the first request's due (or send) time to the last reply
+    rtt_ns: np.ndarray  # one per reply, queue by queue, in order
+    late: int = 0  # requests sent more than late_after after their due time
+    dropped: int = 0  # requests not sent: not out within drop_after of their due time
+    max_lag_ns: int = 0  # the latest a request went out after its due time
+    slow_checks: int = 0  # frames from the engine the far end had to decode to check
+    per_queue: tuple[dict[str, Any], ...] = ()  # each queue's counts (roundtrip(queues=N))
 
     def percentiles(self, unit: str = "us") -> Percentiles | None:
         """min, p50, p99, p99.9, max and mean of the round trips; None without replies."""
@@ -89,6 +100,7 @@ class RoundTrip:
 
     @property
     def messages_per_s(self) -> float:
+        """Replies per second, from the first due (or send) time to the last reply."""
         return self.received / (self.elapsed_ns / 1e9) if self.elapsed_ns else 0.0
 
 
@@ -403,30 +415,48 @@ class Transceiver:
         window: int = 1,
         rate: float | None = None,
         timeout: float = 10.0,
+        queues: int = 1,
+        late_after: float | None = None,
+        drop_after: float | None = None,
     ) -> RoundTrip:
         """Run the far end: ``count`` requests (``size`` bytes, or ``payloads`` in
-        turn), at most ``window`` in flight, at ``rate`` requests/s (None: as fast
-        as the window allows); each reply is checked against ``expected`` (in the
-        same turn) or, without it, must echo its request; ``timeout`` s for the whole run.
+        turn), at most ``window`` in flight (per queue), at ``rate`` requests/s (None: as
+        fast as the window allows; RoundTrip says how a rate is offered); each reply is
+        checked against ``expected`` (in the same turn) or, without it, must echo its
+        request; ``timeout`` s for the whole run. ``queues``: the first that many queues
+        (queues.count) each get a far end of their own and every queues-th request of the
+        schedule, addressed as the NIC steers them (their QP, or a UDP source port).
+        ``late_after`` (s, default one interval of the rate) and ``drop_after`` (s, default
+        never) need a ``rate``.
 
         ``count`` and ``window`` are 1 to 2**32-1, ``size`` 1 to ``queues.slot_bytes``,
-        ``rate`` at least 1e-9 and ``timeout`` 0 to 1e10, all finite: a value outside is a
-        ValueError naming the argument and its range (TypeError: not a number, or payloads
-        that are not bytes). A request that fits no slot, or payloads of unequal lengths,
-        is a TransceiverError."""
+        ``rate`` 1e-9 to 1e9 (the far end paces in whole nanoseconds), ``queues`` 1 to
+        queues.count (and at most ``count``), ``late_after`` and ``drop_after`` above 0 and
+        ``timeout`` 0 to 1e10, all finite: a value outside is a ValueError naming the
+        argument and its range (TypeError: not a number, or payloads that are not bytes). A
+        request that fits no slot, or payloads of unequal lengths, is a TransceiverError."""
         where = "roundtrip()"
         count = check_int(where, "count", count, 1, _U32_MAX)
         window = check_int(where, "window", window, 1, _U32_MAX)
         timeout = check_real(where, "timeout", timeout, 0, _MAX_TIMEOUT_S)
         if rate is not None:
-            rate = check_real(where, "rate", rate, _MIN_RATE)
+            rate = check_real(where, "rate", rate, _MIN_RATE, _MAX_RATE)
+        queues = check_int(where, "queues", queues, 1, self.config["queues"]["count"])
+        if queues > count:
+            raise ValueError(f"{where}: queues={queues}: more queues than requests ({count})")
+        for name, value in (("late_after", late_after), ("drop_after", drop_after)):
+            if value is None:
+                continue
+            check_real(where, name, value, 1e-9, _MAX_TIMEOUT_S)
+            if rate is None:
+                raise ValueError(f"{where}: {name}={value}: needs a rate (a schedule to keep)")
         if payloads is None:
             size = check_int(where, "size", size, 1, self.config["queues"]["slot_bytes"])
         payloads = check_buffers(where, "payloads", payloads)
         expected = check_buffers(where, "expected", expected)
         self._require_running("roundtrip()")
         payloads = request_payloads(size, payloads, expected)
-        interval_ns = 0 if not rate else int(1e9 / rate)
+        interval_ns = 0 if not rate else max(1, round(1e9 / rate))
         try:
             r = self._core.run_far_end(
                 b"".join(payloads),
@@ -438,11 +468,15 @@ class Transceiver:
                 interval_ns,
                 timeout,
                 expected is None,
+                queues,
+                0 if late_after is None else max(1, round(late_after * 1e9)),
+                0 if drop_after is None else max(1, round(drop_after * 1e9)),
             )
         except (ValueError, RuntimeError) as e:
             raise TransceiverError(f"roundtrip(): {e}") from None
         rtt = np.frombuffer(r.pop("rtt_ns"), dtype=np.uint64).copy()
-        return RoundTrip(rtt_ns=rtt, **r)
+        per_queue = tuple(dict(q) for q in r.pop("per_queue"))
+        return RoundTrip(rtt_ns=rtt, per_queue=per_queue, **r)
 
     def read_region(self, index: int, offset: int = 0, length: int | None = None) -> bytes:
         """Bytes of a registered memory region (where RDMA WRITEs landed): ``length`` bytes

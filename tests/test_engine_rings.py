@@ -9,7 +9,8 @@ the bug that drops and duplicates packets in existing GPUNetIO pipelines").
   counted (``tx_ring_full``) and their completion records say ``reply_dropped``;
   nothing already queued is replaced.
 - completions: a host that never reads loses the newest records, counted
-  (``completion_drops``), and the loop does not stall.
+  (``completion_drops``), and the loop does not stall; records published a batch at a
+  time (``queues.completion_batch``) reach the host all, in order, intact, or counted.
 
 Oracles: the sequence of distinct payloads injected (each echo must come back
 once, in order, unaltered), the counters named in counters.h, the completion
@@ -18,6 +19,8 @@ records' flags.
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 
 import pytest
@@ -148,3 +151,88 @@ def test_completions_off_records_nothing(executor):
         wait_counters(t, messages=3, replies=3, completion_drops=0)
         # The counters are published after the records of the same pass.
         assert t.receive() == []
+
+
+# Completion records are published in batches (queues.completion_batch, issue 16): the host
+# sees them a batch at a time, or when the loop idles, never one less or out of order.
+
+
+def records_of(payloads: list[bytes], first_psn: int, records: list) -> list[tuple]:
+    """What each record says, next to what the far end sent at its PSN."""
+    return [
+        (c.psn, c.request, c.reply, payloads[(c.psn - first_psn) % (1 << 24) % len(payloads)])
+        for c in records
+    ]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_batched_completions_every_record_in_order_with_its_bytes(executor):
+    count = 3000  # not a multiple of the batch: the last records are shown once the loop idles
+    payloads = [bytes([i, 3 * i, 7]) * 11 for i in range(7)]
+    queues = {"completion_depth": 4096, "completion_batch": 128}
+    with running(executor, "UC", queues=queues) as t:
+        rx_psn = t.config["qp"]["rx_psn"]
+        r = t.roundtrip(count=count, payloads=payloads, expected=payloads, window=8, timeout=60)
+        assert (r.status, r.received, r.wrong) == ("done", count, 0), r
+        records = receive_n(t, count)
+        wait_counters(t, messages=count, completion_drops=0)
+    assert [c.psn for c in records] == [psn_add(rx_psn, i) for i in range(count)]
+    assert all(req == rep == want for _, req, rep, want in records_of(payloads, rx_psn, records))
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_full_completion_ring_under_traffic_keeps_the_first_and_counts_the_rest(executor):
+    queues = {"completion_depth": 64, "completion_batch": 16}
+    payloads = [b"full ring %d" % i for i in range(5)]
+    with running(executor, "UC", queues=queues) as t:
+        rx_psn = t.config["qp"]["rx_psn"]
+        r = t.roundtrip(count=500, payloads=payloads, expected=payloads, window=8, timeout=60)
+        assert (r.status, r.received, r.wrong) == ("done", 500, 0), r
+        wait_counters(t, messages=500, completion_drops=500 - 64)
+        kept = receive_n(t, 64)
+        assert [c.psn for c in kept] == [psn_add(rx_psn, i) for i in range(64)]
+        assert all(req == want for _, req, _, want in records_of(payloads, rx_psn, kept))
+        assert t.receive() == []
+        # Drained while the loop was idle, the ring records again at once.
+        r = t.roundtrip(count=10, payloads=payloads, expected=payloads, timeout=10)
+        assert (r.status, r.received) == ("done", 10), r
+        again = receive_n(t, 10)
+        assert [c.psn for c in again] == [psn_add(rx_psn, 500 + i) for i in range(10)]
+        wait_counters(t, completion_drops=500 - 64)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_completions_drained_while_the_loop_runs_none_lost_uncounted(executor):
+    # A host thread drains a small ring while the far end runs: whatever the host keeps up
+    # with, each message is a record (in order, with its bytes) or a counted drop.
+    count = 4000
+    payloads = [b"drained %02d" % i for i in range(9)]
+    queues = {"completion_depth": 32, "completion_batch": 8}
+    records: list = []
+    with running(executor, "UC", queues=queues) as t:
+        rx_psn = t.config["qp"]["rx_psn"]
+        done = threading.Event()
+
+        def drain() -> None:
+            while not done.is_set():
+                records.extend(t.receive(timeout=0.01, max_messages=4096))
+
+        drainer = threading.Thread(target=drain, name="drain")
+        drainer.start()
+        try:
+            r = t.roundtrip(count=count, payloads=payloads, expected=payloads, window=8, timeout=60)
+        finally:
+            done.set()
+            drainer.join(timeout=WAIT_S)
+        assert not drainer.is_alive()
+        assert (r.status, r.received, r.wrong) == ("done", count, 0), r
+        stats = wait_counters(t, messages=count)
+        # The rest of the records: the loop shows them once idle.
+        deadline = time.monotonic() + WAIT_S
+        while len(records) + stats["completion_drops"] < count and time.monotonic() < deadline:
+            records.extend(t.receive(timeout=0.05, max_messages=4096))
+            stats = t.stats()
+    assert len(records) + stats["completion_drops"] == count, (len(records), stats)
+    psns = [c.psn for c in records]
+    assert all(0 < (b - a) % (1 << 24) < 1 << 23 for a, b in itertools.pairwise(psns)), "order"
+    assert all(req == rep == want for _, req, rep, want in records_of(payloads, rx_psn, records))

@@ -437,3 +437,72 @@ def test_lanes_share_the_engine_state_without_races(emulation_tsan, tmp_path):
         sub = tmp_path / name
         sub.mkdir()
         run_engine(emulation_tsan, sub, stream, *options)
+
+
+# --- the completion ring's publication ---------------------------------------------------------
+
+SETTLE_PASSES = 8  # rt/engine/engine.h kSettlePasses: idle passes before the loop settles
+RETRY_PASSES = 32  # rt/engine/general.h kCompletionRetryPasses
+
+
+def run_publish(exe: Path, tmp_path: Path, n: int, passes: str, *options: str) -> list[tuple]:
+    """``n`` echo SEND Onlys through the driver's publish mode: after each pass (``passes``:
+    1 takes a frame, 0 is an idle pass), what the host was shown (the completion ring's
+    producer index) and the completion drops; the CPU executor's way, the kernel's agreeing."""
+    s = Stream("UC")
+    for i in range(n):
+        s.send(b"message %04d" % i)
+    lines = run(exe, tmp_path, "publish", [(0, f) for f in s.frames], f"passes={passes}", *options)
+    return [tuple(map(int, line.split())) for line in lines]
+
+
+def test_completion_records_are_published_a_batch_at_a_time_then_when_the_loop_settles(
+    emulation, tmp_path
+):
+    # Goal: no fence a record (issue 16): the host is shown records completion_batch at a time
+    # while messages keep coming, and the rest once the loop has been idle kSettlePasses.
+    n, batch = 200, 64
+    passes = "1" * n + "0" * 20
+    shown = run_publish(emulation, tmp_path, n, passes, "transport=UC", f"batch={batch}")
+    busy, idle = shown[:n], shown[n:]
+    assert [p for p, _ in busy] == [(k // batch) * batch for k in range(1, n + 1)]
+    assert [p for p, _ in idle] == [192] * (SETTLE_PASSES - 1) + [n] * (21 - SETTLE_PASSES)
+    assert all(d == 0 for _, d in shown)
+
+
+def test_completion_batch_zero_shows_each_record_at_once(emulation, tmp_path):
+    # A zeroed descriptor (op_costs.cu's, this driver's default) keeps the old way: a fence each.
+    shown = run_publish(emulation, tmp_path, 20, "1" * 20, "transport=UC")
+    assert [p for p, _ in shown] == list(range(1, 21))
+
+
+def test_full_completion_ring_drops_counted_and_reads_the_host_index_once_per_32_passes(
+    emulation, tmp_path
+):
+    # A ring of 8 records, published 4 at a time. The host drains the first 4 after pass 5;
+    # the message of pass 8 finds the ring full by the loop's last reading, reads the host's
+    # index at once and is recorded; so are the next three. The message of pass 12 finds it
+    # full again (the host has not read more): a reading, still full, dropped and counted; the
+    # next reading is 32 passes later, so the messages up to pass 20 are dropped, though the
+    # host drains again after pass 19, and the one of pass 61 is recorded, shown once the loop
+    # settles. The old way read the index at every full message (pass 20's recorded).
+    passes = "1" * 21 + "0" * 40 + "1" + "0" * 20
+    shown = run_publish(
+        emulation,
+        tmp_path,
+        22,
+        passes,
+        "transport=UC",
+        "batch=4",
+        "comp_log2=3",
+        "drain_after=5,19",
+    )
+    producer = [p for p, _ in shown]
+    drops = [d for _, d in shown]
+    assert producer[:12] == [0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12]
+    assert drops[:12] == [0] * 12
+    assert drops[12:21] == list(range(1, 10))  # passes 12 to 20
+    settled = 61 + SETTLE_PASSES
+    assert producer[12:settled] == [12] * (settled - 12)
+    assert drops[21:] == [9] * (len(passes) - 21)  # pass 61's recorded...
+    assert producer[settled:] == [13] * (len(passes) - settled)  # ...and shown once idle

@@ -13,6 +13,30 @@ figure is printed with the floor it should be read against and the ratio:
 - cuda executor, cpu far end  -> pinned_pingpong (host <-> persistent kernel)
 - cuda executor, gpu far end  -> device_block_pingpong (block <-> block)
 - any cuda run                -> launch_per_message (what a kernel per message costs)
+
+``bench roundtrip --completions`` (``completions=True``) runs the echo loop three times in the
+same run, as the roundtrip app runs it: without completion records (the bare loop), with them
+(``queues.completion_batch`` records published together, the default), and with a fence for
+each record (``completion_batch: 1``, the way before issue 16). Records are taken in chunks of
+1000 round trips with the host draining the ring between them, as the app's peer steps do, and
+every record is checked (one per message, in PSN order, its request the one sent, its reply
+the echo); the ratio "echo completions p50 / echo p50" is the app's completion overhead
+(target: at most 1.10).
+
+``bench qec --rate R`` offers d=5 syndromes open loop at R messages/s over all queues
+(``rate=None``, ``--rate max``: as fast as the window allows): syndrome i is due at i / R after
+the start and its round trip is counted from its due time, so a loop that falls behind shows
+its queue in the percentiles (no coordinated omission); a syndrome that goes out more than one
+interval (``--late-us``) after its due time is counted late, one that cannot go out within
+``--drop-us`` (default: never) is dropped, counted and never sent. The window (``--window``,
+per queue) bounds what is in flight, and the rings are sized for it, so nothing overflows
+unseen: a full rx ring is counted (``ring_full``) and the request waits. ``--queues N`` gives
+the loop N queues (``queues.count``, steered by QP or UDP source port: ``--steer``) with a far
+end each (a CPU thread, or a GPU block), every N-th syndrome of the schedule each. Every
+correction is compared with the lookup-table decoder's (``wrong``), and the pool of syndromes is
+checked against pymatching (minimum weight) where it is installed. Printed: the percentiles
+next to the floors, the offered and the sustained rate, late, dropped, wrong, per queue; JSON
+with all of it.
 """
 
 from __future__ import annotations
@@ -59,8 +83,13 @@ def _loop_dict(rt: RoundTrip) -> dict[str, Any]:
         "sent": rt.sent,
         "wrong": rt.wrong,
         "bad_frames": rt.bad_frames,
+        "late": rt.late,
+        "dropped": rt.dropped,
+        "ring_full": rt.ring_full,
+        "max_lag_us": rt.max_lag_ns / 1e3,
         "messages_per_s": rt.messages_per_s,
         "status": rt.status,
+        "per_queue": list(rt.per_queue),
     }
 
 
@@ -72,9 +101,11 @@ def _report(
     extra: dict[str, Any],
     json_path: str | None,
     out: TextIO,
+    records_ok: bool = True,
 ) -> dict[str, Any]:
     """The table (every loop, then the floors), ratios to the reference floor, JSON. The first
-    loop is the benchmark's own; its figures are the top-level keys of the JSON."""
+    loop is the benchmark's own; its figures are the top-level keys of the JSON. ``all_done``
+    (the exit status): every loop complete and right, and ``records_ok``."""
     rows: dict[str, Percentiles | str] = {name: _loop_row(rt) for name, rt in loops.items()}
     print(format_table({**rows, **floors}, "us"), file=out)
     ref = _reference_floor(executor, far_end)
@@ -90,9 +121,10 @@ def _report(
     for k, v in ratios.items():
         print(f"  {k}: {v:.2f}", file=out)
     for name, rt in loops.items():
+        offered = f", {rt.late} late, {rt.dropped} dropped" if rt.late or rt.dropped else ""
         print(
             f"  {name}: {rt.received}/{rt.sent} replies, {rt.wrong} wrong, {rt.bad_frames} bad "
-            f"frames, {rt.messages_per_s:,.0f} msgs/s, status {rt.status}",
+            f"frames{offered}, {rt.messages_per_s:,.0f} msgs/s, status {rt.status}",
             file=out,
         )
     title, main = next(iter(loops.items()))
@@ -107,8 +139,8 @@ def _report(
         "floors": {k: v.as_dict() if isinstance(v, Percentiles) else v for k, v in floors.items()},
         "ratios": ratios,
         **{k: v for k, v in _loop_dict(main).items() if k != "latency"},
-        # Exit status: every loop complete and right.
-        "all_done": all(rt.status == "done" and rt.wrong == 0 for rt in loops.values()),
+        "all_done": records_ok
+        and all(rt.status == "done" and rt.wrong == 0 for rt in loops.values()),
         "machine": machine_info(),
     }
     for name, row in rows.items():
@@ -170,6 +202,101 @@ def _express_use(t: Transceiver, out: TextIO) -> dict[str, Any]:
     return {"express": on, "express_packets": express, "rx_packets": rx}
 
 
+#: Round trips per step of the completions loops, as the roundtrip app's peer takes them
+#: (peer.chunk): the host drains the completion ring between steps.
+COMPLETION_CHUNK = 1000
+
+
+def _join(parts: list[RoundTrip]) -> RoundTrip:
+    """Consecutive runs of one loop as one: counts added, round trips in order."""
+    status = next((r.status for r in parts if r.status != "done"), "done")
+    return RoundTrip(
+        status=status,
+        sent=sum(r.sent for r in parts),
+        received=sum(r.received for r in parts),
+        wrong=sum(r.wrong for r in parts),
+        bad_frames=sum(r.bad_frames for r in parts),
+        ring_full=sum(r.ring_full for r in parts),
+        elapsed_ns=sum(r.elapsed_ns for r in parts),
+        rtt_ns=np.concatenate([r.rtt_ns for r in parts]),
+        late=sum(r.late for r in parts),
+        dropped=sum(r.dropped for r in parts),
+        max_lag_ns=max(r.max_lag_ns for r in parts),
+        slow_checks=sum(r.slow_checks for r in parts),
+    )
+
+
+def _check_records(records: list[Any], sent: list[int], payload: bytes, first_psn: int) -> str:
+    """'' when the records are one per message in PSN order, each request the one sent (the
+    far end's request number in bytes 0..3 of each run's echo, counted from 0 in each run)
+    and each reply its echo; else the first thing wrong."""
+    from roce_transceiver.protocol import psn_add
+
+    if len(records) != sum(sent):
+        return f"{len(records)} records for {sum(sent)} messages"
+    k = 0
+    for run, n in enumerate(sent):
+        for i in range(n):
+            c, psn = records[k], psn_add(first_psn, k)
+            want = i.to_bytes(4, "little") + payload[4:] if len(payload) >= 4 else payload
+            if c.psn != psn:
+                return f"record {k} (run {run}): PSN {c.psn:#x}, expected {psn:#x}"
+            if c.request != want or c.reply != want:
+                return f"record {k} (run {run}, request {i}): not the request sent, or its echo"
+            k += 1
+    return ""
+
+
+def _drain(t: Transceiver, n: int, timeout: float = 10.0) -> list[Any]:
+    """The host's turn, as the app's operator takes it between the peer's steps: the ``n``
+    records the loop wrote, shown once it has gone idle (or what came within ``timeout``)."""
+    records: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(records) < n and time.monotonic() < deadline:
+        records += t.receive(timeout=0.1, max_messages=1 << 20)
+    return records
+
+
+def _completions_loop(
+    config: dict[str, Any], count: int, size: int, out: TextIO
+) -> tuple[RoundTrip, dict[str, Any]]:
+    """The echo ping-pong with completion records, in steps of COMPLETION_CHUNK round trips,
+    the host draining (and checking) every record between steps."""
+    from roce_transceiver.protocol import psn_add
+    from roce_transceiver.transceiver import request_payloads
+
+    payload = request_payloads(size, None, None)[0]
+    warm = min(count, COMPLETION_CHUNK)
+    with Transceiver(config) as t:
+        t.roundtrip(count=warm, size=size)  # warm-up: caches, clocks, first faults
+        _drain(t, warm)
+        first_psn = psn_add(int(t.config["qp"]["rx_psn"]), warm)
+        parts: list[RoundTrip] = []
+        records: list[Any] = []
+        while (left := count - sum(r.sent for r in parts)) > 0:
+            n = min(left, COMPLETION_CHUNK)
+            parts.append(t.roundtrip(count=n, size=size, timeout=max(10.0, n * 1e-4)))
+            records += _drain(t, parts[-1].received)
+            if parts[-1].status != "done":
+                break
+        stats = t.stats()
+    rt = _join(parts)
+    problem = _check_records(records, [r.sent for r in parts], payload, first_psn)
+    checked = {
+        "records": len(records),
+        "completion_drops": stats["completion_drops"],
+        "completion_batch": t.config["queues"]["completion_batch"],
+        "records_ok": not problem and stats["completion_drops"] == 0,
+        "problem": problem or None,
+    }
+    print(
+        f"  completion_batch {checked['completion_batch']}: {len(records)} records, "
+        f"{stats['completion_drops']} dropped, " + (problem or "each one the message sent"),
+        file=out,
+    )
+    return rt, checked
+
+
 def run_roundtrip(
     executor: str = "auto",
     far_end: str = "cpu",
@@ -179,12 +306,17 @@ def run_roundtrip(
     floor_iterations: int = 10_000,
     express: bool = True,
     json_path: str | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     mode: str = "ethernet",
+    completions: bool = False,
+    completion_batch: int | None = None,
 ) -> dict[str, Any]:
     """Echo ping-pong (window 1) of ``count`` ``size``-byte messages, then the floors; with
-    ``mode="verbs"`` the Verbs-mode loop too, on the same executor."""
-    config = {
+    ``mode="verbs"`` the Verbs-mode loop too, on the same executor; with ``completions`` the
+    loop with completion records twice (batched: ``completion_batch``, None for the
+    default; and a fence each) next to the bare one (module docstring)."""
+    out = out if out is not None else sys.stdout  # at call time: a test may have replaced it
+    config: dict[str, Any] = {
         "executor": executor,
         "far_end": far_end,
         "handler": "echo",
@@ -200,10 +332,62 @@ def run_roundtrip(
     extra: dict[str, Any] = {"size": size, "count": count, "transport": transport, "mode": mode}
     extra.update(_express_use(t, out))
     loops = {"echo": rt}
+    if completions:
+        checks: dict[str, Any] = {}
+        batched: dict[str, Any] = {"completions": True, "executor": used}
+        if completion_batch is not None:
+            batched["queues"] = {"completion_batch": completion_batch}
+        each = {"completions": True, "executor": used, "queues": {"completion_batch": 1}}
+        for name, changes in (("echo completions", batched), ("echo completions each", each)):
+            print(f"{name}:", file=out)
+            loops[name], checks[name] = _completions_loop({**config, **changes}, count, size, out)
+        extra["completions"] = {"loops": checks}
+        bare, recorded = rt.percentiles("us"), loops["echo completions"].percentiles("us")
+        if bare is not None and recorded is not None:
+            extra["completions"]["p50_ratio"] = recorded.p50 / bare.p50
+            print(
+                f"  echo completions p50 / echo p50: {recorded.p50 / bare.p50:.2f} "
+                "(target <= 1.10)",
+                file=out,
+            )
     if mode == "verbs":
         loops["echo verbs"], extra["verbs"] = _verbs_loop(used, "echo", count, out, size=size)
     floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=size)
-    return _report(loops, floors, used, far_end, extra, json_path, out)
+    # Complete and right includes every completion record.
+    checks = extra.get("completions", {}).get("loops", {})
+    records_ok = all(c["records_ok"] for c in checks.values())
+    return _report(loops, floors, used, far_end, extra, json_path, out, records_ok)
+
+
+#: The rings a queue gets for a window: rx slots for every request in flight twice over,
+#: tx slots for a reply and an RC ACK of each (at least the defaults, at most the schema's).
+def _ring_depths(window: int) -> dict[str, int]:
+    def pow2(n: int) -> int:
+        return 1 << max(8, (n - 1).bit_length())
+
+    return {"rx_depth": pow2(2 * window), "tx_depth": pow2(4 * window)}
+
+
+#: The largest window the rings can be sized for (queues.rx_depth / tx_depth: 65536 at most).
+MAX_WINDOW = 65536 // 4
+
+
+def _pymatching_check(distance: int, requests: list[bytes], expected: list[bytes]) -> str:
+    """Whether the pool's lookup-table corrections are minimum weight by pymatching."""
+    from roce_transceiver.qec import RotatedSurfaceCode, pymatching_replies, unpack_correction
+
+    try:
+        reference = pymatching_replies(RotatedSurfaceCode(distance), requests)
+    except ValueError as e:  # pymatching is not installed
+        return f"not checked ({e})"
+
+    def weight(reply: bytes) -> int:
+        x, z = unpack_correction(reply)
+        return int(x.sum()) + int(z.sum())
+
+    heavier = sum(weight(e) != weight(r) for e, r in zip(expected, reference, strict=True))
+    n = len(requests)
+    return f"{n - heavier}/{n} of the pool minimum weight by pymatching"
 
 
 def run_qec(
@@ -218,13 +402,22 @@ def run_qec(
     express: bool = True,
     seed: int = 1,
     json_path: str | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     mode: str = "ethernet",
+    queues: int = 1,
+    steer: str = "qp",
+    late_us: float | None = None,
+    drop_us: float | None = None,
 ) -> dict[str, Any]:
-    """The decoder loop at an offered ``rate`` (None: as fast as ``window`` allows);
-    every correction is checked against the Python decoder."""
+    """The decoder loop at an offered ``rate`` over ``queues`` queues (None: as fast as
+    ``window`` allows, per queue); every correction is checked against the Python decoder's
+    table (module docstring)."""
     from roce_transceiver.qec import random_syndromes
 
+    out = out if out is not None else sys.stdout  # at call time: a test may have replaced it
+
+    if not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window={window}: must be 1 to {MAX_WINDOW} (the rings' depth)")
     requests, expected = random_syndromes(distance, 1024, seed=seed)
     config = {
         "executor": executor,
@@ -234,27 +427,54 @@ def run_qec(
         "completions": False,
         "express": express,
         "qp": {"transport": transport},
+        "queues": {"count": queues, "steer": steer, **_ring_depths(window)},
     }
+    pool = _pymatching_check(distance, requests, expected)
     with Transceiver(config) as t:
         print(t.executor_reason, file=out)
-        t.roundtrip(count=min(count, 2000), payloads=requests, expected=expected, window=window)
+        warm = min(count, 2000 * queues)
+        t.roundtrip(count=warm, payloads=requests, expected=expected, window=window, queues=queues)
         rt = t.roundtrip(
             count=count,
             payloads=requests,
             expected=expected,
             window=window,
             rate=rate,
-            timeout=max(10.0, count * 1e-4),
+            timeout=max(10.0, count * 1e-4, 2 * count / rate if rate else 0.0),
+            queues=queues,
+            late_after=None if late_us is None else late_us * 1e-6,
+            drop_after=None if drop_us is None else drop_us * 1e-6,
         )
         used = t.executor
     extra: dict[str, Any] = {
         "distance": distance,
         "count": count,
         "rate": rate,
+        "rate_offered": rate if rate else "max",
+        "rate_sustained": rt.messages_per_s,
         "window": window,
+        "queues": queues,
+        "steer": steer,
+        "late_us": late_us if late_us is not None else (1e6 / rate if rate else None),
+        "drop_us": drop_us,
+        "pool": pool,
         "mode": mode,
         **_express_use(t, out),
     }
+    offered = f"{rate:,.0f} msgs/s offered" if rate else "offered flat out"
+    print(
+        f"qec d={distance}, {queues} queue{'s' if queues > 1 else ''} ({steer}), window "
+        f"{window}: {offered}, {rt.messages_per_s:,.0f} msgs/s sustained; {rt.late} late "
+        f"(max lag {rt.max_lag_ns / 1e3:.2f} us), {rt.dropped} dropped, {rt.wrong} wrong, "
+        f"{rt.ring_full} ring full; {pool}",
+        file=out,
+    )
+    for q, r in enumerate(rt.per_queue):
+        print(
+            f"  queue {q}: {r['received']}/{r['sent']} replies, {r['wrong']} wrong, "
+            f"{r['late']} late, {r['dropped']} dropped, status {r['status']}",
+            file=out,
+        )
     loops = {"qec": rt}
     if mode == "verbs":  # one syndrome at a time: Verbs mode's loop here is a ping-pong
         loops["qec verbs"], extra["verbs"] = _verbs_loop(

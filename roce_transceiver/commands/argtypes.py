@@ -17,11 +17,13 @@ __all__ = [
     "COUNT",
     "FRACTION",
     "RATE",
+    "RATE_OR_MAX",
     "SECONDS",
     "SECONDS_OR_ZERO",
     "U32_COUNT",
     "integer",
     "integer_list",
+    "rate_or_max",
     "real",
     "uint",
 ]
@@ -93,6 +95,27 @@ def real(lo: float, hi: float | None = None, *, lo_open: bool = False) -> Callab
     return parse
 
 
+def rate_or_max(hi: float) -> Callable[[str], float | None]:
+    """A type for a rate: ``max`` (as fast as it goes: None) or a number of things per second,
+    more than 0 and at most ``hi``."""
+    number = real(0, hi, lo_open=True)
+
+    def parse(text: str) -> float | None:
+        if text.strip().lower() == "max":
+            return None
+        try:
+            return number(text)
+        except argparse.ArgumentTypeError as e:
+            if "is not a number" in str(e):
+                raise argparse.ArgumentTypeError(
+                    f"{text!r} is not a number of messages/s or 'max'"
+                ) from None
+            raise
+
+    parse.__name__ = "rate"
+    return parse
+
+
 def _span(lo: float, hi: float | None, lo_open: bool) -> str:
     if hi is None:
         return f"more than {lo:g}" if lo_open else f"at least {lo:g}"
@@ -109,5 +132,7 @@ SECONDS = real(0, lo_open=True)
 SECONDS_OR_ZERO = real(0)
 #: Something per second: more than 0.
 RATE = real(0, lo_open=True)
+#: The loopback far end's offered rate: ``max``, or up to 1e9 a second (it paces in whole ns).
+RATE_OR_MAX = rate_or_max(1e9)
 #: A probability or a fraction: 0 to 1.
 FRACTION = real(0, 1)

@@ -9,7 +9,7 @@ from roce_transceiver import _core
 from roce_transceiver.commands import CommandError
 from roce_transceiver.commands.argtypes import (
     COUNT,
-    RATE,
+    RATE_OR_MAX,
     U32_COUNT,
     integer,
     integer_list,
@@ -29,6 +29,10 @@ _MEASURE_SECONDS = real(0, 3600, lo_open=True)
 # sends them.
 _STREAM_PAYLOAD = integer(4, 8112, multiple_of=4)
 _FLOOR_ITERATIONS = integer(1, _core.FLOOR_MAX_ITERATIONS)
+# bench qec's --late-us / --drop-us: more than 0, at most an hour.
+_MICROSECONDS = real(0, 3.6e9, lo_open=True)
+# bench qec's rings are sized for its window (bench/roundtrip.py): 65536 slots at most.
+MAX_WINDOW = 16384
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -72,19 +76,73 @@ def register(sub: argparse._SubParsersAction) -> None:
     _loop_options(rt)
     rt.add_argument("--size", type=COUNT, default=32, help="payload bytes (default 32)")
     rt.add_argument("--count", type=U32_COUNT, default=10_000, help="round trips (default 10000)")
+    rt.add_argument(
+        "--completions",
+        action="store_true",
+        help="also run the loop with completion records (batched, and a fence each), as the "
+        "roundtrip app does, every record checked; prints their p50 against the bare loop's",
+    )
+    rt.add_argument(
+        "--completion-batch",
+        type=integer(1, 65536),
+        default=None,
+        dest="completion_batch",
+        help="queues.completion_batch of the batched run (default: the configuration's)",
+    )
     rt.set_defaults(run=run_roundtrip)
 
     q = benches.add_parser(
         "qec",
         help="decoder loop throughput and round trip at an offered rate",
-        description="Syndromes from the far end, lookup-table decoding in the loop, "
-        "corrections back and checked; messages/s and round-trip percentiles.",
+        description="Syndromes from the far end at an offered rate (open loop: each round trip "
+        "counted from its due time), lookup-table decoding in the loop, corrections back and "
+        "checked; sustained messages/s, late and dropped syndromes and round-trip "
+        "percentiles next to the floors.",
     )
     _loop_options(q)
     q.add_argument("--distance", type=int, choices=(3, 5), default=5, help="code distance")
     q.add_argument("--count", type=U32_COUNT, default=100_000, help="messages (default 100000)")
-    q.add_argument("--rate", type=RATE, default=None, help="offered messages/s (default: max)")
-    q.add_argument("--window", type=U32_COUNT, default=64, help="messages in flight at most")
+    q.add_argument(
+        "--rate",
+        type=RATE_OR_MAX,
+        default=None,
+        help="offered messages/s over all queues, up to 1e9, or max: as fast as the window "
+        "allows (default max)",
+    )
+    q.add_argument(
+        "--window",
+        type=integer(1, MAX_WINDOW),
+        default=64,
+        help=f"messages in flight at most, per queue, 1 to {MAX_WINDOW} (default 64)",
+    )
+    q.add_argument(
+        "--queues",
+        type=integer(1, 16),
+        default=1,
+        help="queues (queues.count), each with a far end and every N-th syndrome (default 1)",
+    )
+    q.add_argument(
+        "--steer",
+        choices=("qp", "udp_sport"),
+        default="qp",
+        help="how the syndromes pick their queue: QP qpn + i, or a UDP source port (default qp)",
+    )
+    q.add_argument(
+        "--late-us",
+        type=_MICROSECONDS,
+        default=None,
+        dest="late_us",
+        help="a syndrome sent later than this after its due time is late (default: one "
+        "interval of the rate)",
+    )
+    q.add_argument(
+        "--drop-us",
+        type=_MICROSECONDS,
+        default=None,
+        dest="drop_us",
+        help="a syndrome that cannot be sent within this of its due time is dropped, counted "
+        "and never sent (default: never)",
+    )
     q.set_defaults(run=run_qec)
 
     ops = benches.add_parser(
@@ -238,15 +296,29 @@ def _run_loop(args: argparse.Namespace, name: str, options: dict[str, object]) -
 
 
 def run_roundtrip(args: argparse.Namespace) -> int:
-    return _run_loop(args, "roundtrip", {"size": args.size, "count": args.count})
+    options = {
+        "size": args.size,
+        "count": args.count,
+        "completions": args.completions,
+        "completion_batch": args.completion_batch,
+    }
+    return _run_loop(args, "roundtrip", options)
 
 
 def run_qec(args: argparse.Namespace) -> int:
+    if args.queues > args.count:
+        raise CommandError(f"bench qec: --queues {args.queues}: more queues than messages")
+    if args.rate is None and (args.late_us is not None or args.drop_us is not None):
+        raise CommandError("bench qec: --late-us and --drop-us need a --rate (a schedule)")
     options = {
         "distance": args.distance,
         "count": args.count,
         "rate": args.rate,
         "window": args.window,
+        "queues": args.queues,
+        "steer": args.steer,
+        "late_us": args.late_us,
+        "drop_us": args.drop_us,
     }
     return _run_loop(args, "qec", options)
 

@@ -15,6 +15,13 @@
 //                   frames, completion records, counters, regions and final
 //                   state must equal the CPU executor's, byte for byte. OUT
 //                   gets the CPU executor's results for the Python checks.
+//   publish IN OUT passes=0101... [batch=N] [comp_log2=N] [drain_after=P,P...]
+//                   the completion ring's publication: pass p of engine_step
+//                   takes a frame of IN when passes[p] is 1, none when 0 (an
+//                   idle pass); the host drains what it was shown after each
+//                   pass P. OUT: after each pass, the records the host was shown
+//                   (the producer index) and the completion drops, by the CPU
+//                   executor's way and the kernel's (which must agree).
 // Input records: u32 alignment offset, u32 length, the bytes (little-endian).
 // Exit status 0: every comparison held; 1: a difference, printed first.
 #include <algorithm>
@@ -259,6 +266,8 @@ struct EngineOptions {
   bool check_icrc = true;
   bool express = true;
   bool metadata = false;
+  uint32_t completion_batch = 0;  // EngineDesc::completion_batch (0: each record)
+  uint32_t comp_log2 = 9;         // the completion ring's depth, log2
 };
 
 EngineOptions parse_options(int argc, char** argv) {
@@ -273,10 +282,14 @@ EngineOptions parse_options(int argc, char** argv) {
       o.handler = v == "echo" ? rt::HandlerKind::kEcho : rt::HandlerKind::kFrames;
     } else if ((k == "check_icrc" || k == "express" || k == "metadata") && (v == "0" || v == "1")) {
       (k == "check_icrc" ? o.check_icrc : k == "express" ? o.express : o.metadata) = v == "1";
+    } else if (k == "batch" && !v.empty()) {
+      o.completion_batch = uint32_t(std::stoul(v));
+    } else if (k == "comp_log2" && !v.empty() && std::stoul(v) <= 12) {
+      o.comp_log2 = uint32_t(std::stoul(v));
     } else {
       std::fprintf(stderr,
                    "engine option %s: not transport=RC|UC, handler=echo|frames, "
-                   "check_icrc=0|1, express=0|1 or metadata=0|1\n",
+                   "check_icrc=0|1, express=0|1, metadata=0|1, batch=N or comp_log2=0..12\n",
                    a.c_str());
       std::exit(2);
     }
@@ -287,7 +300,7 @@ EngineOptions parse_options(int argc, char** argv) {
 // The addresses and sizes of the Python configuration's defaults (config.py):
 // frames built by protocol.build for its Peer reach this queue pair.
 constexpr uint32_t kSlotBytes = 2048;
-constexpr uint32_t kRxLog2 = 8, kTxLog2 = 10, kHostLog2 = 4, kCompLog2 = 9;
+constexpr uint32_t kRxLog2 = 8, kTxLog2 = 10, kHostLog2 = 4;
 constexpr uint32_t kCompSlotBytes = 1024;
 constexpr uint32_t kMsgBufBytes = 65536;
 constexpr uint64_t kRegionVa = 0x10000;
@@ -304,8 +317,8 @@ struct Engine {
         tx_descs(sizeof(rt::TxDesc) << kTxLog2),
         host_slots(kSlotBytes << kHostLog2),
         host_descs(sizeof(rt::RxDesc) << kHostLog2),
-        comp_slots(kCompSlotBytes << kCompLog2),
-        comp_descs(sizeof(rt::TxDesc) << kCompLog2),
+        comp_slots(kCompSlotBytes << o.comp_log2),
+        comp_descs(sizeof(rt::TxDesc) << o.comp_log2),
         indices(64),
         counters(sizeof(rt::Counters)),
         region(kRegionBytes),
@@ -329,6 +342,7 @@ struct Engine {
     e.reply_scratch = scratch.p + kMsgBufBytes;
     e.reply_scratch_bytes = kSlotBytes;
     e.batch = 32;
+    e.completion_batch = o.completion_batch;
     e.check_icrc = o.check_icrc;
     e.record_completions = true;
     e.express = o.express;
@@ -342,7 +356,7 @@ struct Engine {
                            kHostLog2, kSlotBytes};
     e.completions = rt::TxRing{comp_slots.p, reinterpret_cast<rt::TxDesc*>(comp_descs.p),
                                &idx[4],      &idx[5],
-                               kCompLog2,    kCompSlotBytes};
+                               o.comp_log2,  kCompSlotBytes};
     e.counters = reinterpret_cast<rt::Counters*>(counters.p);
     rt::engine_init(d, &st);
   }
@@ -554,6 +568,89 @@ int run_engine_compare(const char* in_path, const char* out_path, int argc, char
   return status;
 }
 
+// One pass's view from the host: the records it was shown, the drops counted so far.
+struct Shown {
+  uint32_t producer;
+  uint64_t drops;
+  bool operator==(const Shown& o) const { return producer == o.producer && drops == o.drops; }
+};
+
+template <class Team>
+std::vector<Shown> drive_passes(const Team& t, Engine& e, bool staged, const std::string& passes,
+                                const std::vector<long>& drain_after) {
+  rt::Staging stg{e.staging.p, e.staging.p + kSlotBytes};
+  std::vector<Shown> out;
+  for (size_t p = 0; p < passes.size(); ++p) {
+    rt::engine_step<S>(t, e.d, e.st, staged ? &stg : nullptr, passes[p] == '1' ? 1u : 0u);
+    if (t.leader()) {
+      // The host's view: the producer index as published, the loop's own tally of drops.
+      const uint32_t shown = rt::load_acquire<S>(e.d.completions.producer);
+      out.push_back({shown, e.st.tally.v[uint32_t(rt::Counter::kCompletionDrops)]});
+      if (std::count(drain_after.begin(), drain_after.end(), long(p)))
+        rt::tx_consume<S>(e.d.completions, shown);
+    }
+    t.sync();
+  }
+  return out;
+}
+
+int run_publish(const char* in_path, const char* out_path, int argc, char** argv) {
+  std::string passes;
+  std::vector<long> drain_after;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("passes=", 0) == 0)
+      passes = a.substr(7);
+    else if (a.rfind("drain_after=", 0) == 0)
+      for (size_t at = 12; at < a.size(); at = a.find(',', at) + 1) {
+        drain_after.push_back(std::stol(a.substr(at)));
+        if (a.find(',', at) == std::string::npos) break;
+      }
+    else
+      rest.push_back(argv[i]);
+  }
+  const EngineOptions o = parse_options(int(rest.size()), rest.data());
+  const std::vector<Record> frames = read_records(in_path);
+  if (size_t(std::count(passes.begin(), passes.end(), '1')) > frames.size()) {
+    std::fprintf(stderr, "publish: more passes take a frame than IN has frames\n");
+    return 2;
+  }
+  std::vector<Shown> ways[2];
+  for (int warp = 0; warp < 2; ++warp) {
+    Engine e(o);
+    uint32_t prod = 0;
+    for (const Record& f : frames)
+      rt::rx_produce<S>(e.d.rx, prod, f.bytes.data(), uint32_t(f.bytes.size()), 1000);
+    if (warp) {
+      HostWarp w;
+      w.run([&](const HostWarpTeam& t) {
+        std::vector<Shown> shown = drive_passes(t, e, true, passes, drain_after);
+        if (t.leader()) ways[1] = std::move(shown);  // the other lanes' are empty
+      });
+    } else {
+      ways[0] = drive_passes(rt::SoloTeam{}, e, false, passes, drain_after);
+    }
+  }
+  int status = 0;
+  for (size_t p = 0; p < passes.size(); ++p) {
+    if (!(ways[0][p] == ways[1][p])) {
+      std::printf(
+          "pass %zu: the kernel's way shows %u records and %llu drops, the CPU "
+          "executor's %u and %llu\n",
+          p, ways[1][p].producer, static_cast<unsigned long long>(ways[1][p].drops),
+          ways[0][p].producer, static_cast<unsigned long long>(ways[0][p].drops));
+      status = 1;
+      break;
+    }
+  }
+  FILE* out = std::fopen(out_path, "w");
+  for (const Shown& s : ways[0])
+    std::fprintf(out, "%u %llu\n", s.producer, static_cast<unsigned long long>(s.drops));
+  std::fclose(out);
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -563,7 +660,9 @@ int main(int argc, char** argv) {
   if (argc == 4 && mode == "icrc_words") return run_icrc_words(argv[2], argv[3]);
   if (argc >= 4 && mode == "engine")
     return run_engine_compare(argv[2], argv[3], argc - 4, argv + 4);
-  std::fprintf(stderr, "usage: %s crc|icrc|icrc_words IN OUT | engine IN OUT [key=value...]\n",
+  if (argc >= 4 && mode == "publish") return run_publish(argv[2], argv[3], argc - 4, argv + 4);
+  std::fprintf(stderr,
+               "usage: %s crc|icrc|icrc_words IN OUT | engine|publish IN OUT [key=value...]\n",
                argv[0]);
   return 2;
 }

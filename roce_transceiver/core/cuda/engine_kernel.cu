@@ -167,6 +167,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
       st.rx_released = st.rx_ci;
     }
     publish<Scope::kSystem>(st.tally, d.counters);
+    publish_completions(d, st);  // the host sees every record before the gap
     if (books) store_relaxed<Scope::kSystem>(heartbeat, passes);
     rec->passes = passes;
     rec->last_end_ns = globaltimer_ns();
@@ -234,12 +235,36 @@ __global__ void __launch_bounds__(kMaxCrewWarps * 32, 1)
   run_crew<S>(descs, states, ctl, recs, heartbeat, epoch_ns, depth);
 }
 
+// A block a queue's far end: lane 0 of warp 0 sends, lane 0 of warp 1 receives, so
+// building a request never waits for checking a reply (engine/far_end.h). Replies and the
+// frames they are compared with are staged in shared memory.
+constexpr uint32_t kFarEndThreads = 64;
+
 template <Scope S>
-__global__ void far_end_kernel(FarEndDesc d, const uint32_t* stop) {
+__global__ void __launch_bounds__(kFarEndThreads, 1)
+    far_end_kernel(const FarEndDesc* descs, const uint32_t* stop, uint32_t scratch_bytes) {
   extern __shared__ __align__(16) uint8_t staging[];
-  d.frame = staging;  // replies are staged next to the SM, not in global memory
+  __shared__ FarEndDesc d;
+  __shared__ FarEndShared sh;
+  __shared__ uint64_t start;
   crc32_tables_to_shared();
-  if (threadIdx.x == 0) far_end_run<S>(d, stop);
+  if (threadIdx.x == 0) {
+    d = descs[blockIdx.x];
+    d.frame = staging;
+    d.expect = staging + scratch_bytes / 2;
+    sh = FarEndShared{};
+    start = globaltimer_ns();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && !far_end_detail::far_end_begin(d)) start = 0;
+  __syncthreads();
+  if (start == 0) return;  // bad_config, written by far_end_begin
+  if (threadIdx.x == 0) {
+    d.result->start_ns = start;
+    far_end_send<S>(d, sh, start, stop);
+  } else if (threadIdx.x == 32) {
+    far_end_receive<S>(d, sh, start, stop);
+  }
 }
 
 // Launch `blocks` blocks of `threads` with `smem` bytes of dynamic shared memory,
@@ -527,9 +552,11 @@ EpochStats EngineKernel::epoch_stats() const {
   return e;
 }
 
-void EngineKernel::run_far_end(const FarEndDesc& desc, double timeout_s) {
-  launch_with_smem(far_end_kernel<Scope::kDevice>, 1, 32, size_t(desc.tx.slot_bytes),
-                   impl_->far_stream, desc, static_cast<const uint32_t*>(impl_->far_stop));
+void EngineKernel::run_far_end(const FarEndDesc* descs, uint32_t queues, size_t scratch_bytes,
+                               double timeout_s) {
+  launch_with_smem(far_end_kernel<Scope::kDevice>, queues, kFarEndThreads, scratch_bytes,
+                   impl_->far_stream, descs, static_cast<const uint32_t*>(impl_->far_stop),
+                   uint32_t(scratch_bytes));
   check_cuda(cudaGetLastError(), "far_end_kernel launch");
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s + 5.0);

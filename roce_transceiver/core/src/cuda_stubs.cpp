@@ -52,6 +52,6 @@ EpochStats EngineKernel::epoch_stats() const { return {}; }
 void EngineKernel::stop(double) {}
 void EngineKernel::check() const {}
 bool EngineKernel::running() const { return false; }
-void EngineKernel::run_far_end(const FarEndDesc&, double) { no_cuda(); }
+void EngineKernel::run_far_end(const FarEndDesc*, uint32_t, size_t, double) { no_cuda(); }
 
 }  // namespace rt::cuda

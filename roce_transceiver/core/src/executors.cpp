@@ -75,7 +75,7 @@ class CpuExecutor final : public Executor {
     return e;
   }
 
-  void run_far_end(const FarEndDesc&, double) override {
+  void run_far_end(const FarEndDesc*, uint32_t, size_t, double) override {
     throw std::logic_error("a far end on the device needs executor='cuda'");
   }
 
@@ -106,6 +106,7 @@ class CpuExecutor final : public Executor {
       }
     }
     publish<Scope::kSystem>(st.tally, d.counters);  // counters after stop() are exact
+    publish_completions(d, st);                     // and every record the host's
   }
 
   void halt() {
@@ -137,9 +138,10 @@ class CudaExecutor final : public Executor {
   bool running() const override { return kernel_.running(); }
   void check() const override { kernel_.check(); }
   cuda::EpochStats stats() const override { return kernel_.epoch_stats(); }
-  void run_far_end(const FarEndDesc& desc, double timeout_s) override {
+  void run_far_end(const FarEndDesc* descs, uint32_t queues, size_t scratch_bytes,
+                   double timeout_s) override {
     kernel_.check();
-    kernel_.run_far_end(desc, timeout_s);
+    kernel_.run_far_end(descs, queues, scratch_bytes, timeout_s);
   }
 
  private:

@@ -182,6 +182,23 @@ host::TransceiverConfig config_from_dict(const pb::dict& d) {
   return c;
 }
 
+// A far end's result (a queue's, or the queues' added up) as the Python RoundTrip's fields.
+pb::dict far_end_dict(const FarEndResult& r) {
+  pb::dict d;
+  d["status"] = far_end_status_name(r.status);
+  d["sent"] = r.sent;
+  d["received"] = r.received;
+  d["wrong"] = r.wrong;
+  d["bad_frames"] = r.bad_frames;
+  d["ring_full"] = r.ring_full;
+  d["elapsed_ns"] = r.elapsed_ns;
+  d["late"] = r.late;
+  d["dropped"] = r.dropped;
+  d["max_lag_ns"] = r.max_lag_ns;
+  d["slow_checks"] = r.slow_checks;
+  return d;
+}
+
 pb::dict completion_dict(const host::Completion& c) {
   pb::dict d;
   d["queue"] = c.queue;
@@ -371,7 +388,8 @@ void register_engine(pb::module_& m) {
           "run_far_end",
           [](Transceiver& t, const pb::bytes& payloads, uint32_t payload_len,
              const pb::bytes& expected, uint32_t expected_len, uint32_t count, uint32_t window,
-             uint64_t interval_ns, double timeout_s, bool seq_in_payload) {
+             uint64_t interval_ns, double timeout_s, bool seq_in_payload, uint32_t queues,
+             uint64_t late_ns, uint64_t drop_ns) {
             host::FarEndParams p;
             const std::string pl = payloads, ex = expected;
             p.payloads.assign(pl.begin(), pl.end());
@@ -383,26 +401,26 @@ void register_engine(pb::module_& m) {
             p.interval_ns = interval_ns;
             p.timeout_s = timeout_s;
             p.seq_in_payload = seq_in_payload;
+            p.queues = queues;
+            p.late_ns = late_ns;
+            p.drop_ns = drop_ns;
             host::FarEndRun run;
             {
               pb::gil_scoped_release nogil;
               run = t.run_far_end(p);
             }
-            pb::dict d;
-            d["status"] = far_end_status_name(run.result.status);
-            d["sent"] = run.result.sent;
-            d["received"] = run.result.received;
-            d["wrong"] = run.result.wrong;
-            d["bad_frames"] = run.result.bad_frames;
-            d["ring_full"] = run.result.ring_full;
-            d["elapsed_ns"] = run.result.elapsed_ns;
+            pb::dict d = far_end_dict(run.result);
+            pb::list per_queue;
+            for (const FarEndResult& r : run.queues) per_queue.append(far_end_dict(r));
+            d["per_queue"] = per_queue;
             d["rtt_ns"] = pb::bytes(reinterpret_cast<const char*>(run.rtt_ns.data()),
                                     run.rtt_ns.size() * sizeof(uint64_t));
             return d;
           },
           pb::arg("payloads"), pb::arg("payload_len"), pb::arg("expected"), pb::arg("expected_len"),
           pb::arg("count"), pb::arg("window"), pb::arg("interval_ns"), pb::arg("timeout_s"),
-          pb::arg("seq_in_payload"))
+          pb::arg("seq_in_payload"), pb::arg("queues") = 1, pb::arg("late_ns") = 0,
+          pb::arg("drop_ns") = 0)
       .def("read_region", [](const Transceiver& t, size_t index, size_t offset, size_t len) {
         const std::vector<uint8_t> b = t.read_region(index, offset, len);
         return pb::bytes(reinterpret_cast<const char*>(b.data()), b.size());

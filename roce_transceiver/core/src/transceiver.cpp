@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -93,6 +94,9 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   if (c.completion_slot_bytes < 128 || c.completion_slot_bytes % 64)
     throw std::invalid_argument("completion_slot_bytes=" + std::to_string(c.completion_slot_bytes) +
                                 ": must be a multiple of 64, at least 128");
+  if (c.completion_batch < 1 || c.completion_batch > 65536)
+    throw std::invalid_argument("completion_batch=" + std::to_string(c.completion_batch) +
+                                ": must be 1 to 65536");
   if (c.batch < 1 || c.batch > 1024)
     throw std::invalid_argument("batch=" + std::to_string(c.batch) + ": must be 1 to 1024");
   if (c.queues < 1 || c.queues > kMaxQueues)
@@ -138,10 +142,12 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   state_ = Buffer(engine_private, size_t(c.queues) * sizeof(EngineState));
   if (on_gpu_) heartbeat_ = Buffer(Placement::kPinned, sizeof(uint64_t));
   if (wire_device_) {
-    far_payloads_ = Buffer(Placement::kDevice, kGpuFarEndMaxPayloadBytes);
-    far_expected_ = Buffer(Placement::kDevice, kGpuFarEndMaxPayloadBytes);
+    far_requests_ = Buffer(Placement::kDevice, kGpuFarEndMaxTemplateBytes);
+    far_replies_ = Buffer(Placement::kDevice, kGpuFarEndMaxTemplateBytes);
+    far_tables_ = Buffer(Placement::kDevice, 2 * size_t(kPatchBytes) * 256 * sizeof(uint32_t));
     far_times_ = Buffer(Placement::kDevice, size_t(kGpuFarEndMaxCount) * sizeof(uint64_t));
-    far_result_ = Buffer(Placement::kDevice, sizeof(FarEndResult));
+    far_results_ = Buffer(Placement::kDevice, kMaxQueues * sizeof(FarEndResult));
+    far_descs_ = Buffer(Placement::kDevice, kMaxQueues * sizeof(FarEndDesc));
   }
 
   // What every queue's engine shares: the regions, the handler, the settings.
@@ -203,6 +209,8 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   d.msg_buf_bytes = c.msg_buf_bytes;
   d.reply_scratch_bytes = c.slot_bytes;
   d.batch = c.batch;
+  // Half the ring at most: the host drains one half while the loop fills the other.
+  d.completion_batch = std::max(1u, std::min(c.completion_batch, c.completion_depth / 2));
   d.check_icrc = c.check_icrc;
   d.record_completions = c.record_completions;
   d.express = c.express;
@@ -373,10 +381,12 @@ void Transceiver::stop() {
   qec_ = Buffer();
   page_free_ = Buffer();
   heartbeat_ = Buffer();
-  far_payloads_ = Buffer();
-  far_expected_ = Buffer();
+  far_requests_ = Buffer();
+  far_replies_ = Buffer();
+  far_tables_ = Buffer();
   far_times_ = Buffer();
-  far_result_ = Buffer();
+  far_results_ = Buffer();
+  far_descs_ = Buffer();
   nic_.reset();
   if (!nic_error.empty()) throw std::runtime_error("the socket NIC failed: " + nic_error);
 }
@@ -597,6 +607,49 @@ std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
   return out;
 }
 
+namespace {
+
+// A queue's share of a schedule of `count` requests dealt out in turn to `queues` queues.
+uint32_t share_of(uint32_t count, uint32_t queues, uint32_t q) {
+  return count / queues + (q < count % queues ? 1 : 0);
+}
+
+// The queues' results as one: counts added up, the first status that is not "done", the
+// earliest start and latest reply (one clock: the host's, or the GPU's global timer).
+FarEndResult add_up(const std::vector<FarEndResult>& rs) {
+  FarEndResult all{};
+  all.status = uint32_t(FarEndStatus::kDone);
+  uint64_t start = ~uint64_t(0), last = 0;
+  for (const FarEndResult& r : rs) {
+    if (all.status == uint32_t(FarEndStatus::kDone)) all.status = r.status;
+    all.sent += r.sent;
+    all.received += r.received;
+    all.wrong += r.wrong;
+    all.bad_frames += r.bad_frames;
+    all.ring_full += r.ring_full;
+    all.late += r.late;
+    all.dropped += r.dropped;
+    all.matched += r.matched;
+    all.slow_checks += r.slow_checks;
+    all.max_lag_ns = std::max(all.max_lag_ns, r.max_lag_ns);
+    start = std::min(start, r.start_ns);
+    last = std::max(last, r.last_reply_ns);
+  }
+  all.start_ns = rs.empty() ? 0 : start;
+  all.last_reply_ns = last;
+  all.elapsed_ns = last > all.start_ns ? last - all.start_ns : 0;
+  return all;
+}
+
+// A queue's round trips from its `times` (the first r.matched entries: round trips, and
+// dropped requests in between).
+void append_rtts(std::vector<uint64_t>& out, const uint64_t* times, const FarEndResult& r) {
+  for (uint32_t i = 0; i < r.matched; ++i)
+    if (times[i] != kFarEndDropped) out.push_back(times[i]);
+}
+
+}  // namespace
+
 FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   const CallGuard guard(*this, "run_far_end()");
   const DeviceScope on_device(cfg_.cuda_device);  // a GPU far end runs beside the loop
@@ -606,85 +659,159 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
     throw std::invalid_argument(
         "far end payloads: need a whole number of payload_len-byte requests");
   const uint32_t num = uint32_t(p.payloads.size() / p.payload_len);
-  if (!p.expected.empty() && p.expected.size() != size_t(num) * p.expected_len)
+  const bool echo = p.expected.empty();
+  if (!echo && p.expected.size() != size_t(num) * p.expected_len)
     throw std::invalid_argument("far end expected replies: need one per request payload");
   if (p.count == 0 || p.window == 0)
     throw std::invalid_argument("far end: count and window must be at least 1");
-  HostQueue& q = queues_[0];  // the far end is queue 0's peer
+  if (p.queues == 0 || p.queues > queues_.size())
+    throw std::invalid_argument("far end: queues=" + std::to_string(p.queues) + ": must be 1 to " +
+                                std::to_string(queues_.size()) + " (queues.count)");
+  if (p.count < p.queues)
+    throw std::invalid_argument(
+        "far end: count=" + std::to_string(p.count) +
+        ": at least one request a queue (queues=" + std::to_string(p.queues) + ")");
+  const bool seq = p.seq_in_payload && echo && p.payload_len >= 4;
 
+  // Queue q's requests: the queue's QP (steered by QP), or a UDP source port the NIC's
+  // steering takes to it (by port: every queue is the one QP).
   FrameSpec spec;
   std::memcpy(spec.src_mac, cfg_.local.dst_mac, 6);
   std::memcpy(spec.dst_mac, cfg_.local.src_mac, 6);
   spec.ip_version = cfg_.local.ip_version;
   std::memcpy(spec.src_ip, cfg_.local.dst_ip, 16);
   std::memcpy(spec.dst_ip, cfg_.local.src_ip, 16);
-  spec.src_port = cfg_.local.dst_port == kRoceV2Port ? 49152 : cfg_.local.dst_port;
   spec.dst_port = kRoceV2Port;
   spec.vlan = cfg_.local.vlan;
   spec.vlan_tci = cfg_.local.vlan_tci;
   spec.opcode = make_opcode(cfg_.qp.transport, 0x04);  // SEND_ONLY
-  spec.dest_qp = cfg_.qp.qpn;
   spec.pkey = cfg_.qp.pkey;
   spec.ack_req = cfg_.qp.transport == Transport::RC;
   if (encoded_size(spec, p.payload_len) > cfg_.slot_bytes)
     throw std::invalid_argument(
         "far end: a " + std::to_string(p.payload_len) +
         "-byte request does not fit slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  const uint16_t base_port = cfg_.local.dst_port == kRoceV2Port ? 49152 : cfg_.local.dst_port;
 
-  FarEndDesc d{};
-  d.spec = spec;
-  d.own_qpn = cfg_.qp.peer_qpn;
-  d.payload_len = p.payload_len;
-  d.num_payloads = num;
-  d.expected_len = p.expected_len;
-  d.count = p.count;
-  d.window = p.window;
-  d.interval_ns = p.interval_ns;
-  d.timeout_ns = uint64_t(p.timeout_s * 1e9);
-  d.first_psn = q.far_psn;
-  d.rx_start = q.inject_prod;
-  d.tx_start = q.collect_ci;
-  d.seq_in_payload = p.seq_in_payload && p.expected.empty() ? 1 : 0;
+  std::vector<TemplateSet> requests, replies;
+  for (uint32_t q = 0; q < p.queues; ++q) {
+    FrameSpec s = spec;
+    s.dest_qp = queues_[q].desc.qp.qpn;
+    s.src_port = steering_.by == SteerBy::kUdpSport
+                     ? uint16_t(base_port - base_port % steering_.count + q)
+                     : base_port;
+    requests.push_back(encode_templates(s, p.payloads.data(), p.payload_len, num, seq, "request"));
+    const EngineDesc& qd = queues_[q].desc;
+    replies.push_back(encode_templates(reply_send_spec(qd),
+                                       echo ? p.payloads.data() : p.expected.data(),
+                                       echo ? p.payload_len : p.expected_len, num, seq, "reply"));
+  }
+  if (replies[0].len > cfg_.slot_bytes)
+    throw std::invalid_argument(
+        "far end: a " + std::to_string(replies[0].len) +
+        "-byte reply does not fit slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  // The patch tables depend on the frames' layout and length only: one for every queue.
+  const std::vector<uint32_t> request_deltas = icrc_deltas(requests[0]);
+  const std::vector<uint32_t> reply_deltas = icrc_deltas(replies[0]);
+
+  std::vector<FarEndDesc> descs(p.queues);
+  std::vector<size_t> first_time(p.queues);  // where queue q's times start
+  size_t times_total = 0;
+  for (uint32_t q = 0; q < p.queues; ++q) {
+    HostQueue& hq = queues_[q];
+    FarEndDesc& d = descs[q];
+    d.rx = rx_view(hq, true);
+    d.tx = tx_view(hq, true);
+    d.own_qpn = hq.desc.qp.peer_qpn;
+    d.count = share_of(p.count, p.queues, q);
+    d.window = p.window;
+    // The schedule is dealt out in turn: queue q takes requests q, q + queues, ...
+    d.interval_ns = p.interval_ns * p.queues;
+    d.phase_ns = p.interval_ns * q;
+    d.late_ns = p.late_ns ? p.late_ns : p.interval_ns;
+    d.drop_ns = p.drop_ns;
+    d.timeout_ns = uint64_t(p.timeout_s * 1e9);
+    d.first_psn = hq.far_psn;
+    d.rx_start = hq.inject_prod;
+    d.tx_start = hq.collect_ci;
+    first_time[q] = times_total;
+    times_total += d.count;
+  }
 
   FarEndRun run;
+  run.queues.resize(p.queues);
   if (!wire_device_) {
-    std::vector<uint8_t> frame(cfg_.slot_bytes);
-    std::vector<uint64_t> times(p.count);
-    FarEndResult result{};
-    d.rx = rx_view(q, true);
-    d.tx = tx_view(q, true);
-    d.payloads = p.payloads.data();
-    d.expected = p.expected.empty() ? nullptr : p.expected.data();
-    d.times = times.data();
-    d.frame = frame.data();
-    d.result = &result;
-    far_end_run<Scope::kSystem>(d, &far_stop_);
-    run.result = result;
-    run.rtt_ns.assign(times.begin(), times.begin() + result.received);
+    std::vector<uint64_t> times(times_total);
+    std::vector<std::vector<Chunk16>> scratch(p.queues);
+    for (uint32_t q = 0; q < p.queues; ++q) {
+      FarEndDesc& d = descs[q];
+      d.requests = requests[q].view(requests[q].frame(0), request_deltas.data());
+      d.replies = replies[q].view(replies[q].frame(0), reply_deltas.data());
+      d.times = times.data() + first_time[q];
+      scratch[q].resize(2 * ((cfg_.slot_bytes + 15) / 16));
+      d.frame = reinterpret_cast<uint8_t*>(scratch[q].data());
+      d.expect = d.frame + (cfg_.slot_bytes + 15) / 16 * 16;
+      d.result = &run.queues[q];
+    }
+    if (p.queues == 1) {
+      far_end_run<Scope::kSystem>(descs[0], &far_stop_);
+    } else {  // a thread a queue, as a NIC's queues are fed in parallel
+      std::vector<std::thread> threads;
+      for (uint32_t q = 0; q < p.queues; ++q)
+        threads.emplace_back([&, q] { far_end_run<Scope::kSystem>(descs[q], &far_stop_); });
+      for (std::thread& t : threads) t.join();
+    }
+    for (uint32_t q = 0; q < p.queues; ++q)
+      append_rtts(run.rtt_ns, times.data() + first_time[q], run.queues[q]);
   } else {
-    if (p.count > kGpuFarEndMaxCount || p.payloads.size() > kGpuFarEndMaxPayloadBytes ||
-        p.expected.size() > kGpuFarEndMaxPayloadBytes)
-      throw std::invalid_argument("far end on the GPU: at most " +
-                                  std::to_string(kGpuFarEndMaxCount) + " requests and " +
-                                  std::to_string(kGpuFarEndMaxPayloadBytes) +
-                                  " bytes of payloads (or expected replies) per run");
-    far_payloads_.write(0, p.payloads.data(), p.payloads.size());
-    if (!p.expected.empty()) far_expected_.write(0, p.expected.data(), p.expected.size());
-    d.rx = rx_view(q, true);
-    d.tx = tx_view(q, true);
-    d.payloads = far_payloads_.device();
-    d.expected = p.expected.empty() ? nullptr : far_expected_.device();
-    d.times = reinterpret_cast<uint64_t*>(far_times_.device());
-    d.frame = nullptr;  // the kernel stages replies in its shared memory
-    d.result = reinterpret_cast<FarEndResult*>(far_result_.device());
-    executor_->run_far_end(d, p.timeout_s);
-    far_result_.read(0, &run.result, sizeof run.result);
-    run.rtt_ns.resize(run.result.received);
-    far_times_.read(0, run.rtt_ns.data(), run.rtt_ns.size() * sizeof(uint64_t));
+    size_t request_bytes = 0, reply_bytes = 0;
+    for (uint32_t q = 0; q < p.queues; ++q) {
+      request_bytes += requests[q].size_bytes();
+      reply_bytes += replies[q].size_bytes();
+    }
+    if (times_total > kGpuFarEndMaxCount || request_bytes > kGpuFarEndMaxTemplateBytes ||
+        reply_bytes > kGpuFarEndMaxTemplateBytes)
+      throw std::invalid_argument(
+          "far end on the GPU: at most " + std::to_string(kGpuFarEndMaxCount) +
+          " requests a run and " + std::to_string(kGpuFarEndMaxTemplateBytes) +
+          " bytes of request (and of reply) frames over its queues; this run: " +
+          std::to_string(times_total) + " requests, " + std::to_string(num) + " payloads x " +
+          std::to_string(p.queues) + " queues = " + std::to_string(request_bytes) + " and " +
+          std::to_string(reply_bytes) + " bytes");
+    const size_t table_bytes = request_deltas.size() * sizeof(uint32_t);
+    far_tables_.write(0, request_deltas.data(), table_bytes);
+    far_tables_.write(table_bytes, reply_deltas.data(), table_bytes);
+    const auto* tables = reinterpret_cast<const uint32_t*>(far_tables_.device());
+    size_t request_at = 0, reply_at = 0;
+    for (uint32_t q = 0; q < p.queues; ++q) {
+      FarEndDesc& d = descs[q];
+      far_requests_.write(request_at, requests[q].bytes.data(), requests[q].size_bytes());
+      far_replies_.write(reply_at, replies[q].bytes.data(), replies[q].size_bytes());
+      d.requests = requests[q].view(far_requests_.device() + request_at, tables);
+      d.replies = replies[q].view(far_replies_.device() + reply_at, tables + kPatchBytes * 256);
+      request_at += requests[q].size_bytes();
+      reply_at += replies[q].size_bytes();
+      d.times = reinterpret_cast<uint64_t*>(far_times_.device()) + first_time[q];
+      d.frame = d.expect = nullptr;  // the kernel stages in its shared memory
+      d.result = reinterpret_cast<FarEndResult*>(far_results_.device()) + q;
+    }
+    far_descs_.write(0, descs.data(), descs.size() * sizeof(FarEndDesc));
+    const size_t scratch_bytes = 2 * ((size_t(cfg_.slot_bytes) + 15) / 16 * 16);
+    executor_->run_far_end(reinterpret_cast<const FarEndDesc*>(far_descs_.device()), p.queues,
+                           scratch_bytes, p.timeout_s);
+    far_results_.read(0, run.queues.data(), p.queues * sizeof(FarEndResult));
+    std::vector<uint64_t> times(times_total);
+    far_times_.read(0, times.data(), times.size() * sizeof(uint64_t));
+    for (uint32_t q = 0; q < p.queues; ++q)
+      append_rtts(run.rtt_ns, times.data() + first_time[q], run.queues[q]);
   }
-  q.inject_prod = run.result.rx_end;
-  q.collect_ci = run.result.tx_end;
-  q.far_psn = psn_add(q.far_psn, run.result.sent);
+  for (uint32_t q = 0; q < p.queues; ++q) {
+    HostQueue& hq = queues_[q];
+    hq.inject_prod = run.queues[q].rx_end;
+    hq.collect_ci = run.queues[q].tx_end;
+    hq.far_psn = psn_add(hq.far_psn, run.queues[q].sent);
+  }
+  run.result = add_up(run.queues);
   return run;
 }
 

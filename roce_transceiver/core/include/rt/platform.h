@@ -80,6 +80,37 @@ RT_HD inline void store_release(uint32_t* p, uint32_t v) {
 #endif
 }
 
+// 32-bit progress words one side only needs eventually (a count a window is kept by),
+// or whose ordering a release elsewhere already gives: relaxed, no fence.
+template <Scope S>
+RT_HD inline void store_relaxed(uint32_t* p, uint32_t v) {
+#if RT_DEVICE_CODE
+  if constexpr (S == Scope::kSystem)
+    ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_system>(*p).store(
+        v, ::cuda::memory_order_relaxed);
+  else
+    ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_device>(*p).store(
+        v, ::cuda::memory_order_relaxed);
+#else
+  __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+template <Scope S>
+RT_HD inline uint32_t load_relaxed(const uint32_t* p) {
+#if RT_DEVICE_CODE
+  uint32_t* q = const_cast<uint32_t*>(p);
+  if constexpr (S == Scope::kSystem)
+    return ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_system>(*q).load(
+        ::cuda::memory_order_relaxed);
+  else
+    return ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_device>(*q).load(
+        ::cuda::memory_order_relaxed);
+#else
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+#endif
+}
+
 // 64-bit counters: one writer, readers anywhere. Relaxed, naturally aligned:
 // a reader sees some recent value, never a torn one.
 template <Scope S>

@@ -77,9 +77,11 @@ class EngineKernel {
   void check() const;
   bool running() const;
 
-  // Run a far end on the GPU (its own block and stream) to completion or its
-  // own timeout; the host waits at most timeout_s + 5 s more.
-  void run_far_end(const FarEndDesc& desc, double timeout_s);
+  // Run far ends on the GPU (a block each, `descs[q]` in device memory, on their own
+  // stream) to completion or their own timeout; the host waits at most timeout_s + 5 s more.
+  // Each block has `scratch_bytes` of dynamic shared memory: its reply and expected frames.
+  void run_far_end(const FarEndDesc* descs, uint32_t queues, size_t scratch_bytes,
+                   double timeout_s);
 
   struct Impl;  // CUDA-side; opaque here
 

@@ -40,6 +40,9 @@ RT_HD inline uint32_t end_pass(const EngineDesc& d, EngineState& st, const Stagi
     rx_release<S>(d.rx, st.rx_ci);
     st.rx_released = st.rx_ci;
   }
+  // Completion records the batch has not published yet: the host sees them once the loop
+  // is idle, the fence then off the request/reply path.
+  if (settled) publish_completions(d, st);
   st.since_publish += done;
   if (st.tally.dirty && (settled || st.since_publish >= 32)) {
     publish<Scope::kSystem>(st.tally, d.counters);

@@ -3,12 +3,28 @@
 // each message so round trips are measured where they start and end.
 //
 // Written once, like the engine: a CPU thread runs far_end_run() when the far
-// end is "cpu", a block of the persistent kernel when it is "gpu". Requests are
-// real RoCEv2 frames (encode), replies are decoded and their ICRC checked.
+// end is "cpu" (its two halves in turn), a block of a kernel when it is "gpu"
+// (far_end_send() and far_end_receive() on a lane of a warp each, so that
+// building one request never waits for checking another's reply). A queue's
+// far end is one such thread or block; several queues have one each.
+//
+// Requests and the replies they must get are real RoCEv2 frames, built once
+// by the host as templates (FrameTemplates): per request only its PSN (and,
+// for echo, its number in the payload) changes, and with it the ICRC, which
+// CRC-32's linearity gives from a table (FramePatch), so a request costs a
+// copy and a few stores. A reply equal to its template, patched the same way,
+// is right byte for byte; any other is decoded, its ICRC computed, and
+// classified (an RC ACK, a bad frame, a wrong payload).
 //
 // Replies are matched to requests by order: one QP, one engine, no reordering
-// on a loopback. window = 1 is a ping-pong (latency); a larger window with an
-// interval is an offered load (throughput).
+// on a loopback. window = 1 is a ping-pong (latency). With interval_ns the
+// load is offered open loop: request i is due at start + i * interval, goes
+// out at its due time or as soon after as the window and the ring allow, and
+// its round trip is counted from its due time, so a loop that falls behind
+// shows its queue in the latencies (no coordinated omission). A request that
+// goes out more than late_ns after its due time is counted late; with drop_ns,
+// one that could not go out within drop_ns of its due time is dropped: counted,
+// never sent (its PSN goes to the next request), never silently skipped.
 #pragma once
 
 #include "rt/byte_copy.h"
@@ -32,163 +48,394 @@ inline const char* far_end_status_name(uint32_t s) {
   return "unknown";
 }
 
+// A request's entry of `times` that was dropped (no round trip).
+constexpr uint64_t kFarEndDropped = ~uint64_t(0);
+
 struct FarEndResult {
   uint32_t status;  // FarEndStatus
   uint32_t sent;
   uint32_t received;
-  uint32_t wrong;       // replies whose payload differed from the expectation
-  uint32_t bad_frames;  // replies that did not decode, had a bad ICRC or a wrong opcode/QP
-  uint32_t ring_full;   // times the engine's rx ring was full (the request was retried)
-  uint64_t elapsed_ns;  // first send to last reply
-  uint32_t rx_end;      // producer and consumer indices where the run stopped,
-  uint32_t tx_end;      //   so the next run (or the host) continues from there
+  uint32_t wrong;        // replies whose payload differed from the expectation
+  uint32_t bad_frames;   // replies that did not decode, had a bad ICRC or a wrong opcode/QP
+  uint32_t ring_full;    // times the engine's rx ring was full (the request was retried)
+  uint64_t elapsed_ns;   // first send (the schedule's start) to last reply
+  uint32_t rx_end;       // producer and consumer indices where the run stopped,
+  uint32_t tx_end;       //   so the next run (or the host) continues from there
+  uint32_t late;         // requests sent more than late_ns after their due time
+  uint32_t dropped;      // requests not sent: not out within drop_ns of their due time
+  uint32_t matched;      // entries of `times` the replies got to (latencies or dropped below)
+  uint32_t slow_checks;  // frames from the engine checked by decoding (not their template)
+  uint64_t max_lag_ns;   // the latest a request went out after its due time
+  uint64_t start_ns;     // the far end's clock at the schedule's start
+  uint64_t last_reply_ns;
+};
+
+// Where the bytes that change from request to request sit in a template, and
+// what each does to its ICRC. CRC-32 is affine in its input: for frames of one
+// length, icrc(T ^ x) = icrc(T) ^ L(x) with L linear, so the ICRC of a template
+// (zeros at these bytes) with bytes b_k written there is icrc(T) ^ the XOR of
+// delta[k][b_k], and the host computes the table once.
+constexpr uint32_t kPatchBytes = 7;  // BTH's PSN (3, big-endian), the request number (4, LE)
+constexpr uint32_t kNoSeq = 0xFFFFFFFFu;
+
+struct FramePatch {
+  uint32_t psn_at;        // offset of the PSN's first byte (BTH byte 9)
+  uint32_t seq_at;        // offset of the request number, or kNoSeq
+  const uint32_t* delta;  // [kPatchBytes][256]: PSN bytes 0..2, then the number's 0..3
+};
+
+// Frames built once: `count` of `len` bytes, `stride` bytes apart (a multiple
+// of 16, the first 16-byte aligned), each with zeros at the patch bytes and
+// the ICRC those zeros give.
+struct FrameTemplates {
+  const uint8_t* frames;
+  uint32_t count;
+  uint32_t len;
+  uint32_t stride;
+  uint32_t payload_at;  // where the payload starts in each frame
+  uint32_t payload_len;
+  FramePatch patch;
 };
 
 struct FarEndDesc {
   RxRing rx;                // the engine's rx ring: we produce
   TxRing tx;                // the engine's tx ring: we consume
-  FrameSpec spec;           // peer -> engine addresses, QP, opcode; PSN set per request
+  FrameTemplates requests;  // request i is requests[i % count], patched
+  FrameTemplates replies;   // the reply request i must get: replies[i % count], patched
   uint32_t own_qpn;         // the far end's QP: replies must be addressed to it
-  const uint8_t* payloads;  // num_payloads requests of payload_len bytes, used in turn
-  uint32_t payload_len;
-  uint32_t num_payloads;
-  const uint8_t* expected;  // expected reply payload per request (same rotation), or
-  uint32_t expected_len;    //   nullptr: a reply must equal its request (echo)
-  uint32_t count;           // requests to send
+  uint32_t count;           // requests to offer
   uint32_t window;          // requests in flight at most (1: ping-pong)
-  uint64_t interval_ns;     // between sends (0: as fast as the window allows)
+  uint64_t interval_ns;     // between due times (0: as fast as the window allows)
+  uint64_t phase_ns;        // the first due time after the start (queues share a schedule)
+  uint64_t late_ns;         // later than this after its due time: late
+  uint64_t drop_ns;         // not out this long after its due time: dropped (0: never)
   uint64_t timeout_ns;      // the whole run, from its start
   uint32_t first_psn;
-  uint32_t rx_start;        // our producer index into rx where this run starts
-  uint32_t tx_start;        // our consumer index into tx where this run starts
-  uint32_t seq_in_payload;  // 1: write the request number into payload bytes 0..3 (echo)
-  uint64_t* times;          // count entries: send time, replaced by the round trip (ns)
-  uint8_t* frame;           // scratch for one reply frame (tx.slot_bytes, 16-byte aligned)
+  uint32_t rx_start;  // our producer index into rx where this run starts
+  uint32_t tx_start;  // our consumer index into tx where this run starts
+  uint64_t* times;    // count entries: due (or send) time, replaced by the round trip
+  uint8_t* frame;     // scratch for one reply frame (tx.slot_bytes, 16-byte aligned)
+  uint8_t* expect;    // scratch for the reply expected (tx.slot_bytes, 16-byte aligned)
   FarEndResult* result;
+};
+
+// What the two halves share while they run on different warps (a CPU thread runs both):
+// each word has one writer. The progress words are relaxed: the receiver reads `sent` and
+// `offered` only with a reply in hand, and the release that published its request came
+// after both stores (and after the `times` entries below them); the sender needs
+// `received` only eventually, for its window. The *_over words end the run, with
+// release / acquire: what a half wrote before its own is the other's after.
+struct FarEndShared {
+  uint32_t sent;           // sender: requests published (raised before each is published)
+  uint32_t offered;        // sender: requests sent or dropped, the index of the next one
+  uint32_t received;       // receiver: replies matched
+  uint32_t sender_over;    // sender: a FarEndStatus once it has nothing more to do
+  uint32_t receiver_over;  // receiver: a FarEndStatus once the run is over for it
 };
 
 namespace far_end_detail {
 
-// The request payload of request `i`: the rotation entry, with the request
-// number in its first 4 bytes (little-endian) when asked.
-RT_HD inline void request_payload(const FarEndDesc& d, uint32_t i, uint8_t* out) {
-  copy_bytes(out, d.payloads + size_t(i % d.num_payloads) * d.payload_len, d.payload_len);
-  if (d.seq_in_payload && d.payload_len >= 4) store_le32(out, i);
+// The clock and the stop flag are read every 64th pass of a spin: on a GPU each
+// read would sit between a reply and its detection.
+constexpr uint32_t kCheckEvery = 64;
+
+RT_HD inline uint32_t patch_delta(const FramePatch& p, uint32_t psn, uint32_t seq) {
+  const uint32_t* t = p.delta;
+  uint32_t x = t[0 * 256 + ((psn >> 16) & 0xFF)] ^ t[1 * 256 + ((psn >> 8) & 0xFF)] ^
+               t[2 * 256 + (psn & 0xFF)];
+  if (p.seq_at != kNoSeq)
+    x ^= t[3 * 256 + (seq & 0xFF)] ^ t[4 * 256 + ((seq >> 8) & 0xFF)] ^
+         t[5 * 256 + ((seq >> 16) & 0xFF)] ^ t[6 * 256 + (seq >> 24)];
+  return x;
+}
+
+// Template `i % count` into `out` (16-byte aligned, round16(len) bytes of room),
+// with request `i`'s PSN and number, and the ICRC they give.
+RT_HD inline void build_frame(const FrameTemplates& t, uint32_t i, uint32_t psn, uint8_t* out) {
+  copy_wide(out, t.frames + size_t(i % t.count) * t.stride, t.len);
+  out[t.patch.psn_at] = uint8_t(psn >> 16);
+  out[t.patch.psn_at + 1] = uint8_t(psn >> 8);
+  out[t.patch.psn_at + 2] = uint8_t(psn);
+  if (t.patch.seq_at != kNoSeq) store_le32(out + t.patch.seq_at, i);
+  uint8_t* icrc = out + t.len - kIcrcBytes;
+  store_le32(icrc, load_le32(icrc) ^ patch_delta(t.patch, psn, i));
 }
 
 enum class ReplyKind : uint8_t { kReply, kAck, kBad };
 
-// Classify one frame from the engine for request `i` and check its payload.
+// Classify one frame from the engine for request `i` by decoding it, and check its payload
+// against the template's. `psn` gets a reply's PSN.
 RT_HD inline ReplyKind check_reply(const FarEndDesc& d, uint32_t i, const uint8_t* frame,
-                                   uint32_t len, bool* payload_ok) {
+                                   uint32_t len, bool* payload_ok, uint32_t* psn) {
   const DecodeResult r = decode(ByteSpan(frame, len));
   if (!r.ok() || !icrc_ok(r.frame)) return ReplyKind::kBad;
   const FrameView& f = r.frame;
   if (f.bth_hdr().dest_qp.get() != d.own_qpn) return ReplyKind::kBad;
   if (f.op.is(kResponse) && f.op.has(kAeth)) return ReplyKind::kAck;  // RC ACKs of requests
   if (!(f.op.flags & kSend)) return ReplyKind::kBad;
+  *psn = f.bth_hdr().psn.get();
+  const FrameTemplates& t = d.replies;
   const uint8_t* got = f.base + f.payload;
-  if (d.expected) {
-    const uint8_t* want = d.expected + size_t(i % d.num_payloads) * d.expected_len;
-    *payload_ok = f.payload_len == d.expected_len && same_bytes(got, want, d.expected_len);
-  } else {
-    const uint8_t* src = d.payloads + size_t(i % d.num_payloads) * d.payload_len;
-    // With the request number in bytes 0..3, those are compared with it.
-    const uint32_t skip = d.seq_in_payload && d.payload_len >= 4 ? 4 : 0;
-    *payload_ok = f.payload_len == d.payload_len && (!skip || load_le32(got) == i) &&
-                  same_bytes(got + skip, src + skip, d.payload_len - skip);
-  }
+  const uint8_t* want = t.frames + size_t(i % t.count) * t.stride + t.payload_at;
+  // The request number's bytes are zero in the template: compared with the number itself.
+  const uint32_t skip = t.patch.seq_at != kNoSeq ? 4 : 0;
+  *payload_ok = f.payload_len == t.payload_len && (!skip || load_le32(got) == i) &&
+                same_bytes(got + skip, want + skip, t.payload_len - skip);
   return ReplyKind::kReply;
 }
 
-}  // namespace far_end_detail
+// The sender's own state.
+struct Sender {
+  uint32_t prod;           // our producer index into rx
+  uint32_t released_seen;  // the engine's release index when last read
+  uint32_t sent, offered, dropped, late, ring_full;
+  uint64_t max_lag;
+  uint32_t passes;
+};
 
-// Run to completion, timeout or stop. `stop` is polled with acquire at the
-// system scope (the host sets it).
+// One try at the next request: dropped if overdue past drop_ns, sent if due and
+// the window and the ring have room. True when it did something.
 template <Scope S>
-RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
-  using namespace far_end_detail;
+RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, uint64_t start,
+                            const uint32_t& received) {
+  if (s.offered == d.count) return false;
+  uint64_t due = 0;
+  const uint64_t now = now_ns();
+  if (d.interval_ns) {
+    due = start + d.phase_ns + uint64_t(s.offered) * d.interval_ns;
+    if (now < due) return false;
+    if (d.drop_ns && now - due > d.drop_ns) {
+      d.times[s.offered] = kFarEndDropped;
+      ++s.dropped;
+      store_relaxed<Scope::kDevice>(&sh.offered, ++s.offered);
+      return true;
+    }
+  }
+  if (s.sent - received >= d.window) return false;
+  // The engine's release index is read only when the ring looks full (each read is a trip
+  // to where the engine writes it).
+  if (s.prod - s.released_seen >= d.rx.depth()) {
+    s.released_seen = load_acquire<S>(d.rx.released);
+    if (s.prod - s.released_seen >= d.rx.depth()) {
+      ++s.ring_full;
+      return false;
+    }
+  }
+  uint8_t* slot = d.rx.slot(s.prod);
+  build_frame(d.requests, s.offered, psn_add(d.first_psn, s.sent), slot);
+  if (d.interval_ns) {
+    const uint64_t lag = now - due;
+    if (lag > d.late_ns) ++s.late;
+    if (lag > s.max_lag) s.max_lag = lag;
+  }
+  d.times[s.offered] = d.interval_ns ? due : now;
+  // `sent` before the request is published: its reply comes after both.
+  store_relaxed<Scope::kDevice>(&sh.sent, ++s.sent);
+  rx_publish<S>(d.rx, s.prod, d.requests.len, now);
+  store_relaxed<Scope::kDevice>(&sh.offered, ++s.offered);
+  return true;
+}
+
+RT_HD inline void finish_sender(const FarEndDesc& d, const Sender& s) {
+  FarEndResult& res = *d.result;
+  res.sent = s.sent;
+  res.dropped = s.dropped;
+  res.late = s.late;
+  res.ring_full = s.ring_full;
+  res.max_lag_ns = s.max_lag;
+  res.rx_end = s.prod;
+}
+
+// The receiver's own state.
+struct Receiver {
+  uint32_t ci;        // our consumer index into tx
+  uint32_t consumed;  // what we told the engine we consumed
+  uint32_t next;      // the request the next reply answers (dropped ones skipped)
+  uint32_t received, wrong, bad, slow;
+  uint32_t reply_psn;  // the next reply's PSN, once a reply has been decoded
+  bool psn_known;
+  uint64_t last_reply;
+  uint32_t passes;
+};
+
+// Consumed slots go back every eighth of the ring (each release is a store and a
+// fence the engine does not need sooner: it reads our index only when its ring
+// looks full), and whenever we are idle.
+template <Scope S>
+RT_HD inline void give_back(const FarEndDesc& d, Receiver& r, bool idle) {
+  const uint32_t every = d.tx.depth() >= 16 ? d.tx.depth() / 8 : 1;
+  if (r.ci != r.consumed && (idle || r.ci - r.consumed >= every)) {
+    tx_consume<S>(d.tx, r.ci);
+    r.consumed = r.ci;
+  }
+}
+
+// One frame from the engine, if there is one. True when it took one.
+template <Scope S>
+RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& sh, uint64_t start) {
+  const TxDesc* td = tx_poll<S>(d.tx, r.ci);
+  if (!td) {
+    give_back<S>(d, r, true);
+    return false;
+  }
+  const uint64_t t = now_ns();
+  const uint32_t len = td->len < d.tx.slot_bytes ? td->len : d.tx.slot_bytes;
+  // Stage the reply next to us (16-byte loads) before looking at it byte by byte.
+  copy_wide(d.frame, d.tx.slot(r.ci), len);
+  const uint32_t sent = load_relaxed<Scope::kDevice>(&sh.sent);
+  if (r.received < sent) {
+    // Dropped requests got no reply: the next sent one is this reply's.
+    const uint32_t offered = load_relaxed<Scope::kDevice>(&sh.offered);
+    while (r.next < offered && d.times[r.next] == kFarEndDropped) ++r.next;
+  }
+  bool ok = false;
+  ReplyKind kind;
+  if (r.psn_known && len == d.replies.len) {
+    build_frame(d.replies, r.next, r.reply_psn, d.expect);
+    ok = same_bytes(d.frame, d.expect, len);
+  }
+  uint32_t psn = 0;
+  if (ok) {
+    kind = ReplyKind::kReply;
+    psn = r.reply_psn;
+  } else {
+    ++r.slow;
+    kind = check_reply(d, r.next, d.frame, len, &ok, &psn);
+  }
+  if (kind == ReplyKind::kReply && r.received < sent) {
+    // On a schedule the due time is known here; else the sender wrote the send time.
+    const uint64_t from =
+        d.interval_ns ? start + d.phase_ns + uint64_t(r.next) * d.interval_ns : d.times[r.next];
+    d.times[r.next] = t - from;
+    if (!ok) ++r.wrong;
+    ++r.next;
+    store_relaxed<Scope::kDevice>(&sh.received, ++r.received);
+    r.last_reply = t;
+    r.reply_psn = psn_add(psn, 1);
+    r.psn_known = true;
+  } else if (kind != ReplyKind::kAck) {
+    ++r.bad;  // undecodable, or a reply to nothing we sent
+  }
+  ++r.ci;
+  give_back<S>(d, r, false);
+  return true;
+}
+
+RT_HD inline void finish_receiver(const FarEndDesc& d, Receiver& r, uint64_t start) {
+  FarEndResult& res = *d.result;
+  res.received = r.received;
+  res.wrong = r.wrong;
+  res.bad_frames = r.bad;
+  res.slow_checks = r.slow;
+  res.matched = r.next;
+  res.last_reply_ns = r.last_reply;
+  res.elapsed_ns = r.last_reply > start ? r.last_reply - start : 0;
+  res.tx_end = r.ci;
+}
+
+// Whether the run must end now (a timeout, or the host's stop), as a status.
+RT_HD inline uint32_t must_end(const FarEndDesc& d, uint64_t start, const uint32_t* stop) {
+  if (now_ns() - start > d.timeout_ns) return uint32_t(FarEndStatus::kTimeout);
+  if (load_acquire<Scope::kSystem>(stop)) return uint32_t(FarEndStatus::kStopped);
+  return 0;
+}
+
+// The checks every run starts with; false (and status bad_config) when it cannot run.
+RT_HD inline bool far_end_begin(const FarEndDesc& d) {
   FarEndResult& res = *d.result;
   res = FarEndResult{};
   res.rx_end = d.rx_start;
   res.tx_end = d.tx_start;
-  if (d.num_payloads == 0 || d.window == 0 || d.frame == nullptr) {
+  if (d.requests.count == 0 || d.replies.count == 0 || d.window == 0 || d.frame == nullptr ||
+      d.expect == nullptr || d.requests.len > d.rx.slot_bytes) {
     res.status = uint32_t(FarEndStatus::kBadConfig);
-    return;
+    return false;
   }
-  uint32_t prod = d.rx_start;  // we are the rx ring's only producer during the run
+  return true;
+}
+
+}  // namespace far_end_detail
+
+// A far end's two halves on one thread, to completion, timeout or stop. `stop`
+// is polled with acquire at the system scope (the host sets it).
+template <Scope S>
+RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
+  using namespace far_end_detail;
+  if (!far_end_begin(d)) return;
+  FarEndShared sh{};
+  Sender s{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0};
+  Receiver r{};
   // Frames the engine sent before this run are not replies to it: skip them.
-  uint32_t ci = load_acquire<S>(d.tx.producer);
-  tx_consume<S>(d.tx, ci);
-  FrameSpec spec = d.spec;
-  const uint32_t payload_at = payload_offset(spec);
+  r.ci = r.consumed = load_acquire<S>(d.tx.producer);
+  tx_consume<S>(d.tx, r.ci);
   const uint64_t start = now_ns();
-  uint64_t next_send = start;
-  uint64_t last_reply = start;
+  d.result->start_ns = start;
+  uint32_t status = 0;
   for (uint32_t pass = 0;; ++pass) {
-    if (res.received == d.count) {
-      res.status = uint32_t(FarEndStatus::kDone);
+    if (s.offered == d.count && r.received == s.sent) {
+      status = uint32_t(FarEndStatus::kDone);
       break;
     }
-    // The clock and the stop flag are read every 64th pass: on a GPU each read
-    // is a memory round trip that would sit between a reply and its detection.
-    if ((pass & 63) == 0) {
-      if (now_ns() - start > d.timeout_ns) {
-        res.status = uint32_t(FarEndStatus::kTimeout);
-        break;
-      }
-      if (load_acquire<Scope::kSystem>(stop)) {
-        res.status = uint32_t(FarEndStatus::kStopped);
-        break;
-      }
-    }
-    bool idle = true;
-    if (res.sent < d.count && res.sent - res.received < d.window &&
-        (d.interval_ns == 0 || now_ns() >= next_send)) {
-      // Build the request in the slot itself: no second copy on the critical path.
-      if (uint8_t* slot = rx_reserve<S>(d.rx, prod)) {
-        spec.psn = psn_add(d.first_psn, res.sent);
-        request_payload(d, res.sent, slot + payload_at);
-        const EncodeResult e = encode(spec, ByteSpan(slot + payload_at, d.payload_len),
-                                      MutByteSpan(slot, d.rx.slot_bytes));
-        if (!e.ok()) {
-          res.status = uint32_t(FarEndStatus::kBadConfig);
-          break;
-        }
-        const uint64_t t = now_ns();
-        rx_publish<S>(d.rx, prod, e.len, t);
-        d.times[res.sent] = t;
-        ++res.sent;
-        next_send = d.interval_ns ? next_send + d.interval_ns : t;
-        idle = false;
-      } else {
-        ++res.ring_full;
-      }
-    }
-    if (const TxDesc* td = tx_poll<S>(d.tx, ci)) {
-      const uint64_t t = now_ns();
-      bool payload_ok = false;
-      const uint32_t len = td->len < d.tx.slot_bytes ? td->len : d.tx.slot_bytes;
-      // Stage the reply next to us (16-byte loads) before decoding it byte by byte.
-      copy_wide(d.frame, d.tx.slot(ci), len);
-      const ReplyKind kind = check_reply(d, res.received, d.frame, len, &payload_ok);
-      if (kind == ReplyKind::kReply && res.received < res.sent) {
-        d.times[res.received] = t - d.times[res.received];
-        if (!payload_ok) ++res.wrong;
-        ++res.received;
-        last_reply = t;
-      } else if (kind != ReplyKind::kAck) {
-        ++res.bad_frames;  // undecodable, or a reply to nothing we sent
-      }
-      ++ci;
-      tx_consume<S>(d.tx, ci);
-      idle = false;
-    }
-    if (idle) spin_pause();
+    if (pass % kCheckEvery == 0 && (status = must_end(d, start, stop)) != 0) break;
+    const bool sent = send_step<S>(d, s, sh, start, r.received);
+    const bool got = receive_step<S>(d, r, sh, start);
+    if (!sent && !got) spin_pause();
   }
-  res.elapsed_ns = last_reply - start;
-  res.rx_end = prod;
-  res.tx_end = ci;
+  give_back<S>(d, r, true);
+  finish_sender(d, s);
+  finish_receiver(d, r, start);
+  d.result->status = status;
+}
+
+// The sending half alone (a GPU far end's first warp): `sh` is shared with
+// far_end_receive() on another warp, `start` the clock both read at the start.
+template <Scope S>
+RT_HD inline void far_end_send(const FarEndDesc& d, FarEndShared& sh, uint64_t start,
+                               const uint32_t* stop) {
+  using namespace far_end_detail;
+  Sender s{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0};
+  uint32_t status = 0;
+  uint32_t received = 0;
+  for (uint32_t pass = 0; s.offered < d.count; ++pass) {
+    if (pass % kCheckEvery == 0) {
+      if (load_acquire<Scope::kDevice>(&sh.receiver_over)) break;
+      if ((status = must_end(d, start, stop)) != 0) break;
+    }
+    received = load_relaxed<Scope::kDevice>(&sh.received);
+    if (!send_step<S>(d, s, sh, start, received)) spin_pause();
+  }
+  finish_sender(d, s);
+  store_release<Scope::kDevice>(&sh.sender_over, status ? status : uint32_t(FarEndStatus::kDone));
+}
+
+// The receiving half alone (a GPU far end's second warp); it ends the run and
+// writes its status.
+template <Scope S>
+RT_HD inline void far_end_receive(const FarEndDesc& d, FarEndShared& sh, uint64_t start,
+                                  const uint32_t* stop) {
+  using namespace far_end_detail;
+  Receiver r{};
+  r.ci = r.consumed = load_acquire<S>(d.tx.producer);
+  tx_consume<S>(d.tx, r.ci);
+  uint32_t status = 0;
+  for (uint32_t pass = 0;; ++pass) {
+    if (pass % kCheckEvery == 0 && (status = must_end(d, start, stop)) != 0) break;
+    if (receive_step<S>(d, r, sh, start)) continue;
+    // Idle: is the run over? (After the sender's release, `sent` is its last.)
+    const uint32_t sender = load_acquire<Scope::kDevice>(&sh.sender_over);
+    if (sender && r.received == load_relaxed<Scope::kDevice>(&sh.sent)) {
+      status = sender;  // done, or why the sender stopped
+      break;
+    }
+    spin_pause();
+  }
+  give_back<S>(d, r, true);
+  finish_receiver(d, r, start);
+  store_release<Scope::kDevice>(&sh.receiver_over, status);
+  // The sender writes its half of the result before sender_over; wait for it (it stops
+  // within kCheckEvery passes of receiver_over) so the status is written last.
+  while (!load_acquire<Scope::kDevice>(&sh.sender_over)) spin_pause();
+  d.result->status = status;
 }
 
 }  // namespace rt

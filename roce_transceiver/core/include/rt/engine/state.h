@@ -46,6 +46,9 @@ struct EngineDesc {
   uint8_t* reply_scratch;  // the handler's output when the tx ring is full
   uint32_t reply_scratch_bytes;
   uint32_t batch;  // rx packets per step at most
+  // Completion records published together, 1 to half the ring (each publication is a fence
+  // across the bus); the loop settling publishes what is written at any count.
+  uint32_t completion_batch;
   bool check_icrc;
   bool record_completions;
   bool express;        // predicted SEND Onlys skip decoding (prediction.h)
@@ -65,6 +68,8 @@ struct EngineState {
   uint32_t tx_ci_seen;  // last reading of the tx consumer index
   uint32_t comp_pi;
   uint32_t comp_ci_seen;     // last reading of the completion consumer index
+  uint32_t comp_published;   // records the host has been shown (comp_pi after a doorbell)
+  uint32_t comp_read_at;     // the pass from which a full ring reads comp_ci_seen again
   uint32_t passes;           // loop passes, for work done only every so often
   uint32_t idle_passes;      // passes in a row that found nothing
   uint32_t since_publish;    // messages since the counters were last published
@@ -98,6 +103,15 @@ struct EngineState {
   Prediction pred;    // the express path's view of the queue pair
   FrameState frames;  // handler kFrames: the frame in progress
 };
+
+// Leader: the host sees every completion record written so far (one release at the system
+// scope for all of them). Called when completion_batch are written, when the loop settles,
+// when the ring is full, and where a loop ends (an epoch, the CPU thread's stop).
+RT_HD inline void publish_completions(const EngineDesc& d, EngineState& st) {
+  if (st.comp_pi == st.comp_published) return;
+  tx_doorbell<Scope::kSystem>(d.completions, st.comp_pi);
+  st.comp_published = st.comp_pi;
+}
 
 // Staging buffers for an executor whose rings sit across the bus from it (a
 // kernel and pinned host memory, or device memory and a kernel's shared

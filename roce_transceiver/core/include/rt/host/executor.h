@@ -24,8 +24,11 @@ class Executor {
   virtual void check() const = 0;  // throws if it failed while running
   // What its loops cost (a crew's profile, the cuda executor's epochs); after stop(), final.
   virtual cuda::EpochStats stats() const = 0;
-  // A far end beside the loop on the same device, to its end or its timeout (cuda only).
-  virtual void run_far_end(const FarEndDesc& desc, double timeout_s) = 0;
+  // Far ends beside the loop on the same device, one a queue (`descs`: `queues` of them in
+  // device memory, each with `scratch_bytes` of shared memory for its two staging buffers),
+  // to their end or their timeout (cuda only).
+  virtual void run_far_end(const FarEndDesc* descs, uint32_t queues, size_t scratch_bytes,
+                           double timeout_s) = 0;
 };
 
 // A thread per queue: queue q's runs crew_step over descs[q] and states[q] (host memory),

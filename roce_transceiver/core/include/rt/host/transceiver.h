@@ -17,6 +17,7 @@
 #include "rt/engine/engine.h"
 #include "rt/engine/far_end.h"
 #include "rt/host/executor.h"
+#include "rt/host/far_end_templates.h"
 #include "rt/host/memory.h"
 #include "rt/host/socket_nic.h"
 #include "rt/queues/steering.h"
@@ -42,6 +43,7 @@ struct TransceiverConfig {
   uint32_t host_tx_depth = 64;
   uint32_t completion_depth = 1024;
   uint32_t completion_slot_bytes = 1024;
+  uint32_t completion_batch = 128;  // records published together (at most half the ring)
   uint32_t batch = 32;
   uint32_t msg_buf_bytes = 65536;
   bool check_icrc = true;
@@ -118,6 +120,7 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("host_tx_depth", c.host_tx_depth);
   key("completion_depth", c.completion_depth);
   key("completion_slot_bytes", c.completion_slot_bytes);
+  key("completion_batch", c.completion_batch);
   key("batch", c.batch);
   key("msg_buf_bytes", c.msg_buf_bytes);
   key("check_icrc", c.check_icrc);
@@ -165,20 +168,26 @@ struct FarEndParams {
   uint32_t payload_len = 32;
   std::vector<uint8_t> expected;  // num x expected_len, or empty: echo
   uint32_t expected_len = 0;
-  uint32_t count = 1000;
-  uint32_t window = 1;
-  uint64_t interval_ns = 0;
+  uint32_t count = 1000;     // requests, over all queues
+  uint32_t window = 1;       // requests in flight at most, per queue
+  uint64_t interval_ns = 0;  // between the due times of the whole schedule (0: no schedule)
+  uint64_t late_ns = 0;      // sent later than this after its due time: late (0: interval)
+  uint64_t drop_ns = 0;      // not sent this long after its due time: dropped (0: never)
+  uint32_t queues = 1;       // queues 0 .. queues-1 each get a far end and every queues-th
+                             // request of the schedule
   double timeout_s = 10.0;
   bool seq_in_payload = true;
 };
 
-// Limits of one run of a GPU far end (its buffers are sized once, up front).
+// Limits of one run of a GPU far end (its buffers are sized once, up front): requests
+// over all queues, and bytes of request (or reply) templates over all queues.
 constexpr uint32_t kGpuFarEndMaxCount = 1u << 20;
-constexpr size_t kGpuFarEndMaxPayloadBytes = size_t(1) << 20;
+constexpr size_t kGpuFarEndMaxTemplateBytes = size_t(8) << 20;
 
 struct FarEndRun {
-  FarEndResult result;
-  std::vector<uint64_t> rtt_ns;  // one per reply received, in order
+  FarEndResult result;               // the queues' added up (status: the first not done)
+  std::vector<FarEndResult> queues;  // each queue's
+  std::vector<uint64_t> rtt_ns;      // one per reply received, queue by queue, in order
 };
 
 // One frames page, and a share in the memory it lies in: the region lives while any
@@ -321,7 +330,7 @@ class Transceiver {
   Buffer heartbeat_;
   // The GPU far end's buffers, allocated before the kernel starts: allocating
   // or freeing device memory while a persistent kernel runs can wait for it.
-  Buffer far_payloads_, far_expected_, far_times_, far_result_;
+  Buffer far_requests_, far_replies_, far_tables_, far_times_, far_results_, far_descs_;
   bool started_ = false;
   bool stopped_ = false;
   std::vector<std::vector<uint64_t>> final_counters_;  // a queue's each

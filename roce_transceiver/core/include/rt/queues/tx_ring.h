@@ -68,6 +68,24 @@ RT_HD inline void tx_submit(const TxRing& r, uint32_t& pi, uint32_t len, uint32_
   store_release<S>(r.producer, pi);
 }
 
+// Engine: the descriptor of the slot at `pi` (prepared in place), without the doorbell: for
+// a consumer that needs no prompt doorbell (the host's completion records), one doorbell
+// (tx_doorbell) then publishes several slots.
+RT_HD inline void tx_prepare(const TxRing& r, uint32_t& pi, uint32_t len, uint32_t flags,
+                             uint64_t timestamp_ns) {
+  TxDesc& d = r.descs[pi & r.mask()];
+  d.len = len;
+  d.flags = flags;
+  d.timestamp_ns = timestamp_ns;
+  ++pi;
+}
+
+// Engine: every slot before `pi` is the consumer's (their descriptors written first).
+template <Scope S>
+RT_HD inline void tx_doorbell(const TxRing& r, uint32_t pi) {
+  store_release<S>(r.producer, pi);
+}
+
 // Consumer: the descriptor at private index `ci`, or nullptr when nothing new.
 template <Scope S>
 RT_HD inline const TxDesc* tx_poll(const TxRing& r, uint32_t ci) {
