@@ -148,6 +148,13 @@ class VerbsLoopback:
                 "Verbs mode on the cuda executor needs GPUNetIO's device API, which this build "
                 f"lacks ({_core.gpunetio_info()['source']}); the cpu executor runs without it"
             )
+        if gpu and self.nic_handler == "gpu_sm_bf" and not _core.gpunetio_info()["blueflame"]:
+            raise VerbsModeError(
+                "nic_handler 'gpu_sm_bf' on the cuda executor: this build's GPUNetIO headers "
+                f"({_core.gpunetio_info()['source']}) cannot ring BlueFlame (their ring_bf copies "
+                "from the WQE's bytes, not its address); build with nvshmem 3.7+'s headers "
+                "(RT_GPUNETIO_INCLUDE), or use cpu_proxy or gpu_sm_db"
+            )
         self.handler, self.slots, self.slot_bytes = handler, slots, slot_bytes
         ring = slots * slot_bytes
         wqes = max(64, _pow2_at_least(2 * slots))

@@ -34,13 +34,14 @@ from roce_transceiver.verbs_mode import (
 )
 
 
-def gpu_verbs_or_skip() -> None:
+def gpu_verbs_or_skip(nic_handler: str = "cpu_proxy") -> None:
     if not _core.cuda_runtime_info()["gpus"]:
         pytest.skip("no GPU visible")
-    if not _core.gpunetio_info()["built"]:
-        skip_missing(
-            "gpunetio", f"no GPUNetIO device API in this build: {_core.gpunetio_info()['source']}"
-        )
+    info = _core.gpunetio_info()
+    if not info["built"]:
+        skip_missing("gpunetio", f"no GPUNetIO device API in this build: {info['source']}")
+    if nic_handler == "gpu_sm_bf" and not info["blueflame"]:
+        pytest.skip(f"these GPUNetIO headers cannot ring BlueFlame ({info['source']})")
 
 
 def assert_counts_agree(v: VerbsLoopback, requests: int) -> None:
@@ -237,7 +238,9 @@ def test_bench_roundtrip_one_nic_handler(tmp_path, capsys):
     out = tmp_path / "rt.json"
     argv = ["bench", "roundtrip", "--executor", "cpu", "--mode", "verbs", "--count", "50"]
     argv += ["--nic-handler", "gpu_sm_bf", "--floor-iterations", "100", "--json", str(out)]
-    assert cli_main(argv) == 0, capsys.readouterr().out
+    status = cli_main(argv)
+    captured = capsys.readouterr()
+    assert status == 0, captured.out + captured.err
     r = json.loads(out.read_text())
     assert [k for k in r["loops"] if "verbs" in k] == ["echo verbs gpu_sm_bf"]
 
@@ -245,7 +248,7 @@ def test_bench_roundtrip_one_nic_handler(tmp_path, capsys):
 @pytest.mark.gpu
 @pytest.mark.parametrize("nic_handler", SERVED_HANDLERS)
 def test_gpu_echo_through_gpunetio_device_api(nic_handler):
-    gpu_verbs_or_skip()
+    gpu_verbs_or_skip(nic_handler)
     with VerbsLoopback("echo", executor="cuda", nic_handler=nic_handler) as v:
         assert v.stats()["on_gpu"]
         payloads = [bytes((i * 29 + k) & 0xFF for k in range(32)) for i in range(11)]

@@ -126,11 +126,22 @@ def _report(
     return result
 
 
-def _nic_handlers(nic_handler: str) -> tuple[str, ...]:
-    """The doorbell modes a Verbs-mode run measures: one, or ``all`` of those served."""
+def _nic_handlers(nic_handler: str, executor: str, out: TextIO) -> tuple[str, ...]:
+    """The doorbell modes a Verbs-mode run measures: one, or ``all`` of those served (on the
+    GPU, BlueFlame only where this build's GPUNetIO headers can ring it)."""
+    from roce_transceiver import _core
     from roce_transceiver.verbs_mode import SERVED_HANDLERS, resolve_nic_handler
 
-    return SERVED_HANDLERS if nic_handler == "all" else (resolve_nic_handler(nic_handler),)
+    if nic_handler != "all":
+        return (resolve_nic_handler(nic_handler),)
+    if executor == "cuda" and not _core.gpunetio_info()["blueflame"]:
+        print(
+            "verbs mode: no gpu_sm_bf row: this build's GPUNetIO headers cannot ring BlueFlame "
+            f"({_core.gpunetio_info()['source']}; docs/verbs_mode.md)",
+            file=out,
+        )
+        return tuple(h for h in SERVED_HANDLERS if h != "gpu_sm_bf")
+    return SERVED_HANDLERS
 
 
 def _verbs_loops(
@@ -144,7 +155,7 @@ def _verbs_loops(
     """The loop in Verbs mode, a row per doorbell mode ("<handler> verbs <nic handler>")."""
     loops: dict[str, RoundTrip] = {}
     stats: dict[str, Any] = {}
-    for nh in _nic_handlers(nic_handler):
+    for nh in _nic_handlers(nic_handler, executor, out):
         print(f"verbs mode, NIC handler {nh}:", file=out)
         loops[f"{handler} verbs {nh}"], stats[nh] = _verbs_loop(
             executor, handler, count, out, nic_handler=nh, **kwargs
@@ -211,12 +222,14 @@ def run_roundtrip(
     floor_iterations: int = 10_000,
     express: bool = True,
     json_path: str | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     mode: str = "ethernet",
     nic_handler: str = "all",
 ) -> dict[str, Any]:
     """Echo ping-pong (window 1) of ``count`` ``size``-byte messages, then the floors; with
-    ``mode="verbs"`` the Verbs-mode loop too, on the same executor, for each ``nic_handler``."""
+    ``mode="verbs"`` the Verbs-mode loop too, on the same executor, for each ``nic_handler``.
+    ``out``: where the report goes (None: the stdout of the time of the call)."""
+    out = out or sys.stdout
     config = {
         "executor": executor,
         "far_end": far_end,
@@ -252,12 +265,13 @@ def run_qec(
     express: bool = True,
     seed: int = 1,
     json_path: str | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     mode: str = "ethernet",
     nic_handler: str = "all",
 ) -> dict[str, Any]:
     """The decoder loop at an offered ``rate`` (None: as fast as ``window`` allows);
     every correction is checked against the Python decoder."""
+    out = out or sys.stdout
     from roce_transceiver.qec import random_syndromes
 
     requests, expected = random_syndromes(distance, 1024, seed=seed)

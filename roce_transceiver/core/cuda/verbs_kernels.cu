@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "doca_gpunetio_device.h"
 #include "rt/cuda/gpunetio_info.h"
@@ -149,16 +151,31 @@ using ServeFn = void (*)(doca_gpu_dev_verbs_qp*, verbs::ServeDesc, verbs::ServeS
                          const uint32_t*, bool);
 using PutSignalFn = void (*)(doca_gpu_dev_verbs_qp*, PutSignalParams, PutSignalResult*);
 
-// The kernels' instantiation for a handler (our numbering is GPUNetIO's: verbs_descriptor.cpp).
+// The release of the device API that has a CQ type (nvshmem 3.7+) gives submit_bf's bulk copy
+// the shared-memory address of the WQE; the older one (the NCCL wheel's) gives it the WQE's
+// first 8 bytes instead (doca_gpu_dev_verbs_ring_bf: "l"(*wqe)), a copy from nowhere.
+template <typename Cq, typename = void>
+struct BlueFlameRings : std::false_type {};
+template <typename Cq>
+struct BlueFlameRings<Cq, std::void_t<decltype(std::declval<Cq&>().cq_type)>> : std::true_type {};
+
+// The kernels' instantiation for a handler.
 template <template <doca_gpu_dev_verbs_nic_handler> class Pick>
 auto for_handler(verbs::NicHandler h) {
   switch (h) {
     case verbs::NicHandler::kCpuProxy: return Pick<DOCA_GPUNETIO_VERBS_NIC_HANDLER_CPU_PROXY>::fn;
     case verbs::NicHandler::kGpuSmDb: return Pick<DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_DB>::fn;
-    case verbs::NicHandler::kGpuSmBf: return Pick<DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF>::fn;
+    case verbs::NicHandler::kGpuSmBf:
+      if (!BlueFlameRings<doca_gpu_dev_verbs_cq>::value)
+        throw std::runtime_error(
+            "Verbs mode: GPU_SM_BF with these GPUNetIO headers (" RT_GPUNETIO_SOURCE
+            "): their doca_gpu_dev_verbs_ring_bf hands the bulk copy the WQE's first 8 bytes "
+            "as its shared-memory address; build with nvshmem 3.7+'s headers "
+            "(RT_GPUNETIO_INCLUDE) for BlueFlame");
+      return Pick<DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF>::fn;
   }
   throw std::invalid_argument("Verbs mode: NIC handler " + std::to_string(int(h)) +
-                              " has no kernel (1 CPU proxy, 2 GPU_SM_DB, 6 GPU_SM_BF)");
+                              " has no kernel");
 }
 template <doca_gpu_dev_verbs_nic_handler H>
 struct PickServe {
@@ -299,8 +316,12 @@ PutSignalResult put_signal_loop(const PutSignalParams& params) {
 }
 
 GpunetioInfo gpunetio_info() {
-  return GpunetioInfo{true, RT_GPUNETIO_SOURCE, sizeof(doca_gpu_dev_verbs_qp),
-                      sizeof(doca_gpu_dev_verbs_cq), sizeof(doca_gpu_dev_verbs_wqe)};
+  return GpunetioInfo{true,
+                      RT_GPUNETIO_SOURCE,
+                      sizeof(doca_gpu_dev_verbs_qp),
+                      sizeof(doca_gpu_dev_verbs_cq),
+                      sizeof(doca_gpu_dev_verbs_wqe),
+                      BlueFlameRings<doca_gpu_dev_verbs_cq>::value};
 }
 
 }  // namespace rt::cuda

@@ -12,9 +12,9 @@ namespace rt::cuda {
 
 GpunetioInfo gpunetio_info() {
 #if defined(RT_WITH_CUDA)
-  return GpunetioInfo{false, std::string("headers ") + RT_GPUNETIO_SOURCE, 0, 0, 0};
+  return GpunetioInfo{false, std::string("headers ") + RT_GPUNETIO_SOURCE, 0, 0, 0, false};
 #else
-  return GpunetioInfo{false, "not built: this build has no CUDA", 0, 0, 0};
+  return GpunetioInfo{false, "not built: this build has no CUDA", 0, 0, 0, false};
 #endif
 }
 

@@ -14,10 +14,15 @@
 namespace rt::verbs {
 namespace {
 
-static_assert(int(NicHandler::kCpuProxy) == DOCA_GPUNETIO_VERBS_NIC_HANDLER_CPU_PROXY &&
-                  int(NicHandler::kGpuSmDb) == DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_DB &&
-                  int(NicHandler::kGpuSmBf) == DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF,
-              "our NIC handler numbers are GPUNetIO's");
+// GPUNetIO's number for a handler, by name (the numbers differ between its releases).
+doca_gpu_dev_verbs_nic_handler doca_handler(NicHandler h) {
+  switch (h) {
+    case NicHandler::kCpuProxy: return DOCA_GPUNETIO_VERBS_NIC_HANDLER_CPU_PROXY;
+    case NicHandler::kGpuSmDb: return DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_DB;
+    case NicHandler::kGpuSmBf: return DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF;
+  }
+  throw std::invalid_argument("fill_descriptor: NIC handler " + std::to_string(int(h)));
+}
 
 template <typename T, typename = void>
 struct HasCqType : std::false_type {};
@@ -59,7 +64,7 @@ void fill(Qp& qp, const DescriptorParams& p) {
   cq.cqe_size = 64;
   if constexpr (HasCqType<decltype(cq)>::value) cq.cq_type = decltype(cq.cq_type)(0);  // 64-byte
   cq.mem_type = decltype(cq.mem_type)(2);  // GPU, as DOCA sets it (not read by the device)
-  qp.nic_handler = decltype(qp.nic_handler)(p.handler);  // GPUNetIO's own numbering
+  qp.nic_handler = decltype(qp.nic_handler)(doca_handler(p.handler));
   qp.mem_type = decltype(qp.mem_type)(2);
 }
 

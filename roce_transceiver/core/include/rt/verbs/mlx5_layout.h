@@ -67,12 +67,13 @@ constexpr uint32_t kMaxInline = 28;
 constexpr uint32_t kAtomicSwapAdd = 0, kAtomicCompare = 8;
 
 // -- doorbells ----------------------------------------------------------------------------
-// Who rings, as GPUNetIO's enum doca_gpu_dev_verbs_nic_handler numbers them (the descriptor's
-// nic_handler field; the device API's template argument).
+// Who rings: GPUNetIO's NIC handlers (enum doca_gpu_dev_verbs_nic_handler, whose numbers differ
+// between its releases: BlueFlame is 3 in the NCCL wheel's, 6 in nvshmem's; the descriptor and
+// the kernels map these by name).
 enum class NicHandler : uint8_t {
-  kCpuProxy = 1,  // the device stores a native 64-bit producer count at sq_db; a CPU thread rings
-  kGpuSmDb = 2,   // the device writes the doorbell record (sq_dbrec) and rings the UAR (sq_db)
-  kGpuSmBf = 6,   // BlueFlame: the device writes the whole WQE into the window at sq_db
+  kCpuProxy,  // the device stores a native 64-bit producer count at sq_db; a CPU thread rings
+  kGpuSmDb,   // the device writes the doorbell record (sq_dbrec) and rings the UAR (sq_db)
+  kGpuSmBf,   // BlueFlame: the device writes the whole WQE into the window at sq_db
 };
 
 // The doorbell page the software ConnectX gives the device (docs/verbs_mode.md): sq_db points
