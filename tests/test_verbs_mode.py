@@ -41,7 +41,7 @@ def gpu_verbs_or_skip(nic_handler: str = "cpu_proxy") -> None:
     if not info["built"]:
         skip_missing("gpunetio", f"no GPUNetIO device API in this build: {info['source']}")
     if nic_handler == "gpu_sm_bf" and not info["blueflame"]:
-        pytest.skip(f"these GPUNetIO headers cannot ring BlueFlame ({info['source']})")
+        pytest.skip(f"BlueFlame cannot ring with the device API this build has ({info['source']})")
 
 
 def assert_counts_agree(v: VerbsLoopback, requests: int) -> None:

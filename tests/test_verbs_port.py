@@ -100,7 +100,7 @@ def test_device_api_put_signal_through_the_software_connectx(nic_handler):
     if not info["built"]:
         skip_missing("gpunetio", f"no GPUNetIO device API in this build: {info['source']}")
     if nic_handler == "gpu_sm_bf" and not info["blueflame"]:
-        pytest.skip(f"these GPUNetIO headers cannot ring BlueFlame ({info['source']})")
+        pytest.skip(f"BlueFlame cannot ring with the device API this build has ({info['source']})")
     count = 200
     with Transceiver(PEER) as t:
         # A ring that does not wrap within the run: the device API waits for a slot's last
