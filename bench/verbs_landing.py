@@ -1,4 +1,6 @@
-"""Where Verbs mode's request landing time goes: our engine alone, fed from Python.
+"""What our engine costs for Verbs mode's request shapes, alone, fed from Python (until issue 16
+the engine was the responder of Verbs mode's requests; now the software ConnectX is, and the
+engine is the peer's NIC: docs/verbs_mode.md).
 
 ``python bench/verbs_landing.py [--executor cuda] [--count N] [--json FILE]``
 

@@ -161,9 +161,11 @@ SCHEMA = Section(
                 "nic_handler": Field(
                     str,
                     "auto",
-                    "who rings the doorbell: DOCA's choice, a CPU proxy thread, the GPU, "
-                    "or BlueFlame",
-                    choices=("auto", "cpu_proxy", "gpu_db", "blueflame"),
+                    "who rings the doorbell (GPUNetIO's NIC handler): a CPU proxy thread, the "
+                    "GPU (doorbell record and UAR), or the GPU by BlueFlame (the WQE into the "
+                    "doorbell window); auto: gpu_sm_db. Verbs mode's software ConnectX serves "
+                    "each (docs/verbs_mode.md)",
+                    choices=("auto", "cpu_proxy", "gpu_sm_db", "gpu_sm_bf"),
                 ),
                 "gid_index": Field(
                     int, 3, "GID table index (RoCEv2 over IPv4)", minimum=0, maximum=255
@@ -818,8 +820,12 @@ BY_PYTHON: dict[str, str] = {
 NOT_IN_ENGINE: dict[str, str] = {
     f"doca.{key}": "nic 'doca' is not built: Transceiver refuses it before the core, saying "
     "what this machine lacks (roce_transceiver/doca.py, docs/deployment.md)"
-    for key in ("device", "gpu_pci", "nic_handler", "gid_index", "mtu")
+    for key in ("device", "gpu_pci", "gid_index", "mtu")
 }
+NOT_IN_ENGINE["doca.nic_handler"] = (
+    "the queue pair's, not the engine's: Verbs mode's software ConnectX takes it "
+    "(roce_transceiver/verbs_mode.py, VerbsLoopback(nic_handler=...)); nic 'doca' is not built"
+)
 NOT_IN_ENGINE.update(
     {
         f"hsb.{key}": "the bridge's control plane: roce_transceiver/hsb_stream.py programs "

@@ -4,34 +4,40 @@ Verbs mode (docs/verbs_mode.md) answers requests that arrive as an RDMA WRITE in
 ring plus a FETCH_ADD on our signal word, with a put_signal into the same slot of the peer's
 ring and its signal word. :class:`VerbsLoopback` assembles every part of it in one process:
 
-- ``ours``: a :class:`Transceiver` whose engine is the responder half of our NIC (places the
-  peer's WRITEs, executes its FETCH_ADDs; cuda executor: in GPU memory);
+- our NIC, the port (``_core.VerbsPort``): the software ConnectX behind the queue pair, both
+  halves of it as a ConnectX is: its responder places the peer's WRITEs in our ring and executes
+  its FETCH_ADDs on our signal word (pinned host memory the GPU maps) and acknowledges them; its
+  requester carries our put_signals out. ``nic_handler`` picks how the queue pair's doorbell is
+  rung (GPUNetIO's CPU proxy, GPU_SM_DB or BlueFlame: ``doca.nic_handler``'s values);
 - the serve loop (``_core.VerbsServer``): a persistent kernel calling GPUNetIO's device API on the
-  cuda executor, a CPU thread writing the same WQEs on the cpu executor; it runs the handler
-  (echo or qec, the Ethernet mode's) between the two;
-- the port (``_core.VerbsPort``): the software ConnectX behind the queue pair, the requester
-  half of our NIC, its wire the loopback of the peer's transceiver;
+  cuda executor, a CPU thread writing the same WQEs and doorbells on the cpu executor; it polls
+  the memory our NIC wrote and runs the handler (echo or qec, the Ethernet mode's) between the two;
 - the peer: a cpu-executor :class:`Transceiver` whose engine places our replies in its ring and
   counts its signal word, and a requester (``_core.run_verbs_requests``) that sends each request
   and times it until the peer's signal counts the reply.
 
-By default the two sides meet in memory (each one's packets go into the other's loopback far
-end). Given a veth pair into a network namespace (``roce_transceiver.netns``), they meet on a
-real interface instead: our engine and the port on our end (socket NIC and packet socket), the
-peer's engine and requester inside the namespace on the other, the port capturing its end to
-a pcap.
+No engine of ours is on the path: the Ethernet mode's engine is the peer's NIC here.
+
+By default the two sides meet in memory (a split loopback: our port's requests go into the
+peer's engine, its answers to the peer's requester). Given a veth pair into a network namespace
+(``roce_transceiver.netns``), they meet on a real interface instead: the port on our end (a
+packet socket, capturing its end to a pcap), the peer's engine and requester inside the
+namespace on the other.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import time
 from typing import Any
 
 import numpy as np
 
 from roce_transceiver import _core
+from roce_transceiver.config import SCHEMA
 from roce_transceiver.netns import VethNamespace, inside
+from roce_transceiver.protocol import ProtocolError, parse
 from roce_transceiver.transceiver import (
     RoundTrip,
     Transceiver,
@@ -40,13 +46,25 @@ from roce_transceiver.transceiver import (
     request_payloads,
 )
 
-__all__ = ["SLOT_HEADER_BYTES", "VerbsLoopback", "VerbsModeError"]
+__all__ = [
+    "NIC_HANDLERS",
+    "SLOT_HEADER_BYTES",
+    "VerbsLoopback",
+    "VerbsModeError",
+    "resolve_nic_handler",
+]
 
 log = logging.getLogger(__name__)
 
 SLOT_HEADER_BYTES = 8  # u32 payload length, u32 status (0, or why the handler refused)
 MAX_SLOTS = 64
 MAX_SLOT_BYTES = 1024  # one packet per request at the loopback's 1024-byte MTU (+ headers)
+SLOT_ALIGN = 16  # the serve loop copies slots 16 bytes at a time
+
+#: ``doca.nic_handler``'s values (the schema's list); ``auto`` resolves to gpu_sm_db.
+NIC_HANDLERS: tuple[str, ...] = SCHEMA.keys["doca"].keys["nic_handler"].choices  # type: ignore[union-attr]
+#: The handlers the software ConnectX serves, in the order the benchmark reports them.
+SERVED_HANDLERS = ("cpu_proxy", "gpu_sm_db", "gpu_sm_bf")
 
 # Our QP and memory, and the peer's, as a set-up exchange would name them (docs/verbs_mode.md).
 OURS_QPN, PEER_QPN = 0x31, 0x32
@@ -61,6 +79,14 @@ LKEY = 0x1C0C
 
 class VerbsModeError(TransceiverError):
     """Verbs mode cannot be set up or ran into an error (the message says which)."""
+
+
+def resolve_nic_handler(name: str) -> str:
+    """``name`` resolved: ``auto`` is gpu_sm_db, what DOCA picks when the GPU can reach the
+    doorbell (the software ConnectX's doorbell page is pinned memory the GPU maps)."""
+    if name not in NIC_HANDLERS:
+        raise VerbsModeError(f"nic_handler {name!r}: one of {', '.join(NIC_HANDLERS)}")
+    return "gpu_sm_db" if name == "auto" else name
 
 
 def _pow2_at_least(n: int) -> int:
@@ -88,6 +114,7 @@ class VerbsLoopback:
     ``handler`` is ``echo`` or ``qec`` (``distance`` picks the code); ``slots`` requests of up to
     ``slot_bytes - 8`` bytes may be outstanding (the requester here keeps one); a reply whose
     completion does not come within ``completion_timeout`` seconds ends the loop with an error.
+    ``nic_handler``: who rings our queue pair's doorbell (``doca.nic_handler``'s values).
     ``veth``: meet the peer across this veth pair (root); ``capture``: a pcap of our end then.
     """
 
@@ -100,6 +127,7 @@ class VerbsLoopback:
         slots: int = 16,
         slot_bytes: int = 256,
         completion_timeout: float = 1.0,
+        nic_handler: str = "auto",
         veth: VethNamespace | None = None,
         capture: str = "",
     ) -> None:
@@ -107,17 +135,25 @@ class VerbsLoopback:
             raise VerbsModeError(f"handler {handler!r}: Verbs mode answers with echo or qec")
         if not 1 <= slots <= MAX_SLOTS:
             raise VerbsModeError(f"slots {slots}: must be 1..{MAX_SLOTS}")
-        if not SLOT_HEADER_BYTES < slot_bytes <= MAX_SLOT_BYTES or slot_bytes % 8:
+        if not SLOT_HEADER_BYTES < slot_bytes <= MAX_SLOT_BYTES or slot_bytes % SLOT_ALIGN:
             raise VerbsModeError(
-                f"slot_bytes {slot_bytes}: a multiple of 8 in {SLOT_HEADER_BYTES + 8}.."
+                f"slot_bytes {slot_bytes}: a multiple of {SLOT_ALIGN} in {SLOT_ALIGN}.."
                 f"{MAX_SLOT_BYTES} (8 bytes of each slot are its header)"
             )
+        self.nic_handler = resolve_nic_handler(nic_handler)
         self.executor, self.executor_reason = pick_executor(executor)
         gpu = self.executor == "cuda"
         if gpu and not _core.gpunetio_info()["built"]:
             raise VerbsModeError(
                 "Verbs mode on the cuda executor needs GPUNetIO's device API, which this build "
                 f"lacks ({_core.gpunetio_info()['source']}); the cpu executor runs without it"
+            )
+        if gpu and self.nic_handler == "gpu_sm_bf" and not _core.gpunetio_info()["blueflame"]:
+            raise VerbsModeError(
+                "nic_handler 'gpu_sm_bf' on the cuda executor: this build's GPUNetIO headers "
+                f"({_core.gpunetio_info()['source']}) cannot ring BlueFlame (their ring_bf copies "
+                "from the WQE's bytes, not its address); build with nvshmem 3.7+'s headers "
+                "(RT_GPUNETIO_INCLUDE), or use cpu_proxy or gpu_sm_db"
             )
         self.handler, self.slots, self.slot_bytes = handler, slots, slot_bytes
         ring = slots * slot_bytes
@@ -132,33 +168,21 @@ class VerbsLoopback:
                 {"va": PEER_SIGNAL_VA, "rkey": PEER_SIGNAL_RKEY, "length": 8},
             ],
         }
-        ours: dict[str, Any] = {
-            "executor": self.executor,
-            "handler": handler,
-            "completions": False,
-            "qp": {"transport": "RC", "qpn": OURS_QPN, "peer_qpn": PEER_QPN},
-            "regions": [
-                {"va": RING_VA, "rkey": RING_RKEY, "length": ring},
-                {"va": SIGNAL_VA, "rkey": SIGNAL_RKEY, "length": 8},
-            ],
-        }
+        self._qec_blob = b""
         if handler == "qec":
-            ours["qec"] = {"distance": distance}
+            from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode
+
+            self._qec_blob = LookupTableDecoder(RotatedSurfaceCode(distance)).table_blob()
         self._veth, self._capture = veth, capture
         ours_mac, peer_mac, ours_ip, peer_ip = OURS_MAC, PEER_MAC, OURS_IP, PEER_IP
         if veth is not None:
             ours_mac, peer_mac = _mac_bytes(veth.mac("ours")), _mac_bytes(veth.mac("theirs"))
             ours_ip, peer_ip = socket.inet_aton(VETH_OURS_IP), socket.inet_aton(VETH_PEER_IP)
-            for cfg, interface, near, far in (
-                (ours, veth.ours, (ours_mac, VETH_OURS_IP), (peer_mac, VETH_PEER_IP)),
-                (peer_cfg, veth.theirs, (peer_mac, VETH_PEER_IP), (ours_mac, VETH_OURS_IP)),
-            ):
-                cfg["nic"] = "socket"
-                cfg["socket"] = {"mode": "packet", "interface": interface}
-                cfg["local"] = {"mac": near[0].hex(":"), "ip": near[1]}
-                cfg["peer"] = {"mac": far[0].hex(":"), "ip": far[1]}
+            peer_cfg["nic"] = "socket"
+            peer_cfg["socket"] = {"mode": "packet", "interface": veth.theirs}
+            peer_cfg["local"] = {"mac": peer_mac.hex(":"), "ip": VETH_PEER_IP}
+            peer_cfg["peer"] = {"mac": ours_mac.hex(":"), "ip": VETH_OURS_IP}
         self._peer = Transceiver(peer_cfg)
-        self._ours = Transceiver(ours)
         self._addresses = (ours_mac, peer_mac, ours_ip, peer_ip)
         self._port_config = {
             "qpn": OURS_QPN,
@@ -171,6 +195,12 @@ class VerbsLoopback:
             "local_ip": ours_ip,
             "peer_ip": peer_ip,
             "lkey": LKEY,
+            "nic_handler": self.nic_handler,
+            # Our ring and signal word: the responder's regions, where the peer's requests land.
+            "regions": [
+                {"va": RING_VA, "rkey": RING_RKEY, "length": ring},
+                {"va": SIGNAL_VA, "rkey": SIGNAL_RKEY, "length": 8},
+            ],
             # A ConnectX's default transport timeout is tens of ms; a short one only resends
             # what a busy (few-core) machine is still carrying. Across a veth pair the socket
             # NIC's first answers take milliseconds (docs/verbs_mode.md): patient there.
@@ -179,6 +209,10 @@ class VerbsLoopback:
             "gpu": gpu,
         }
         self._serve_config = {
+            "handler": handler,
+            "qec_blob": self._qec_blob,
+            "request_region": 0,
+            "signal_region": 1,
             "slots": slots,
             "slot_bytes": slot_bytes,
             "peer_ring": PEER_RING_VA,
@@ -195,13 +229,13 @@ class VerbsLoopback:
         self._final: dict[str, Any] | None = None
         self._stopped = False
         # The last roundtrip()'s first part of each round trip: from sending the request to our
-        # engine's ATOMIC ACKNOWLEDGE of its signal back at the peer (the request has landed).
+        # NIC's ATOMIC ACKNOWLEDGE of its signal back at the peer (the request has landed).
         self.landed_ns: np.ndarray = np.zeros(0, dtype=np.uint64)
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> VerbsLoopback:
-        """Peer, port, serve loop, our engine, in the order the GPU needs (docs/verbs_mode.md):
-        every allocation and kernel load before the first persistent kernel runs."""
+        """Peer, port, serve loop, in the order the GPU needs (docs/verbs_mode.md): every
+        allocation and kernel load before the persistent kernel runs."""
         if self._port is not None or self._stopped:
             raise VerbsModeError(
                 "start(): already started or stopped (a VerbsLoopback starts once)"
@@ -209,8 +243,8 @@ class VerbsLoopback:
         try:
             if self._veth is None:
                 self._peer.start()
-                self._port = _core.VerbsPort(self._peer._core, self._port_config)
-                self._wire = _core.Wire.loopback(self._ours._core)
+                port_end, self._wire = _core.Wire.split_loopback(self._peer._core)
+                self._port = _core.VerbsPort.over_wire(port_end, self._port_config)
             else:  # the peer's sockets are opened inside the namespace, ours here
                 v = self._veth
                 inside(v.namespace, self._peer.start)
@@ -220,8 +254,7 @@ class VerbsLoopback:
                     inside(v.namespace, lambda: _packet_socket(v.theirs)), ""
                 )
             self._port.start()
-            self._server = _core.VerbsServer(self._port, self._ours._core, self._serve_config)
-            self._ours.start()
+            self._server = _core.VerbsServer(self._port, self._serve_config)
             self._server.start()
         except (ValueError, RuntimeError, OSError) as e:
             self.stop()
@@ -230,18 +263,21 @@ class VerbsLoopback:
             self.stop()
             raise
         log.info(
-            "verbs mode: %s, %s handler, %d slots", self.executor_reason, self.handler, self.slots
+            "verbs mode: %s, %s handler, %d slots, NIC handler %s",
+            self.executor_reason,
+            self.handler,
+            self.slots,
+            self.nic_handler,
         )
         return self
 
     def stop(self) -> None:
-        """Idempotent: the serve loop, our engine, the port, the peer; every one is stopped
-        even when one of them fails (the first failure is raised after)."""
+        """Idempotent: the serve loop, the port, the peer; every one is stopped even when one of
+        them fails (the first failure is raised after)."""
         self._stopped = True
         errors: list[str] = []
         for name, part in (
             ("serve loop", self._server),
-            ("our transceiver", self._ours),
             ("port", self._port),
             ("peer", self._peer),
         ):
@@ -269,8 +305,9 @@ class VerbsLoopback:
 
     # -- the exchange -----------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """The serve loop's counters and state, the port's (software ConnectX) counters, and
-        the atomics both engines executed. After stop(): as they were when it stopped."""
+        """The serve loop's counters and state, the port's (software ConnectX: both halves)
+        counters, the atomics our NIC and the peer's engine executed, and the NIC handler.
+        After stop(): as they were when it stopped."""
         if self._final is not None:
             return self._final
         if self._server is None:
@@ -278,13 +315,39 @@ class VerbsLoopback:
         return self._read_stats()
 
     def _read_stats(self) -> dict[str, Any]:
+        port = dict(self._port.stats())
         return {
             "server": dict(self._server.stats()),
-            "port": dict(self._port.stats()),
-            "ours_atomics": self._ours.stats()["atomics"],
+            "port": port,
+            "ours_atomics": port["atomics"],
             "peer_atomics": self._peer.stats()["atomics"],
             "on_gpu": bool(self._server.on_gpu),
+            "nic_handler": self.nic_handler,
         }
+
+    def exchange(self, frames: list[bytes], want: int, timeout: float = 5.0) -> list[bytes]:
+        """Send ``frames`` as the peer's requester would and return the first ``want`` answers
+        our NIC sends back to it (ACKs, NAKs, ATOMIC ACKNOWLEDGEs): what the responder says to
+        requests the serve loop may never see (a bad rkey, a PSN gap, a duplicate atomic)."""
+        if self._wire is None or self._final is not None:
+            raise VerbsModeError("exchange(): not running (start() first)")
+        deadline = time.monotonic() + timeout
+        for frame in frames:
+            while not self._wire.send(frame):
+                if time.monotonic() > deadline:
+                    raise VerbsModeError(f"exchange(): no room to send within {timeout} s")
+        got: list[bytes] = []
+        while len(got) < want:
+            for f in self._wire.receive(64):
+                try:
+                    p = parse(f)
+                except ProtocolError:
+                    continue  # a packet socket sees other traffic too
+                if p.dest_qp == PEER_QPN and p.aeth is not None:
+                    got.append(f)
+            if len(got) < want and time.monotonic() > deadline:
+                raise VerbsModeError(f"exchange(): {len(got)} of {want} answers within {timeout} s")
+        return got
 
     def roundtrip(
         self,

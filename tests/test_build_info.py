@@ -81,4 +81,4 @@ def test_info_reports_gpunetio() -> None:
     from roce_transceiver.commands.info import collect
 
     g = collect()["gpunetio"]
-    assert set(g) == {"built", "source", "qp_bytes", "cq_bytes", "wqe_bytes"}
+    assert set(g) == {"built", "source", "qp_bytes", "cq_bytes", "wqe_bytes", "blueflame"}

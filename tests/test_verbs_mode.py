@@ -1,33 +1,47 @@
 """Verbs mode end to end: the peer's WRITE + FETCH_ADD in, the handler, put_signal out.
 
 Goal: the one-sided exchange (docs/verbs_mode.md) serves every request with the Ethernet mode's
-handlers, through the software ConnectX, on the cpu executor (host-written WQEs) and on the GPU
-(GPUNetIO's device API). Oracles: the peer compares every reply with the request (echo) or with
-the Python decoder's correction (qec); the serve loop's, the port's and both engines' counters
-must agree with the number of requests.
+handlers, our NIC (the software ConnectX) both halves of the queue pair (it places the peer's
+requests and acknowledges them; no engine of ours on the path), for each doorbell mode (NIC
+handler), on the cpu executor (host-written WQEs) and on the GPU (GPUNetIO's device API).
+Oracles: the peer compares every reply with the request (echo) or with the Python decoder's
+correction (qec); the serve loop's, our NIC's and the peer engine's counters must agree with the
+number of requests; the peer's requester sees our NIC's answers to crafted requests.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 from conftest import skip_missing
 
 from roce_transceiver import _core
 from roce_transceiver.cli import main as cli_main
+from roce_transceiver.protocol import build, parse
 from roce_transceiver.qec import random_syndromes
 from roce_transceiver.transceiver import TransceiverError
-from roce_transceiver.verbs_mode import VerbsLoopback, VerbsModeError
+from roce_transceiver.verbs_mode import (
+    OURS_QPN,
+    RING_RKEY,
+    RING_VA,
+    SERVED_HANDLERS,
+    SIGNAL_RKEY,
+    SIGNAL_VA,
+    VerbsLoopback,
+    VerbsModeError,
+)
 
 
-def gpu_verbs_or_skip() -> None:
+def gpu_verbs_or_skip(nic_handler: str = "cpu_proxy") -> None:
     if not _core.cuda_runtime_info()["gpus"]:
         pytest.skip("no GPU visible")
-    if not _core.gpunetio_info()["built"]:
-        skip_missing(
-            "gpunetio", f"no GPUNetIO device API in this build: {_core.gpunetio_info()['source']}"
-        )
+    info = _core.gpunetio_info()
+    if not info["built"]:
+        skip_missing("gpunetio", f"no GPUNetIO device API in this build: {info['source']}")
+    if nic_handler == "gpu_sm_bf" and not info["blueflame"]:
+        pytest.skip(f"BlueFlame cannot ring with the device API this build has ({info['source']})")
 
 
 def assert_counts_agree(v: VerbsLoopback, requests: int) -> None:
@@ -37,6 +51,9 @@ def assert_counts_agree(v: VerbsLoopback, requests: int) -> None:
     port = s["port"]
     assert port["wqes"] == 2 * requests and port["completions"] == 2 * requests, s
     assert port["errors"] == 0 and port["naks"] == 0 and not port["in_error"], s
+    # Our NIC was the responder: each request's WRITE placed and its FETCH_ADD run and answered.
+    assert port["requests"] == 2 * requests and port["acks_sent"] == requests, s
+    assert port["naks_sent"] == 0 and port["duplicates"] == 0, s
 
 
 @pytest.mark.parametrize("size", [1, 32, 248])
@@ -75,6 +92,61 @@ def test_wrong_expectations_are_counted_not_hidden():
     assert rt.received == 32 and rt.wrong == 32
 
 
+@pytest.mark.parametrize("nic_handler", SERVED_HANDLERS)
+def test_echo_through_each_doorbell_mode(nic_handler):
+    """The cpu executor's queue pair rings as each NIC handler's device code does; our NIC
+    follows that doorbell (a NIC reading another mode's would find no WQE, or garbage)."""
+    with VerbsLoopback("echo", executor="cpu", nic_handler=nic_handler) as v:
+        rt = v.roundtrip(60, 48)
+        assert (rt.status, rt.received, rt.wrong) == ("done", 60, 0)
+    assert v.stats()["nic_handler"] == nic_handler
+    assert_counts_agree(v, 60)
+
+
+def test_auto_nic_handler_is_gpu_sm_db():
+    assert VerbsLoopback("echo", executor="cpu").nic_handler == "gpu_sm_db"
+
+
+def test_our_nic_answers_the_peers_errors_and_goes_on():
+    """Requests the serve loop never sees, answered by our NIC on the wire: a duplicate of the
+    last FETCH_ADD is replayed (not executed twice: the signal and the loop do not move), a
+    WRITE under an unknown rkey is NAKed remote access, one beyond the ring NAKed as well, a
+    PSN ahead of the one expected NAKed as a sequence error; the exchange then goes on."""
+    ours = {"dest_qp": OURS_QPN, "eth_src": "02:00:00:00:00:02", "eth_dst": "02:00:00:00:00:01"}
+    ours |= {"ip_src": "10.0.0.2", "ip_dst": "10.0.0.1"}
+    with VerbsLoopback("echo", executor="cpu", slots=4, slot_bytes=64) as v:
+        assert v.roundtrip(3, 16).received == 3  # PSNs 0..5; the last FETCH_ADD is PSN 5
+        again = build("RC_FETCH_ADD", psn=5, va=SIGNAL_VA, rkey=SIGNAL_RKEY, swap_add=1, **ours)
+        bad_key = build(
+            "RC_RDMA_WRITE_ONLY", b"k" * 8, psn=6, ack_req=True, va=RING_VA, rkey=7, **ours
+        )
+        beyond = build(
+            "RC_RDMA_WRITE_ONLY",
+            b"o" * 8,
+            psn=6,
+            ack_req=True,
+            va=RING_VA + 256,
+            rkey=RING_RKEY,
+            **ours,
+        )
+        ahead = build(
+            "RC_RDMA_WRITE_ONLY", b"g" * 8, psn=9, ack_req=True, va=RING_VA, rkey=RING_RKEY, **ours
+        )
+        got = [parse(f) for f in v.exchange([again, bad_key, beyond, ahead], want=4)]
+        assert [(p.opcode_name, p.psn, p.aeth.syndrome) for p in got] == [
+            ("RC_ATOMIC_ACKNOWLEDGE", 5, 0x1F),
+            ("RC_ACKNOWLEDGE", 6, 0x62),
+            ("RC_ACKNOWLEDGE", 6, 0x62),
+            ("RC_ACKNOWLEDGE", 6, 0x60),
+        ]
+        assert got[0].atomic_ack_orig == 2  # the value before the third request's signal
+        assert v.roundtrip(2, 16).received == 2  # PSN 6 on: the exchange goes on
+        port = v.stats()["port"]
+        assert struct.unpack("<Q", bytes(v._port.region(1)))[0] == 5
+    assert v.stats()["server"]["served"] == 5 and v.stats()["ours_atomics"] == 5
+    assert (port["duplicates"], port["out_of_range"], port["psn_gaps"]) == (1, 2, 1)
+
+
 def test_runs_continue_across_calls_and_slots_wrap():
     with VerbsLoopback("echo", executor="cpu", slots=4, slot_bytes=64) as v:
         for n in (3, 10, 7):  # 20 requests through 4 slots, PSNs continuing between runs
@@ -108,7 +180,9 @@ def test_a_request_longer_than_its_slot_is_refused_before_it_is_sent():
         ({"slots": 0}, "slots 0: must be 1..64"),
         ({"slots": 65}, "slots 65"),
         ({"slot_bytes": 12}, "slot_bytes 12"),
+        ({"slot_bytes": 72}, "slot_bytes 72: a multiple of 16"),
         ({"slot_bytes": 2048}, "slot_bytes 2048"),
+        ({"nic_handler": "blueflame"}, "nic_handler 'blueflame': one of auto, cpu_proxy"),
     ],
 )
 def test_bad_settings_are_named(kwargs, message):
@@ -142,32 +216,47 @@ def test_cuda_executor_without_a_gpu_says_why():
         VerbsLoopback("echo", executor="cuda")
 
 
-def test_bench_roundtrip_mode_verbs_prints_both_loops_and_writes_json(tmp_path, capsys):
+def test_bench_roundtrip_mode_verbs_reports_each_doorbell_mode_with_the_floor(tmp_path, capsys):
     out = tmp_path / "rt.json"
     argv = ["bench", "roundtrip", "--executor", "cpu", "--mode", "verbs", "--count", "200"]
     status = cli_main([*argv, "--floor-iterations", "200", "--json", str(out)])
     text = capsys.readouterr().out
     assert status == 0, text
-    assert "echo verbs" in text and "cpu_thread_pingpong" in text
+    assert "cpu_thread_pingpong" in text
     r = json.loads(out.read_text())
     assert r["mode"] == "verbs" and r["all_done"]
-    verbs = r["loops"]["echo verbs"]
-    assert (verbs["replies"], verbs["wrong"], verbs["status"]) == (200, 0, "done")
-    assert verbs["latency"]["count"] == 200
-    assert r["verbs"]["port"]["errors"] == 0
-    assert "echo verbs p50 / cpu_thread_pingpong p50" in r["ratios"]
+    for nh in SERVED_HANDLERS:  # a row each, side by side, each read against the floor
+        assert f"echo verbs {nh}" in text
+        verbs = r["loops"][f"echo verbs {nh}"]
+        assert (verbs["replies"], verbs["wrong"], verbs["status"]) == (200, 0, "done")
+        assert verbs["latency"]["count"] == 200
+        assert r["verbs"][nh]["port"]["errors"] == 0 and r["verbs"][nh]["nic_handler"] == nh
+        assert f"echo verbs {nh} p50 / cpu_thread_pingpong p50" in r["ratios"]
+
+
+def test_bench_roundtrip_one_nic_handler(tmp_path, capsys):
+    out = tmp_path / "rt.json"
+    argv = ["bench", "roundtrip", "--executor", "cpu", "--mode", "verbs", "--count", "50"]
+    argv += ["--nic-handler", "gpu_sm_bf", "--floor-iterations", "100", "--json", str(out)]
+    status = cli_main(argv)
+    captured = capsys.readouterr()
+    assert status == 0, captured.out + captured.err
+    r = json.loads(out.read_text())
+    assert [k for k in r["loops"] if "verbs" in k] == ["echo verbs gpu_sm_bf"]
 
 
 @pytest.mark.gpu
-def test_gpu_echo_through_gpunetio_device_api():
-    gpu_verbs_or_skip()
-    with VerbsLoopback("echo", executor="cuda") as v:
+@pytest.mark.parametrize("nic_handler", SERVED_HANDLERS)
+def test_gpu_echo_through_gpunetio_device_api(nic_handler):
+    gpu_verbs_or_skip(nic_handler)
+    with VerbsLoopback("echo", executor="cuda", nic_handler=nic_handler) as v:
         assert v.stats()["on_gpu"]
         payloads = [bytes((i * 29 + k) & 0xFF for k in range(32)) for i in range(11)]
         rt = v.roundtrip(2000, payloads=payloads)
         assert (rt.status, rt.received, rt.wrong, rt.bad_frames) == ("done", 2000, 0, 0)
         p = rt.percentiles("us")
-        print(f"verbs echo on the GPU: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us")
+        print(f"verbs echo on the GPU, {nic_handler}: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us")
+        print(f"  our NIC: {v.stats()['port']}")
     assert_counts_agree(v, 2000)
     assert v.stats()["server"]["state"] == "stopped"
 
@@ -184,7 +273,9 @@ def test_gpu_qec_through_gpunetio_device_api(distance):
     assert v.stats()["server"]["handler_errors"] == 0
 
 
-def run_across_veth(executor: str, handler: str, n: int, capture: str) -> dict:
+def run_across_veth(
+    executor: str, handler: str, n: int, capture: str, nic_handler: str = "auto"
+) -> dict:
     """Verbs mode across a veth pair: our engine and the port on our end, the peer (engine and
     requester) inside a namespace; echo, or qec d=3 checked against the Python decoder."""
     from roce_transceiver.netns import veth_namespace, why_not
@@ -199,7 +290,9 @@ def run_across_veth(executor: str, handler: str, n: int, capture: str) -> dict:
         expected = None
     with (
         veth_namespace() as v,
-        VerbsLoopback(handler, executor=executor, veth=v, capture=capture) as lb,
+        VerbsLoopback(
+            handler, executor=executor, veth=v, capture=capture, nic_handler=nic_handler
+        ) as lb,
     ):
         rt = lb.roundtrip(n, payloads=payloads, expected=expected, timeout=20.0)
     return {"rt": rt, "stats": lb.stats()}
@@ -207,9 +300,9 @@ def run_across_veth(executor: str, handler: str, n: int, capture: str) -> dict:
 
 def assert_capture_is_the_exchange(capture: str, n: int) -> None:
     """Our end's capture, dissected by tshark: the peer's n WRITEs (no AckReq) and FETCH_ADDs
-    arriving, our port's n reply WRITEs and FETCH_ADDs leaving, the peer engine's n ACKs and n
-    ATOMIC ACKNOWLEDGEs arriving (our engine's own ATOMIC ACKs leave from another socket and
-    are not in this capture)."""
+    arriving, our NIC's n ATOMIC ACKNOWLEDGEs of them leaving (it is the responder, on the same
+    socket), our n reply WRITEs and FETCH_ADDs leaving, the peer engine's n ACKs and n ATOMIC
+    ACKNOWLEDGEs arriving."""
     import shutil
 
     from net_helpers import bth_opcodes
@@ -222,7 +315,7 @@ def assert_capture_is_the_exchange(capture: str, n: int) -> None:
     opcodes = bth_opcodes(tshark, capture)
     counts = {o: opcodes.count(o) for o in set(opcodes)}
     # RC: RDMA WRITE Only 10, FETCH_ADD 20, ACKNOWLEDGE 17, ATOMIC ACKNOWLEDGE 18.
-    assert counts == {"10": 2 * n, "20": 2 * n, "17": n, "18": n}, counts
+    assert counts == {"10": 2 * n, "20": 2 * n, "17": n, "18": 2 * n}, counts
 
 
 @pytest.mark.netns

@@ -1,10 +1,12 @@
 """A queue pair behind the software ConnectX's own thread, its wire the engine (the peer).
 
 Goal: the pieces of Verbs mode joined: WQEs written into the port's send ring and a doorbell
-(by a test on the CPU, by GPUNetIO's device API in a kernel on the H200) become RC traffic on
-the loopback wire; the engine, as the peer, places the data in its ring and counts its signal
-word; its acknowledgements come back as completions. Oracles: the engine's region read back,
-the signal word, the port's completion counts; on the GPU, the device API's own poll.
+(by a test on the CPU, by GPUNetIO's device API in a kernel on the H200, for each NIC handler)
+become RC traffic on the loopback wire; the engine, as the peer, places the data in its ring and
+counts its signal word; its acknowledgements come back as completions. And the other way: the
+peer's requests placed into the port's own regions by its NIC, acknowledged by it. Oracles: the
+engine's region read back, the signal words, the port's completion counts; on the GPU, the
+device API's own poll.
 """
 
 from __future__ import annotations
@@ -89,18 +91,24 @@ def test_port_thread_carries_writes_and_signals_to_the_engine():
 
 
 @pytest.mark.gpu
-def test_device_api_put_signal_through_the_software_connectx():
-    """GPUNetIO's own doca_gpu_dev_verbs_put_signal, in a kernel, drives the software ConnectX;
-    the engine is the peer. Each put_signal is waited for by the device API's CQ poll."""
-    if not _core.gpunetio_info()["built"]:
-        skip_missing(
-            "gpunetio", f"no GPUNetIO device API in this build: {_core.gpunetio_info()['source']}"
-        )
+@pytest.mark.parametrize("nic_handler", ["cpu_proxy", "gpu_sm_db", "gpu_sm_bf"])
+def test_device_api_put_signal_through_the_software_connectx(nic_handler):
+    """GPUNetIO's own doca_gpu_dev_verbs_put_signal (BlueFlame: its steps and submit_bf), in a
+    kernel, drives the software ConnectX through each NIC handler's doorbell; the engine is the
+    peer. Each put_signal is waited for by the device API's CQ poll."""
+    info = _core.gpunetio_info()
+    if not info["built"]:
+        skip_missing("gpunetio", f"no GPUNetIO device API in this build: {info['source']}")
+    if nic_handler == "gpu_sm_bf" and not info["blueflame"]:
+        pytest.skip(f"BlueFlame cannot ring with the device API this build has ({info['source']})")
     count = 200
     with Transceiver(PEER) as t:
         # A ring that does not wrap within the run: the device API waits for a slot's last
         # completion with no deadline of its own (wrapping is tested on the CPU).
-        port = _core.VerbsPort(t._core, {**PORT, "gpu": True, "sq_wqe_num": 512, "cqe_num": 512})
+        port = _core.VerbsPort(
+            t._core,
+            {**PORT, "gpu": True, "sq_wqe_num": 512, "cqe_num": 512, "nic_handler": nic_handler},
+        )
         local = port.local()
         local[:32] = bytes(range(100, 132))
         base = port.local_address()
@@ -125,7 +133,7 @@ def test_device_api_put_signal_through_the_software_connectx():
         finally:
             port.stop()
         stats = port.stats()
-        print(f"put_signal via the software ConnectX: {r}, {stats}")
+        print(f"put_signal via the software ConnectX, {nic_handler}: {r}, {stats}")
         assert not r["timed_out"] and r["errors"] == 0 and r["completed"] == count, (r, stats)
         assert stats["consumed"] == 2 * count and stats["completed"] == 2 * count
         assert struct.unpack("<Q", t.read_region(1))[0] == count
@@ -210,50 +218,52 @@ def test_port_across_a_veth_pair_dissects_as_rc_traffic(tmp_path):
 
 
 def test_one_sided_echo_exchange_driven_from_the_cpu():
-    """The one-sided exchange of Verbs mode with the kernel's part played by this test: the
-    peer WRITEs a request into our ring and FETCH_ADDs our signal word (our engine executes
-    both); we see the signal, and answer with put_signal's two WQEs through the port into the
-    peer's ring and signal word. Checks the layout the GPU echo will use: regions, keys, order
-    (the request is in place when the signal counts; the reply when the peer's signal does)."""
-    from roce_transceiver.protocol import build
+    """The one-sided exchange of Verbs mode with the serve loop's part played by this test: the
+    peer WRITEs a request into our ring and FETCH_ADDs our signal word, both executed by the
+    port's own NIC (its responder: the port's regions) and acknowledged by it; we see the
+    signal in the port's region, and answer with put_signal's two WQEs through the same port
+    into the peer's ring and signal word. Checks the layout the GPU echo uses: regions, keys,
+    order (the request is in place when the signal counts; the reply when the peer's signal
+    does) and the split wire (our answers to the peer's requester, our requests to its engine)."""
+    from roce_transceiver.protocol import build, parse
 
-    ours_cfg = {
-        "executor": "cpu",
-        "handler": "sink",
-        "qp": {"transport": "RC", "qpn": 0x31, "peer_qpn": 0x32},
-        "regions": [
-            {"va": REQ_VA, "rkey": REQ_KEY, "length": SLOTS * SLOT},
-            {"va": REQ_SIG_VA, "rkey": REQ_SIG_KEY, "length": 8},
-        ],
-    }
     addr = {
-        "eth_src": "02:00:00:00:00:02",
-        "eth_dst": "02:00:00:00:00:01",
-        "ip_src": "10.0.0.2",
-        "ip_dst": "10.0.0.1",
-        "dest_qp": 0x31,
+        "eth_src": "02:00:00:00:00:01",
+        "eth_dst": "02:00:00:00:00:02",
+        "ip_src": "10.0.0.1",
+        "ip_dst": "10.0.0.2",
+        "dest_qp": 0x12,
     }
+    regions = [
+        {"va": REQ_VA, "rkey": REQ_KEY, "length": SLOTS * SLOT},
+        {"va": REQ_SIG_VA, "rkey": REQ_SIG_KEY, "length": 8},
+    ]
     count = 40
-    with Transceiver(PEER) as peer, Transceiver(ours_cfg) as ours:
-        port = _core.VerbsPort(peer._core, PORT)
+    with Transceiver(PEER) as peer:
+        port_end, requester = _core.Wire.split_loopback(peer._core)
+        port = _core.VerbsPort.over_wire(port_end, {**PORT, "regions": regions})
         local, base, ring = port.local(), port.local_address(), port.send_ring(64 * 64)
         port.start()
+        signal = port.region(1)
+        acks: list[bytes] = []
+
+        def all_acks() -> bool:
+            acks.extend(requester.receive(16))
+            return len(acks) >= count
+
         try:
             for i in range(count):
                 payload = bytes((3 * i + k) % 256 for k in range(32))
                 slot = (i % SLOTS) * SLOT
-                ours.inject(
+                for frame in (
                     build(
                         "RC_RDMA_WRITE_ONLY",
                         payload,
                         psn=2 * i,
-                        ack_req=True,
                         va=REQ_VA + slot,
                         rkey=REQ_KEY,
                         **addr,
-                    )
-                )
-                ours.inject(
+                    ),
                     build(
                         "RC_FETCH_ADD",
                         psn=2 * i + 1,
@@ -261,11 +271,12 @@ def test_one_sided_echo_exchange_driven_from_the_cpu():
                         rkey=REQ_SIG_KEY,
                         swap_add=1,
                         **addr,
-                    )
-                )
-                # The kernel's part: wait for the signal, take the request, put_signal it back.
-                wait_for(lambda i=i: struct.unpack("<Q", ours.read_region(1))[0] == i + 1)
-                local[:32] = ours.read_region(0, slot, 32)
+                    ),
+                ):
+                    wait_for(lambda f=frame: requester.send(f))
+                # The serve loop's part: wait for the signal, take the request, put_signal it.
+                wait_for(lambda i=i: struct.unpack("<Q", bytes(signal))[0] == i + 1)
+                local[:32] = bytes(port.region(0)[slot : slot + 32])
                 w, s = (2 * i) % 64, (2 * i + 1) % 64
                 ring[w * 64 : w * 64 + 64] = wqe_write(
                     2 * i, 0x12, RING_VA + slot, RING_KEY, base, LKEY, 32
@@ -276,10 +287,18 @@ def test_one_sided_echo_exchange_driven_from_the_cpu():
                 port.ring(2 * i + 2)
                 wait_for(lambda i=i: struct.unpack("<Q", peer.read_region(1))[0] == i + 1)
                 assert peer.read_region(0, slot, 32) == payload
-                ours.collect(max_frames=16)
+                acks += requester.receive(16)
             # The peer's signal counts before its acknowledgement reaches us: wait for the last.
             wait_for(lambda: port.stats()["completed"] == 2 * count)
+            wait_for(all_acks)
         finally:
             port.stop()
-        assert port.stats()["errors"] == 0
-        assert ours.stats()["atomics"] == count and peer.stats()["atomics"] == count
+        stats = port.stats()
+        assert (
+            stats["errors"] == 0 and stats["atomics"] == count and peer.stats()["atomics"] == count
+        )
+        assert stats["requests"] == 2 * count and stats["bytes_placed"] == 32 * count
+        got = [parse(f) for f in acks]
+        assert [(p.opcode_name, p.psn, p.atomic_ack_orig) for p in got] == [
+            ("RC_ATOMIC_ACKNOWLEDGE", 2 * i + 1, i) for i in range(count)
+        ]

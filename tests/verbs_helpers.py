@@ -60,6 +60,63 @@ def wqe_nop(index, qpn) -> bytes:
     return bytes(_ctrl(index, NOP, qpn, 1))
 
 
+# -- doorbells, as each NIC handler's device code rings them (docs/verbs_mode.md) -------------
+DBR_OFFSET = 64  # the doorbell record's place in the software ConnectX's doorbell page
+
+
+def doorbell(producer: int, qpn: int) -> bytes:
+    """The 8 bytes GPUNetIO's prepare_db builds (a control segment's first 8 bytes with the
+    producer index as its WQE index and no segments): the UAR word, and what submit_bf rings
+    over the BlueFlame window after writing the WQE there."""
+    return struct.pack(">II", (producer << 8) & 0xFFFFFFFF, qpn << 8)
+
+
+def doorbell_record(producer: int) -> bytes:
+    """The doorbell record (sq_dbrec): the producer index's low 16 bits, big-endian."""
+    return struct.pack(">I", producer & 0xFFFF)
+
+
+def ring_db(page, producer: int, qpn: int) -> None:
+    """GPU_SM_DB as submit_db rings: the UAR word, the doorbell record, the UAR word again."""
+    page[0:8] = doorbell(producer, qpn)
+    page[DBR_OFFSET : DBR_OFFSET + 4] = doorbell_record(producer)
+    page[0:8] = doorbell(producer, qpn)
+
+
+def ring_bf(page, producer: int, qpn: int, wqe: bytes, *, overwrite: bool = True) -> None:
+    """GPU_SM_BF as submit_bf rings: the WQE into the window, the doorbell record, then (unless
+    ``overwrite`` is False: the NIC looked in between) the doorbell over the window's start."""
+    page[0:64] = wqe
+    page[DBR_OFFSET : DBR_OFFSET + 4] = doorbell_record(producer)
+    if overwrite:
+        page[0:8] = doorbell(producer, qpn)
+
+
+_HEADER_DOORBELL_PROGRAM = r"""
+#include <cstdio>
+#include <cstring>
+#include <endian.h>
+#include "common/doca_gpunetio_verbs_dev.h"
+// The doorbell as doca_gpu_dev_common_prepare_db fills GPUNetIO's control segment (QP number
+// shifted, big-endian; the producer index where the WQE index goes), and the doorbell record
+// as doca_gpu_dev_verbs_prepare_dbr computes it, for producer 0x12345 on QP 0x123.
+int main() {
+  const unsigned long long prod = 0x12345;
+  doca_gpunetio_ib_mlx5_wqe_ctrl_seg c;
+  std::memset(&c, 0, sizeof c);
+  c.qpn_ds = htobe32(0x123u << 8);
+  c.opmod_idx_opcode = htobe32(uint32_t(prod << DOCA_GPUNETIO_VERBS_WQE_IDX_SHIFT));
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(&c);
+  for (int i = 0; i < 8; ++i) std::printf("%02x", p[i]);
+  std::printf("\n");
+  const uint32_t dbr = htobe32(uint32_t(prod & 0xffff));
+  p = reinterpret_cast<const unsigned char*>(&dbr);
+  for (int i = 0; i < 4; ++i) std::printf("%02x", p[i]);
+  std::printf("\n");
+}
+"""
+
+
 _HEADER_PROGRAM = r"""
 #include <cstdio>
 #include <cstring>
@@ -145,3 +202,11 @@ def header_put_signal_wqes(tmp_path: Path) -> list[bytes]:
     program that fills GPUNetIO's header structures."""
     out = run_with_headers(tmp_path, _HEADER_PROGRAM, "put_signal_wqes")
     return [bytes.fromhex(line) for line in out.split()]
+
+
+def header_doorbell(tmp_path: Path) -> tuple[bytes, bytes]:
+    """(doorbell, doorbell record) for producer 0x12345 on QP 0x123, built through GPUNetIO's
+    control-segment structure and constants."""
+    out = run_with_headers(tmp_path, _HEADER_DOORBELL_PROGRAM, "doorbell")
+    db, dbr = (bytes.fromhex(line) for line in out.split())
+    return db, dbr

@@ -2,8 +2,11 @@
 loops through the loopback NIC, next to the latency floors of the same run.
 
 ``mode="verbs"`` also runs the loop in Verbs mode (roce_transceiver.verbs_mode: the peer
-WRITEs and FETCH_ADDs, the serve loop answers with put_signal through the software ConnectX)
-on the same executor, one request at a time, and prints it next to the Ethernet mode's.
+WRITEs and FETCH_ADDs into our NIC, the software ConnectX, which places and acknowledges them;
+the serve loop answers with put_signal through it) on the same executor, one request at a time,
+a row for each doorbell mode asked for (``nic_handler``: one of doca.nic_handler's values, or
+``all``: CPU proxy, GPU_SM_DB and BlueFlame side by side), next to the Ethernet mode's and the
+same run's floor.
 
 Round trips are timed by the far end (where a request starts and its reply
 ends): the host clock for a CPU far end, %globaltimer for a GPU one. Each
@@ -155,6 +158,43 @@ def _report(
     return result
 
 
+def _nic_handlers(nic_handler: str, executor: str, out: TextIO) -> tuple[str, ...]:
+    """The doorbell modes a Verbs-mode run measures: one, or ``all`` of those served (on the
+    GPU, BlueFlame only where this build's GPUNetIO headers can ring it)."""
+    from roce_transceiver import _core
+    from roce_transceiver.verbs_mode import SERVED_HANDLERS, resolve_nic_handler
+
+    if nic_handler != "all":
+        return (resolve_nic_handler(nic_handler),)
+    if executor == "cuda" and not _core.gpunetio_info()["blueflame"]:
+        print(
+            "verbs mode: no gpu_sm_bf row: this build's GPUNetIO headers cannot ring BlueFlame "
+            f"({_core.gpunetio_info()['source']}; docs/verbs_mode.md)",
+            file=out,
+        )
+        return tuple(h for h in SERVED_HANDLERS if h != "gpu_sm_bf")
+    return SERVED_HANDLERS
+
+
+def _verbs_loops(
+    executor: str,
+    handler: str,
+    count: int,
+    out: TextIO,
+    nic_handler: str,
+    **kwargs: Any,
+) -> tuple[dict[str, RoundTrip], dict[str, Any]]:
+    """The loop in Verbs mode, a row per doorbell mode ("<handler> verbs <nic handler>")."""
+    loops: dict[str, RoundTrip] = {}
+    stats: dict[str, Any] = {}
+    for nh in _nic_handlers(nic_handler, executor, out):
+        print(f"verbs mode, NIC handler {nh}:", file=out)
+        loops[f"{handler} verbs {nh}"], stats[nh] = _verbs_loop(
+            executor, handler, count, out, nic_handler=nh, **kwargs
+        )
+    return loops, stats
+
+
 def _verbs_loop(
     executor: str,
     handler: str,
@@ -164,11 +204,12 @@ def _verbs_loop(
     payloads: list[bytes] | None = None,
     expected: list[bytes] | None = None,
     distance: int = 3,
+    nic_handler: str = "auto",
 ) -> tuple[RoundTrip, dict[str, Any]]:
     """The same loop in Verbs mode, one request at a time (a warm-up run first)."""
     from roce_transceiver.verbs_mode import VerbsLoopback
 
-    with VerbsLoopback(handler, executor=executor, distance=distance) as v:
+    with VerbsLoopback(handler, executor=executor, distance=distance, nic_handler=nic_handler) as v:
         print(f"verbs mode: {v.executor_reason}", file=out)
         v.roundtrip(min(count, 1000), size, payloads=payloads, expected=expected)
         rt = v.roundtrip(
@@ -183,11 +224,13 @@ def _verbs_loop(
             f"us, p99 {landed.p99:.2f} us; the rest of each round trip is the reply's",
             file=out,
         )
+    port = stats["port"]
     print(
         f"verbs mode: serve loop {stats['server']['state']}, {stats['server']['served']} "
-        f"served; software ConnectX {stats['port']['wqes']} WQEs, {stats['port']['completions']} "
-        f"completions, {stats['port']['errors']} errors, {stats['port']['retransmits']} "
-        "retransmits",
+        f"served; software ConnectX {port['wqes']} WQEs ({port['bf_wqes']} from the BlueFlame "
+        f"window), {port['completions']} completions, {port['errors']} errors, "
+        f"{port['retransmits']} retransmits; as responder {port['requests']} requests, "
+        f"{port['atomics']} atomics, {port['naks_sent']} NAKs",
         file=out,
     )
     return rt, stats
@@ -310,11 +353,13 @@ def run_roundtrip(
     mode: str = "ethernet",
     completions: bool = False,
     completion_batch: int | None = None,
+    nic_handler: str = "all",
 ) -> dict[str, Any]:
     """Echo ping-pong (window 1) of ``count`` ``size``-byte messages, then the floors; with
-    ``mode="verbs"`` the Verbs-mode loop too, on the same executor; with ``completions`` the
-    loop with completion records twice (batched: ``completion_batch``, None for the
-    default; and a fence each) next to the bare one (module docstring)."""
+    ``mode="verbs"`` the Verbs-mode loop too, on the same executor, for each ``nic_handler``;
+    with ``completions`` the loop with completion records twice (batched:
+    ``completion_batch``, None for the default; and a fence each) next to the bare one (module
+    docstring)."""
     out = out if out is not None else sys.stdout  # at call time: a test may have replaced it
     config: dict[str, Any] = {
         "executor": executor,
@@ -351,7 +396,8 @@ def run_roundtrip(
                 file=out,
             )
     if mode == "verbs":
-        loops["echo verbs"], extra["verbs"] = _verbs_loop(used, "echo", count, out, size=size)
+        verbs, extra["verbs"] = _verbs_loops(used, "echo", count, out, nic_handler, size=size)
+        loops.update(verbs)
     floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=size)
     # Complete and right includes every completion record.
     checks = extra.get("completions", {}).get("loops", {})
@@ -408,10 +454,12 @@ def run_qec(
     steer: str = "qp",
     late_us: float | None = None,
     drop_us: float | None = None,
+    nic_handler: str = "all",
 ) -> dict[str, Any]:
     """The decoder loop at an offered ``rate`` over ``queues`` queues (None: as fast as
     ``window`` allows, per queue); every correction is checked against the Python decoder's
-    table (module docstring)."""
+    table (module docstring). With ``mode="verbs"``, the Verbs-mode loop for each
+    ``nic_handler`` too."""
     from roce_transceiver.qec import random_syndromes
 
     out = out if out is not None else sys.stdout  # at call time: a test may have replaced it
@@ -477,9 +525,17 @@ def run_qec(
         )
     loops = {"qec": rt}
     if mode == "verbs":  # one syndrome at a time: Verbs mode's loop here is a ping-pong
-        loops["qec verbs"], extra["verbs"] = _verbs_loop(
-            used, "qec", count, out, payloads=requests, expected=expected, distance=distance
+        verbs, extra["verbs"] = _verbs_loops(
+            used,
+            "qec",
+            count,
+            out,
+            nic_handler,
+            payloads=requests,
+            expected=expected,
+            distance=distance,
         )
+        loops.update(verbs)
     floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=len(requests[0]))
     return _report(loops, floors, used, far_end, extra, json_path, out)
 

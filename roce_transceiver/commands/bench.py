@@ -15,6 +15,7 @@ from roce_transceiver.commands.argtypes import (
     integer_list,
     real,
 )
+from roce_transceiver.config import SCHEMA
 
 __all__ = ["register", "run"]
 
@@ -270,6 +271,14 @@ def _loop_options(p: argparse.ArgumentParser) -> None:
         help="verbs: also run the loop in Verbs mode (one-sided WRITE + FETCH_ADD in, "
         "put_signal out, through the software ConnectX) and print both",
     )
+    p.add_argument(
+        "--nic-handler",
+        choices=("all", *SCHEMA.keys["doca"].keys["nic_handler"].choices),  # type: ignore[union-attr]
+        default="all",
+        dest="nic_handler",
+        help="with --mode verbs: who rings the queue pair's doorbell (doca.nic_handler's "
+        "values); all (default): a row for each of cpu_proxy, gpu_sm_db and gpu_sm_bf",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -288,6 +297,7 @@ def _run_loop(args: argparse.Namespace, name: str, options: dict[str, object]) -
             express=args.express,
             json_path=args.json,
             mode=args.mode,
+            nic_handler=args.nic_handler,
             **options,
         )
     except (TransceiverError, ValueError) as e:

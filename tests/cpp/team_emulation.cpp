@@ -440,8 +440,8 @@ Outcome run_engine(const EngineOptions& o, const std::vector<Record>& frames, bo
                {"resync", st.resync},
                {"nak_sent", st.nak_sent},
                {"msg_len", st.msg_len},
-               {"write_next_va", st.write_next_va},
-               {"write_remaining", st.write_remaining},
+               {"write_next_va", st.write.next_va},
+               {"write_remaining", st.write.remaining},
                {"frames.completed", st.frames.completed},
                {"frames.open", st.frames.open},
                {"pred.expect.len", st.pred.expect.len}};

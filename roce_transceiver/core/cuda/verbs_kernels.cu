@@ -1,11 +1,16 @@
 // GPUNetIO's verbs device API compiled into the extension (issue 6): kernels that drive a
-// queue pair through it with the CPU-proxy NIC handler the software ConnectX serves.
+// queue pair through it, instantiated for each NIC handler the software ConnectX serves (CPU
+// proxy, GPU_SM_DB, GPU_SM_BF: the device API's template argument).
 #include <cuda_runtime.h>
+
+#include <cuda/ptx>
 
 #include <chrono>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "doca_gpunetio_device.h"
 #include "rt/cuda/gpunetio_info.h"
@@ -40,24 +45,66 @@ __device__ auto poll_one(Qp* qp, uint64_t index, long)
   return doca_gpu_dev_verbs_poll_one_cq_at(&qp->cq_sq, index);
 }
 
+// One put_signal (an RDMA WRITE of `bytes`, then a FETCH_ADD of 1 on the signal) through the
+// device API for handler H; returns the ticket to poll (the FETCH_ADD's WQE). Keys are stored
+// big-endian already. `bf` is a WQE of this block's shared memory (GPU_SM_BF only).
+template <doca_gpu_dev_verbs_nic_handler H>
+__device__ uint64_t post_put_signal(doca_gpu_dev_verbs_qp* qp, const verbs::PutSignal& p,
+                                    doca_gpu_dev_verbs_wqe* bf) {
+  if constexpr (H != DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF) {
+    doca_gpu_dev_verbs_ticket_t ticket;
+    doca_gpu_dev_verbs_put_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD,
+                                  DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU, H>(
+        qp, {p.raddr, p.rkey}, {p.laddr, p.lkey}, p.bytes, {p.signal_raddr, p.signal_rkey},
+        {p.sink_laddr, p.lkey}, 1, &ticket);
+    return ticket;
+  } else {
+    // put_signal's submit has no BlueFlame branch (it would not ring at all for GPU_SM_BF): the
+    // same two WQEs through the device API's own steps, the FETCH_ADD also prepared in shared
+    // memory and rung through the window by submit_bf. Both stay in the send ring too, where
+    // the NIC reads a WQE whose BlueFlame write it did not catch (docs/verbs_mode.md).
+    const auto flags = DOCA_GPUNETIO_IB_MLX5_WQE_CTRL_CQ_UPDATE;
+    const uint64_t base =
+        doca_gpu_dev_verbs_reserve_wq_slots<DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU>(qp, 2);
+    doca_gpu_dev_verbs_wqe_prepare_write(qp, doca_gpu_dev_verbs_get_wqe_ptr(qp, base), base,
+                                         DOCA_GPUNETIO_IB_MLX5_OPCODE_RDMA_WRITE, flags, 0, p.raddr,
+                                         p.rkey, p.laddr, p.lkey, p.bytes);
+    for (doca_gpu_dev_verbs_wqe* w : {doca_gpu_dev_verbs_get_wqe_ptr(qp, base + 1), bf})
+      doca_gpu_dev_verbs_wqe_prepare_atomic(qp, w, base + 1, DOCA_GPUNETIO_IB_MLX5_OPCODE_ATOMIC_FA,
+                                            flags, p.signal_raddr, p.signal_rkey, p.sink_laddr,
+                                            p.lkey, sizeof(uint64_t), 1, 0);
+    doca_gpu_dev_verbs_mark_wqes_ready<DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU>(qp, base,
+                                                                                      base + 1);
+    // The bulk copy reads shared memory through the async proxy: our stores must reach it.
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+    doca_gpu_dev_verbs_submit_bf<DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU>(qp, base + 2, bf);
+    // The next put_signal rewrites `bf`: the copy must have read it first.
+    ::cuda::ptx::cp_async_bulk_commit_group();
+    ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
+    return base + 1;
+  }
+}
+
 // Keys arrive big-endian (the launcher swaps them), as the device API stores them verbatim.
 // One thread posts a put_signal, waits for its completion (non-blocking polls against a
 // deadline, so that a NIC that never answers cannot hang the kernel), and goes on.
+template <doca_gpu_dev_verbs_nic_handler H>
 __global__ void put_signal_loop_kernel(doca_gpu_dev_verbs_qp* qp, PutSignalParams p,
                                        PutSignalResult* out) {
+  __shared__ doca_gpu_dev_verbs_wqe bf;
   const uint64_t start = globaltimer_ns();
   const uint64_t deadline = start + uint64_t(p.timeout_s * 1e9);
   PutSignalResult r;
   for (uint32_t i = 0; i < p.count && !r.timed_out; ++i) {
-    const doca_gpu_dev_verbs_addr remote{p.raddr + uint64_t(i % p.slots) * p.slot_bytes, p.rkey};
-    const doca_gpu_dev_verbs_addr local{p.laddr, p.lkey};
-    const doca_gpu_dev_verbs_addr signal{p.sig_raddr, p.sig_rkey};
-    const doca_gpu_dev_verbs_addr sink{p.sink_laddr, p.lkey};
-    doca_gpu_dev_verbs_ticket_t ticket;
-    doca_gpu_dev_verbs_put_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD,
-                                  DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU,
-                                  DOCA_GPUNETIO_VERBS_NIC_HANDLER_CPU_PROXY>(
-        qp, remote, local, p.size, signal, sink, 1, &ticket);
+    const verbs::PutSignal ps{p.raddr + uint64_t(i % p.slots) * p.slot_bytes,
+                              p.rkey,
+                              p.laddr,
+                              p.lkey,
+                              p.size,
+                              p.sig_raddr,
+                              p.sig_rkey,
+                              p.sink_laddr};
+    const uint64_t ticket = post_put_signal<H>(qp, ps, &bf);
     int status;
     while ((status = poll_one(qp, ticket, 0)) == EBUSY) {
       if (globaltimer_ns() > deadline) {
@@ -75,31 +122,69 @@ __global__ void put_signal_loop_kernel(doca_gpu_dev_verbs_qp* qp, PutSignalParam
   *out = r;
 }
 
-// serve_loop's queue pair on the GPU: GPUNetIO's own put_signal and CQ poll.
+// serve_loop's queue pair on the GPU: GPUNetIO's own put_signal (or its steps, BlueFlame) and
+// CQ poll, for NIC handler H.
+template <doca_gpu_dev_verbs_nic_handler H>
 struct DeviceQueuePair {
   doca_gpu_dev_verbs_qp* qp;
+  doca_gpu_dev_verbs_wqe* bf;
 
   __device__ uint64_t put_signal(const verbs::PutSignal& p) {
     __threadfence_system();  // the reply's bytes reach host memory before the doorbell
-    doca_gpu_dev_verbs_ticket_t ticket;
-    doca_gpu_dev_verbs_put_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD,
-                                  DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU,
-                                  DOCA_GPUNETIO_VERBS_NIC_HANDLER_CPU_PROXY>(
-        qp, {p.raddr, p.rkey}, {p.laddr, p.lkey}, p.bytes, {p.signal_raddr, p.signal_rkey},
-        {p.sink_laddr, p.lkey}, 1, &ticket);
-    return ticket;
+    return post_put_signal<H>(qp, p, bf);
   }
   __device__ int poll(uint64_t ticket) { return poll_one(qp, ticket, 0); }
   __device__ void idle() {}  // a spinning thread costs no one else here: the SM is ours
 };
 
 // `warm_up`: return at once (the constructor's run, see verbs_launch.h).
+template <doca_gpu_dev_verbs_nic_handler H>
 __global__ void serve_kernel(doca_gpu_dev_verbs_qp* qp, verbs::ServeDesc d,
                              verbs::ServeShared* shared, const uint32_t* stop, bool warm_up) {
+  __shared__ doca_gpu_dev_verbs_wqe bf;
   if (warm_up) return;
-  DeviceQueuePair q{qp};
+  DeviceQueuePair<H> q{qp, &bf};
   verbs::serve_loop(d, q, shared, stop);
 }
+
+using ServeFn = void (*)(doca_gpu_dev_verbs_qp*, verbs::ServeDesc, verbs::ServeShared*,
+                         const uint32_t*, bool);
+using PutSignalFn = void (*)(doca_gpu_dev_verbs_qp*, PutSignalParams, PutSignalResult*);
+
+// The release of the device API that has a CQ type (nvshmem 3.7+) gives submit_bf's bulk copy
+// the shared-memory address of the WQE; the older one (the NCCL wheel's) gives it the WQE's
+// first 8 bytes instead (doca_gpu_dev_verbs_ring_bf: "l"(*wqe)), a copy from nowhere.
+template <typename Cq, typename = void>
+struct BlueFlameRings : std::false_type {};
+template <typename Cq>
+struct BlueFlameRings<Cq, std::void_t<decltype(std::declval<Cq&>().cq_type)>> : std::true_type {};
+
+// The kernels' instantiation for a handler.
+template <template <doca_gpu_dev_verbs_nic_handler> class Pick>
+auto for_handler(verbs::NicHandler h) {
+  switch (h) {
+    case verbs::NicHandler::kCpuProxy: return Pick<DOCA_GPUNETIO_VERBS_NIC_HANDLER_CPU_PROXY>::fn;
+    case verbs::NicHandler::kGpuSmDb: return Pick<DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_DB>::fn;
+    case verbs::NicHandler::kGpuSmBf:
+      if (!BlueFlameRings<doca_gpu_dev_verbs_cq>::value)
+        throw std::runtime_error(
+            "Verbs mode: GPU_SM_BF with these GPUNetIO headers (" RT_GPUNETIO_SOURCE
+            "): their doca_gpu_dev_verbs_ring_bf hands the bulk copy the WQE's first 8 bytes "
+            "as its shared-memory address; build with nvshmem 3.7+'s headers "
+            "(RT_GPUNETIO_INCLUDE) for BlueFlame");
+      return Pick<DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF>::fn;
+  }
+  throw std::invalid_argument("Verbs mode: NIC handler " + std::to_string(int(h)) +
+                              " has no kernel");
+}
+template <doca_gpu_dev_verbs_nic_handler H>
+struct PickServe {
+  static constexpr ServeFn fn = serve_kernel<H>;
+};
+template <doca_gpu_dev_verbs_nic_handler H>
+struct PickPutSignal {
+  static constexpr PutSignalFn fn = put_signal_loop_kernel<H>;
+};
 
 // Waits for a kernel on `stream` up to `seconds`; true when it ended.
 bool wait_for(cudaStream_t stream, double seconds, cudaError_t* err) {
@@ -115,6 +200,7 @@ bool wait_for(cudaStream_t stream, double seconds, cudaError_t* err) {
 }  // namespace
 
 struct ServeKernel::Impl {
+  ServeFn kernel = nullptr;
   doca_gpu_dev_verbs_qp* qp = nullptr;
   verbs::ServeDesc desc{};
   cudaStream_t stream = nullptr, control = nullptr;
@@ -123,8 +209,15 @@ struct ServeKernel::Impl {
   bool launched = false, ended = false;
 };
 
-ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc) : impl_(new Impl) {
+ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::NicHandler handler)
+    : impl_(new Impl) {
   Impl& m = *impl_;
+  try {
+    m.kernel = for_handler<PickServe>(handler);
+  } catch (...) {
+    delete impl_;
+    throw;
+  }
   m.qp = static_cast<doca_gpu_dev_verbs_qp*>(const_cast<void*>(qp));
   m.desc = desc;
   m.desc.lkey = be32(desc.lkey);
@@ -137,7 +230,7 @@ ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc) : impl_(n
     check(cudaMemset(m.stop, 0, sizeof *m.stop), "cudaMemset(stop flag)");
     check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&m.control, cudaStreamNonBlocking), "cudaStreamCreate");
-    serve_kernel<<<1, 1, 0, m.stream>>>(m.qp, m.desc, m.shared, m.stop, true);
+    m.kernel<<<1, 1, 0, m.stream>>>(m.qp, m.desc, m.shared, m.stop, true);
     check(cudaGetLastError(), "serve kernel (warm-up) launch");
     check(cudaStreamSynchronize(m.stream), "serve kernel (warm-up)");
   } catch (...) {
@@ -152,8 +245,8 @@ ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc) : impl_(n
 
 void ServeKernel::launch() {
   if (impl_->launched) throw std::logic_error("ServeKernel: already launched");
-  serve_kernel<<<1, 1, 0, impl_->stream>>>(impl_->qp, impl_->desc, impl_->shared, impl_->stop,
-                                           false);
+  impl_->kernel<<<1, 1, 0, impl_->stream>>>(impl_->qp, impl_->desc, impl_->shared, impl_->stop,
+                                            false);
   check(cudaGetLastError(), "serve kernel launch");
   impl_->launched = true;
 }
@@ -188,6 +281,7 @@ ServeKernel::~ServeKernel() {
 }
 
 PutSignalResult put_signal_loop(const PutSignalParams& params) {
+  const PutSignalFn kernel = for_handler<PickPutSignal>(params.handler);
   PutSignalParams p = params;
   p.rkey = be32(p.rkey);
   p.lkey = be32(p.lkey);
@@ -198,8 +292,7 @@ PutSignalResult put_signal_loop(const PutSignalParams& params) {
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   *out = PutSignalResult{};
   out->timed_out = true;  // until the kernel says otherwise
-  put_signal_loop_kernel<<<1, 1, 0, stream>>>(
-      static_cast<doca_gpu_dev_verbs_qp*>(const_cast<void*>(p.qp)), p, out);
+  kernel<<<1, 1, 0, stream>>>(static_cast<doca_gpu_dev_verbs_qp*>(const_cast<void*>(p.qp)), p, out);
   cudaError_t err = cudaGetLastError();
   // The kernel keeps its own deadline; the host waits a little longer before giving up.
   const auto give_up =
@@ -223,8 +316,12 @@ PutSignalResult put_signal_loop(const PutSignalParams& params) {
 }
 
 GpunetioInfo gpunetio_info() {
-  return GpunetioInfo{true, RT_GPUNETIO_SOURCE, sizeof(doca_gpu_dev_verbs_qp),
-                      sizeof(doca_gpu_dev_verbs_cq), sizeof(doca_gpu_dev_verbs_wqe)};
+  return GpunetioInfo{true,
+                      RT_GPUNETIO_SOURCE,
+                      sizeof(doca_gpu_dev_verbs_qp),
+                      sizeof(doca_gpu_dev_verbs_cq),
+                      sizeof(doca_gpu_dev_verbs_wqe),
+                      BlueFlameRings<doca_gpu_dev_verbs_cq>::value};
 }
 
 }  // namespace rt::cuda

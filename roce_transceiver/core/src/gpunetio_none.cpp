@@ -12,9 +12,9 @@ namespace rt::cuda {
 
 GpunetioInfo gpunetio_info() {
 #if defined(RT_WITH_CUDA)
-  return GpunetioInfo{false, std::string("headers ") + RT_GPUNETIO_SOURCE, 0, 0, 0};
+  return GpunetioInfo{false, std::string("headers ") + RT_GPUNETIO_SOURCE, 0, 0, 0, false};
 #else
-  return GpunetioInfo{false, "not built: this build has no CUDA", 0, 0, 0};
+  return GpunetioInfo{false, "not built: this build has no CUDA", 0, 0, 0, false};
 #endif
 }
 
@@ -25,7 +25,7 @@ PutSignalResult put_signal_loop(const PutSignalParams&) {
 
 struct ServeKernel::Impl {};
 
-ServeKernel::ServeKernel(const void*, const verbs::ServeDesc&) : impl_(nullptr) {
+ServeKernel::ServeKernel(const void*, const verbs::ServeDesc&, verbs::NicHandler) : impl_(nullptr) {
   throw std::runtime_error("Verbs mode on the GPU: this build has no GPUNetIO device API (" +
                            gpunetio_info().source +
                            "); the cpu executor runs Verbs mode without it");

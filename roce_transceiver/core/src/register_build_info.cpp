@@ -47,6 +47,7 @@ void register_build_info(pybind11::module_& m) {
     d["qp_bytes"] = info.qp_bytes;
     d["cq_bytes"] = info.cq_bytes;
     d["wqe_bytes"] = info.wqe_bytes;
+    d["blueflame"] = info.blueflame;
     return d;
   });
 }

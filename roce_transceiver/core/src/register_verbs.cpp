@@ -35,6 +35,15 @@ void copy_exact(const pb::dict& d, const char* what, const char* key, uint8_t* d
   std::memcpy(dst, b.data(), n);
 }
 
+// The NIC handler by the names doca.nic_handler uses (roce_transceiver/config.py).
+verbs::NicHandler nic_handler(const std::string& name) {
+  if (name == "cpu_proxy") return verbs::NicHandler::kCpuProxy;
+  if (name == "gpu_sm_db") return verbs::NicHandler::kGpuSmDb;
+  if (name == "gpu_sm_bf") return verbs::NicHandler::kGpuSmBf;
+  throw std::invalid_argument("SoftConnectX: nic_handler '" + name +
+                              "': cpu_proxy, gpu_sm_db or gpu_sm_bf");
+}
+
 verbs::SoftConnectXConfig nic_config(const pb::dict& d,
                                      std::initializer_list<const char*> extra = {}) {
   verbs::SoftConnectXConfig c;
@@ -42,9 +51,10 @@ verbs::SoftConnectXConfig nic_config(const pb::dict& d,
     return d.contains(k) ? pb::object(d[k]) : pb::object(pb::none());
   };
   for (const auto item : d) {
-    static const char* known[] = {
-        "qpn",      "peer_qpn", "sq_psn",  "mtu",       "sq_wqe_num",    "cqe_num", "local_mac",
-        "peer_mac", "local_ip", "peer_ip", "udp_sport", "retransmit_ns", "retries"};
+    static const char* known[] = {"qpn",           "peer_qpn",   "sq_psn",     "rq_psn",
+                                  "mtu",           "sq_wqe_num", "cqe_num",    "local_mac",
+                                  "peer_mac",      "local_ip",   "peer_ip",    "udp_sport",
+                                  "retransmit_ns", "retries",    "nic_handler"};
     const std::string k = pb::str(item.first);
     bool ok = false;
     for (const char* n : known) ok = ok || k == n;
@@ -54,6 +64,8 @@ verbs::SoftConnectXConfig nic_config(const pb::dict& d,
   if (auto v = get("qpn"); !v.is_none()) c.qpn = v.cast<uint32_t>();
   if (auto v = get("peer_qpn"); !v.is_none()) c.peer_qpn = v.cast<uint32_t>();
   if (auto v = get("sq_psn"); !v.is_none()) c.sq_psn = v.cast<uint32_t>();
+  if (auto v = get("rq_psn"); !v.is_none()) c.rq_psn = v.cast<uint32_t>();
+  if (auto v = get("nic_handler"); !v.is_none()) c.handler = nic_handler(v.cast<std::string>());
   if (auto v = get("mtu"); !v.is_none()) c.mtu = v.cast<uint32_t>();
   if (auto v = get("sq_wqe_num"); !v.is_none()) c.sq_wqe_num = v.cast<uint32_t>();
   if (auto v = get("cqe_num"); !v.is_none()) c.cqe_num = v.cast<uint32_t>();
@@ -70,6 +82,33 @@ verbs::SoftConnectXConfig nic_config(const pb::dict& d,
   return c;
 }
 
+// The software ConnectX's counters, by their field names (both halves).
+void nic_stats_into(pb::dict& d, const verbs::SoftConnectXStats& s) {
+  d["wqes"] = s.wqes;
+  d["bf_wqes"] = s.bf_wqes;
+  d["completions"] = s.completions;
+  d["errors"] = s.errors;
+  d["packets"] = s.packets;
+  d["retransmits"] = s.retransmits;
+  d["acks"] = s.acks;
+  d["naks"] = s.naks;
+  d["stale_waits"] = s.stale_waits;
+  d["foreign_rings"] = s.foreign_rings;
+  d["ignored"] = s.ignored;
+  d["requests"] = s.requests;
+  d["bytes_placed"] = s.bytes_placed;
+  d["atomics"] = s.atomics;
+  d["write_imms"] = s.write_imms;
+  d["duplicates"] = s.duplicates;
+  d["psn_gaps"] = s.psn_gaps;
+  d["out_of_range"] = s.out_of_range;
+  d["sequence_errors"] = s.sequence_errors;
+  d["unsupported"] = s.unsupported;
+  d["acks_sent"] = s.acks_sent;
+  d["naks_sent"] = s.naks_sent;
+  d["last_imm"] = s.last_imm;
+}
+
 // A software ConnectX whose rings, doorbell and regions are host memory owned here.
 class HostSoftConnectX {
  public:
@@ -81,13 +120,29 @@ class HostSoftConnectX {
 
   pb::memoryview sq() { return pb::memoryview::from_memory(sq_.data(), sq_.size()); }
   pb::memoryview cq() { return pb::memoryview::from_memory(cq_.data(), cq_.size(), true); }
-  void ring(uint64_t producer) { __atomic_store_n(&doorbell_, producer, __ATOMIC_RELEASE); }
-  uint64_t doorbell() const { return doorbell_; }
+  // The doorbell page (mlx5_layout.h): written by tests the way each NIC handler's device code
+  // writes it.
+  pb::memoryview doorbell_page() {
+    return pb::memoryview::from_memory(page_, verbs::kDoorbellPageBytes);
+  }
+  void ring(uint64_t producer) {  // CPU proxy: the producer count
+    __atomic_store_n(reinterpret_cast<uint64_t*>(page_), producer, __ATOMIC_RELEASE);
+  }
+  uint64_t doorbell() const { return *reinterpret_cast<const uint64_t*>(page_); }
 
   pb::memoryview add_region(uint32_t key, uint64_t iova, size_t bytes) {
-    regions_.emplace_back(new uint8_t[bytes]());
-    nic_.add_region(key, regions_.back().get(), iova, bytes);
-    return pb::memoryview::from_memory(regions_.back().get(), bytes);
+    regions_.emplace_back(new uint64_t[(bytes + 7) / 8]());
+    uint8_t* base = reinterpret_cast<uint8_t*>(regions_.back().get());
+    nic_.add_region(key, base, iova, bytes);
+    return pb::memoryview::from_memory(base, bytes);
+  }
+
+  // A region the peer may WRITE into and run atomics on (8-byte aligned memory).
+  pb::memoryview add_remote_region(uint32_t rkey, uint64_t va, uint32_t bytes) {
+    regions_.emplace_back(new uint64_t[(bytes + 7) / 8]());
+    uint8_t* base = reinterpret_cast<uint8_t*>(regions_.back().get());
+    nic_.add_remote_region(rkey, base, va, bytes);
+    return pb::memoryview::from_memory(base, bytes);
   }
 
   pb::bytes descriptor() const {
@@ -114,17 +169,10 @@ class HostSoftConnectX {
   pb::dict stats() const {
     const verbs::SoftConnectXStats& s = nic_.stats();
     pb::dict d;
-    d["wqes"] = s.wqes;
-    d["completions"] = s.completions;
-    d["errors"] = s.errors;
-    d["packets"] = s.packets;
-    d["retransmits"] = s.retransmits;
-    d["acks"] = s.acks;
-    d["naks"] = s.naks;
-    d["stale_waits"] = s.stale_waits;
-    d["ignored"] = s.ignored;
+    nic_stats_into(d, s);
     d["consumed"] = nic_.consumed();
     d["completed"] = nic_.completed();
+    d["expected_psn"] = nic_.expected_psn();
     d["in_error"] = nic_.in_error();
     d["last_error"] = nic_.last_error();
     return d;
@@ -137,27 +185,21 @@ class HostSoftConnectX {
 
   verbs::SoftConnectXMemory memory() {
     const auto addr = [](const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); };
-    return {sq_.data(),       cq_.data(),       &doorbell_,
-            addr(sq_.data()), addr(cq_.data()), addr(&doorbell_)};
+    return {sq_.data(), cq_.data(), page_, addr(sq_.data()), addr(cq_.data()), addr(page_)};
   }
 
   verbs::SoftConnectXConfig cfg_;
   std::vector<uint8_t> sq_, cq_;
-  alignas(8) uint64_t doorbell_ = 0;
-  std::vector<std::unique_ptr<uint8_t[]>> regions_;
+  alignas(64) uint8_t page_[verbs::kDoorbellPageBytes] = {};
+  std::vector<std::unique_ptr<uint64_t[]>> regions_;
   SoftConnectX nic_;
 };
 
 pb::dict port_stats(const host::VerbsPort& port) {
   const host::VerbsPortStats s = port.stats();
   pb::dict d;
-  d["wqes"] = s.nic.wqes;
-  d["completions"] = s.nic.completions;
-  d["errors"] = s.nic.errors;
-  d["packets"] = s.nic.packets;
-  d["retransmits"] = s.nic.retransmits;
-  d["acks"] = s.nic.acks;
-  d["naks"] = s.nic.naks;
+  nic_stats_into(d, s.nic);
+  d["expected_psn"] = s.expected_psn;
   d["consumed"] = s.consumed;
   d["completed"] = s.completed;
   d["in_error"] = s.in_error;
@@ -167,10 +209,22 @@ pb::dict port_stats(const host::VerbsPort& port) {
 
 host::VerbsPortConfig port_config(const pb::dict& d) {
   host::VerbsPortConfig c;
-  c.nic = nic_config(d, {"gpu", "local_bytes", "lkey"});
+  c.nic = nic_config(d, {"gpu", "local_bytes", "lkey", "regions"});
   if (d.contains("gpu")) c.gpu = d["gpu"].cast<bool>();
   if (d.contains("local_bytes")) c.local_bytes = d["local_bytes"].cast<uint32_t>();
   if (d.contains("lkey")) c.lkey = d["lkey"].cast<uint32_t>();
+  if (d.contains("regions")) {
+    for (const pb::handle item : d["regions"].cast<pb::list>()) {
+      const pb::dict r = item.cast<pb::dict>();
+      for (const auto kv : r) {
+        const std::string k = pb::str(kv.first);
+        if (k != "va" && k != "rkey" && k != "length")
+          throw std::invalid_argument("VerbsPort: regions: unknown key " + k);
+      }
+      c.regions.push_back(
+          {r["va"].cast<uint64_t>(), r["rkey"].cast<uint32_t>(), r["length"].cast<uint32_t>()});
+    }
+  }
   return c;
 }
 
@@ -188,10 +242,23 @@ void only_keys(const pb::dict& d, const char* what, std::initializer_list<const 
 
 host::VerbsServeConfig serve_config(const pb::dict& d) {
   only_keys(d, "VerbsServer",
-            {"request_region", "signal_region", "slots", "slot_bytes", "peer_ring",
-             "peer_ring_rkey", "peer_signal", "peer_signal_rkey", "max_requests",
+            {"handler", "qec_blob", "request_region", "signal_region", "slots", "slot_bytes",
+             "peer_ring", "peer_ring_rkey", "peer_signal", "peer_signal_rkey", "max_requests",
              "completion_timeout_s", "stop_timeout_s"});
   host::VerbsServeConfig c;
+  if (d.contains("handler")) {
+    const std::string h = d["handler"].cast<std::string>();
+    if (h == "echo")
+      c.handler = HandlerKind::kEcho;
+    else if (h == "qec")
+      c.handler = HandlerKind::kQec;
+    else
+      throw std::invalid_argument("VerbsServer: handler '" + h + "': echo or qec");
+  }
+  if (d.contains("qec_blob")) {
+    const std::string blob = d["qec_blob"].cast<pb::bytes>();
+    c.qec_blob.assign(blob.begin(), blob.end());
+  }
   const auto set = [&](const char* k, auto& field) {
     if (d.contains(k)) field = d[k].cast<std::decay_t<decltype(field)>>();
   };
@@ -247,10 +314,10 @@ host::VerbsRequestParams request_params(const pb::dict& d) {
 
 void register_verbs(pb::module_& m) {
   pb::class_<host::VerbsServer>(m, "VerbsServer")
-      .def(pb::init([](host::VerbsPort& port, host::Transceiver& ours, const pb::dict& d) {
-             return std::make_unique<host::VerbsServer>(port, ours, serve_config(d));
+      .def(pb::init([](host::VerbsPort& port, const pb::dict& d) {
+             return std::make_unique<host::VerbsServer>(port, serve_config(d));
            }),
-           pb::keep_alive<1, 2>(), pb::keep_alive<1, 3>())
+           pb::keep_alive<1, 2>())
       .def("start", &host::VerbsServer::start)
       .def("stop", &host::VerbsServer::stop, pb::call_guard<pb::gil_scoped_release>())
       .def_property_readonly("on_gpu", &host::VerbsServer::on_gpu)
@@ -264,18 +331,50 @@ void register_verbs(pb::module_& m) {
         out["cq_status"] = v.cq_status;
         return out;
       });
-  // A wire the Verbs requester sends on: the loopback far end of a Transceiver, or a packet
-  // socket (its fd, owned from here on) captured to a pcap.
-  pb::class_<host::Wire>(m, "Wire")
+  // A wire a port or the Verbs requester sends on: the loopback far end of a Transceiver, the
+  // two ends of a split loopback facing a peer Transceiver, or a packet socket (its fd, owned
+  // from here on) captured to a pcap.
+  pb::class_<host::Wire, std::shared_ptr<host::Wire>>(m, "Wire")
       .def_static(
           "loopback",
-          [](host::Transceiver& t) -> std::unique_ptr<host::Wire> {
-            return std::make_unique<host::LoopbackWire>(t);
+          [](host::Transceiver& t) -> std::shared_ptr<host::Wire> {
+            return std::make_shared<host::LoopbackWire>(t);
           },
           pb::keep_alive<0, 1>())
-      .def_static("over_socket", [](int fd, const std::string& capture) {
-        return std::unique_ptr<host::Wire>(std::make_unique<host::PacketWire>(fd, capture));
-      });
+      .def_static(
+          "split_loopback",
+          [](pb::object peer) {
+            const host::SplitLoopback ends = host::split_loopback(peer.cast<host::Transceiver&>());
+            pb::object port = pb::cast(ends.port), requester = pb::cast(ends.requester);
+            pb::detail::keep_alive_impl(port, peer);  // both ends feed the peer's engine
+            pb::detail::keep_alive_impl(requester, peer);
+            return pb::make_tuple(port, requester);
+          },
+          "(port end, requester end) of a loopback facing the peer Transceiver: the port's "
+          "requests go into the peer's engine, its answers to the requester.")
+      .def_static(
+          "over_socket",
+          [](int fd, const std::string& capture) {
+            return std::shared_ptr<host::Wire>(std::make_shared<host::PacketWire>(fd, capture));
+          })
+      .def(
+          "send",
+          [](host::Wire& w, const pb::bytes& frame) {
+            const std::string f = frame;
+            return w.send(reinterpret_cast<const uint8_t*>(f.data()), f.size());
+          },
+          "One frame; False: no room now (nothing sent, try again).")
+      .def(
+          "receive",
+          [](host::Wire& w, size_t max) {
+            std::vector<std::vector<uint8_t>> frames;
+            w.receive(frames, max);
+            pb::list out;
+            for (const std::vector<uint8_t>& f : frames)
+              out.append(pb::bytes(reinterpret_cast<const char*>(f.data()), f.size()));
+            return out;
+          },
+          pb::arg("max") = 64, "Up to `max` frames that arrived; never waits.");
   m.def(
       "run_verbs_requests",
       [](host::Wire& to_ours, host::Transceiver& peer, const pb::dict& d) {
@@ -320,14 +419,21 @@ void register_verbs(pb::module_& m) {
   pb::class_<host::VerbsPort>(m, "VerbsPort")
       .def(pb::init([](host::Transceiver& wire, const pb::dict& d) {
              return std::make_unique<host::VerbsPort>(port_config(d),
-                                                      std::make_unique<host::LoopbackWire>(wire));
+                                                      std::make_shared<host::LoopbackWire>(wire));
            }),
            pb::keep_alive<1, 2>())
+      .def_static(
+          "over_wire",
+          [](std::shared_ptr<host::Wire> wire, const pb::dict& d) {
+            return std::make_unique<host::VerbsPort>(port_config(d), std::move(wire));
+          },
+          pb::arg("wire"), pb::arg("config"),
+          "A port whose packets travel on `wire` (e.g. the port end of Wire.split_loopback).")
       .def_static(
           "over_socket",
           [](int fd, const std::string& capture, const pb::dict& d) {
             // The socket is the port's from here on: a failure below must still close it.
-            auto wire = std::make_unique<host::PacketWire>(fd, capture);
+            auto wire = std::make_shared<host::PacketWire>(fd, capture);
             return std::make_unique<host::VerbsPort>(port_config(d), std::move(wire));
           },
           pb::arg("fd"), pb::arg("capture"), pb::arg("config"),
@@ -349,6 +455,17 @@ void register_verbs(pb::module_& m) {
              const host::Buffer& b = p.local();
              return address(b.device() ? b.device() : b.host());
            })
+      .def("doorbell_page",
+           [](host::VerbsPort& p) {
+             return pb::memoryview::from_memory(p.doorbell_page(), verbs::kDoorbellPageBytes);
+           })
+      .def(
+          "region",
+          [](host::VerbsPort& p, size_t i) {
+            const host::Buffer& b = p.region(i);  // host memory: plain, or pinned and mapped
+            return pb::memoryview::from_memory(b.host(), b.size());
+          },
+          "A remote-access region's bytes, as the peer's WRITEs and atomics left them.")
       .def("stats", &port_stats)
       .def("put_signal_loop", [](host::VerbsPort& p, const pb::dict& d) {
         cuda::PutSignalParams q;
@@ -365,6 +482,7 @@ void register_verbs(pb::module_& m) {
         q.sink_laddr = d["sink_laddr"].cast<uint64_t>();
         q.count = d["count"].cast<uint32_t>();
         q.timeout_s = d["timeout_s"].cast<double>();
+        q.handler = p.config().nic.handler;
         cuda::PutSignalResult r;
         {
           pb::gil_scoped_release nogil;
@@ -382,8 +500,10 @@ void register_verbs(pb::module_& m) {
       .def_property_readonly("sq", &HostSoftConnectX::sq)
       .def_property_readonly("cq", &HostSoftConnectX::cq)
       .def_property_readonly("doorbell", &HostSoftConnectX::doorbell)
+      .def_property_readonly("doorbell_page", &HostSoftConnectX::doorbell_page)
       .def("ring", &HostSoftConnectX::ring)
       .def("add_region", &HostSoftConnectX::add_region)
+      .def("add_remote_region", &HostSoftConnectX::add_remote_region)
       .def("descriptor", &HostSoftConnectX::descriptor)
       .def("poll", &HostSoftConnectX::poll, pb::arg("now_ns") = 0)
       .def("on_frame", &HostSoftConnectX::on_frame, pb::arg("frame"), pb::arg("now_ns") = 0)

@@ -4,16 +4,18 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "rt/protocol/aeth.h"
-#include "rt/protocol/atomic_eth.h"
+#include "rt/platform.h"
 #include "rt/protocol/decode.h"
 #include "rt/protocol/psn.h"
+#include "rt/protocol/rc_responder.h"
 #include "rt/verbs/descriptor.h"
 
 namespace rt::verbs {
 namespace {
 
-constexpr uint8_t kRcAck = 0x11, kRcAtomicAck = 0x12, kRcCompareSwap = 0x13, kRcFetchAdd = 0x14;
+constexpr uint8_t kRcCompareSwap = make_opcode(Transport::RC, kOperationCompareSwap);
+constexpr uint8_t kRcFetchAdd = make_opcode(Transport::RC, kOperationFetchAdd);
+constexpr uint64_t kNothingCaught = ~uint64_t(0);
 
 bool power_of_two(uint32_t v) { return v && (v & (v - 1)) == 0; }
 
@@ -32,6 +34,19 @@ uint8_t syndrome_of_nak(uint8_t aeth) {
   }
 }
 
+// 64 bytes the device may be writing while we read: 8-byte loads (each whole), twice; equal
+// reads are one write's bytes, not a torn mix of two (each write changes the index field).
+bool read_window(const uint8_t* window, uint8_t* out) {
+  const auto* w = reinterpret_cast<const uint64_t*>(window);
+  uint64_t a[kBlueFlameBytes / 8], b[kBlueFlameBytes / 8];
+  for (uint32_t i = 0; i < kBlueFlameBytes / 8; ++i) a[i] = load_relaxed<Scope::kSystem>(w + i);
+  fence_acquire<Scope::kSystem>();
+  for (uint32_t i = 0; i < kBlueFlameBytes / 8; ++i) b[i] = load_relaxed<Scope::kSystem>(w + i);
+  if (std::memcmp(a, b, sizeof a) != 0) return false;
+  std::memcpy(out, a, sizeof a);
+  return true;
+}
+
 }  // namespace
 
 SoftConnectX::SoftConnectX(const SoftConnectXConfig& cfg, const SoftConnectXMemory& mem)
@@ -42,7 +57,20 @@ SoftConnectX::SoftConnectX(const SoftConnectXConfig& cfg, const SoftConnectXMemo
     throw std::invalid_argument("cqe_num must be a power of two, at least sq_wqe_num");
   if (cfg.mtu < 64 || cfg.mtu > 4096) throw std::invalid_argument("mtu must be 64..4096 bytes");
   if (!mem.sq || !mem.cq || !mem.doorbell)
-    throw std::invalid_argument("the send ring, the completion ring and the doorbell are needed");
+    throw std::invalid_argument(
+        "the send ring, the completion ring and the doorbell page are needed");
+  if (reinterpret_cast<uintptr_t>(mem.doorbell) % kBlueFlameBytes)
+    throw std::invalid_argument("the doorbell page must be 64-byte aligned (the BlueFlame window)");
+  if (cfg.handler != NicHandler::kCpuProxy && cfg.handler != NicHandler::kGpuSmDb &&
+      cfg.handler != NicHandler::kGpuSmBf)
+    throw std::invalid_argument("nic handler " + std::to_string(int(cfg.handler)) +
+                                ": the software ConnectX serves CPU proxy (1), GPU_SM_DB (2) "
+                                "and GPU_SM_BF (6)");
+  expected_psn_ = cfg.rq_psn & kPsnMask;
+  if (cfg.handler == NicHandler::kGpuSmBf) {
+    bf_caught_.assign(size_t(cfg.sq_wqe_num) * kWqeBytes, 0);
+    bf_index_.assign(cfg.sq_wqe_num, kNothingCaught);
+  }
   // Each slot first holds a WQE "of the pass before the first": its index field cannot
   // match what the doorbell covers on pass 0, so bytes the device has not written yet are
   // never taken for a WQE (later passes hold the previous pass's, which do not match either).
@@ -63,6 +91,16 @@ void SoftConnectX::add_region(uint32_t key, uint8_t* base, uint64_t iova, uint64
   regions_[key] = Region{base, iova, length};
 }
 
+void SoftConnectX::add_remote_region(uint32_t rkey, uint8_t* base, uint64_t va, uint32_t length) {
+  if (num_remote_ == kMaxRemoteRegions)
+    throw std::invalid_argument("remote regions: at most " + std::to_string(kMaxRemoteRegions));
+  if (length == 0) throw std::invalid_argument("remote region " + std::to_string(rkey) + ": empty");
+  for (uint32_t i = 0; i < num_remote_; ++i)
+    if (remote_[i].rkey == rkey)
+      throw std::invalid_argument("remote region rkey " + std::to_string(rkey) + ": already used");
+  remote_[num_remote_++] = MemRegion{va, rkey, length, base};
+}
+
 uint8_t* SoftConnectX::resolve(uint32_t key, uint64_t addr, uint64_t len) {
   const auto it = regions_.find(key);
   if (it == regions_.end()) return nullptr;
@@ -79,18 +117,86 @@ void SoftConnectX::fill_descriptor(uint8_t* out, size_t out_bytes) const {
   p.sq_device = mem_.sq_device;
   p.cq_device = mem_.cq_device;
   p.doorbell_device = mem_.doorbell_device;
+  p.handler = cfg_.handler;
   verbs::fill_descriptor(p, out, out_bytes);
 }
 
+// How far the device has rung. CPU proxy: the count it stores. GPU_SM_DB and _BF: the 16-bit
+// producer index of the doorbell record and of the doorbell word (submit_db rings the UAR, writes
+// the record, rings again; submit_bf writes the WQE into the window, the record, then rings over
+// the window's first 8 bytes), whichever is further: the device never runs more than the ring
+// ahead of what was consumed, so each extends to 64 bits unambiguously; a WQE in the window is
+// rung too (its index + 1).
+uint64_t SoftConnectX::produced() {
+  if (cfg_.handler == NicHandler::kCpuProxy) {
+    const uint64_t n = load_relaxed<Scope::kSystem>(reinterpret_cast<uint64_t*>(mem_.doorbell));
+    fence_acquire<Scope::kSystem>();
+    return n;
+  }
+  const auto reach = [&](uint32_t pi16) {
+    const uint32_t ahead = uint16_t(pi16 - uint16_t(consumed_));
+    return ahead <= cfg_.sq_wqe_num ? consumed_ + ahead : consumed_;
+  };
+  const uint32_t dbr =
+      load_acquire<Scope::kSystem>(reinterpret_cast<uint32_t*>(mem_.doorbell + kSqDbrOffset));
+  uint8_t be[4];
+  std::memcpy(be, &dbr, 4);
+  uint64_t produced = reach(load_be32(be) & 0xFFFF);
+  uint8_t db[kDoorbellBytes];
+  const uint64_t word = load_relaxed<Scope::kSystem>(reinterpret_cast<uint64_t*>(mem_.doorbell));
+  fence_acquire<Scope::kSystem>();
+  std::memcpy(db, &word, kDoorbellBytes);
+  if (word != last_ring_ && word != 0 && (load_be32(db + 4) >> 8) != cfg_.qpn)
+    ++stats_.foreign_rings;  // a UAR names its QP; another's doorbell is not ours to follow
+  last_ring_ = word;
+  if (word != 0 && (load_be32(db + 4) >> 8) == cfg_.qpn) {
+    const uint64_t rung = reach(load_be16(db + 1) + (doorbell_ds(db) ? 1 : 0));
+    if (rung > produced) produced = rung;
+  }
+  return produced;
+}
+
+// BlueFlame: a WQE written into the window is kept by its index before the doorbell that
+// submit_bf rings over the window's first 8 bytes can replace it (a ConnectX takes each write
+// to its BlueFlame register as a transaction; in memory only the last bytes stay).
+void SoftConnectX::catch_blueflame() {
+  uint8_t bb[kWqeBytes];
+  if (!read_window(mem_.doorbell, bb) || doorbell_ds(bb) == 0) return;  // torn, or a doorbell
+  if ((load_be32(bb + kCtrlQpnDs) >> 8) != cfg_.qpn) return;
+  const uint32_t ahead = uint16_t(load_be16(bb + 1) - uint16_t(consumed_));
+  if (ahead >= cfg_.sq_wqe_num) return;  // consumed already
+  const uint64_t index = consumed_ + ahead;
+  const uint32_t slot = uint32_t(index & (cfg_.sq_wqe_num - 1));
+  if (bf_index_[slot] == index) return;
+  std::memcpy(bf_caught_.data() + size_t(slot) * kWqeBytes, bb, kWqeBytes);
+  bf_index_[slot] = index;
+}
+
+// WQE `index` into `bb`: from the BlueFlame window where it was caught there, else from the send
+// ring. The device publishes with a GPU-scope release only, so a WQE the doorbell covers may
+// still read stale in the ring: its index field says so (false), and the next poll reads again.
+bool SoftConnectX::fetch_wqe(uint64_t index, uint8_t* bb) {
+  const uint32_t slot = uint32_t(index & (cfg_.sq_wqe_num - 1));
+  if (cfg_.handler == NicHandler::kGpuSmBf) {
+    catch_blueflame();
+    if (bf_index_[slot] == index) {
+      std::memcpy(bb, bf_caught_.data() + size_t(slot) * kWqeBytes, kWqeBytes);
+      bf_index_[slot] = kNothingCaught;
+      ++stats_.bf_wqes;
+      return true;
+    }
+  }
+  std::memcpy(bb, mem_.sq + size_t(slot) * kWqeBytes, kWqeBytes);
+  return load_be16(bb + 1) == uint16_t(index);
+}
+
 size_t SoftConnectX::poll(const Emit& emit, uint64_t now_ns) {
-  const uint64_t produced = __atomic_load_n(mem_.doorbell, __ATOMIC_ACQUIRE);
+  if (cfg_.handler == NicHandler::kGpuSmBf) catch_blueflame();
+  const uint64_t produced = this->produced();
   size_t read = 0;
   while (consumed_ < produced) {
     uint8_t bb[kWqeBytes];
-    std::memcpy(bb, mem_.sq + (consumed_ & (cfg_.sq_wqe_num - 1)) * kWqeBytes, kWqeBytes);
-    // The device publishes with a GPU-scope release only: a WQE the doorbell covers may
-    // still read stale here; its index field says so, and the next poll reads it again.
-    if (load_be16(bb + 1) != uint16_t(consumed_)) {
+    if (!fetch_wqe(consumed_, bb)) {
       ++stats_.stale_waits;
       break;
     }
@@ -246,15 +352,24 @@ void SoftConnectX::fail(InFlight& w, uint8_t syndrome, const std::string& why) {
 
 bool SoftConnectX::on_frame(const uint8_t* frame, size_t len, const Emit& emit, uint64_t now_ns) {
   const DecodeResult r = decode(ByteSpan{frame, len});
-  if (!r.ok() || !icrc_ok(r.frame) || r.frame.bth_hdr().dest_qp.get() != cfg_.qpn) {
+  if (!r.ok() || !icrc_ok(r.frame) || r.frame.bth_hdr().dest_qp.get() != cfg_.qpn ||
+      r.frame.op.transport != Transport::RC) {
     ++stats_.ignored;
     return false;
   }
-  const FrameView& f = r.frame;
-  const uint8_t opcode = f.bth_hdr().opcode;
-  if (opcode != kRcAck && opcode != kRcAtomicAck) {
+  if (r.frame.op.is(kResponse)) {
+    take_response(r.frame, emit, now_ns);
+  } else {
+    respond(r.frame, emit);
+  }
+  return true;
+}
+
+// The requester half: the peer's answers to our WQEs' packets.
+void SoftConnectX::take_response(const FrameView& f, const Emit& emit, uint64_t now_ns) {
+  if (!f.op.has(kAeth)) {  // a READ response: we send no READ
     ++stats_.ignored;
-    return false;
+    return;
   }
   const uint32_t psn = f.bth_hdr().psn.get();
   const uint8_t aeth = f.ext_hdr<Aeth>(kAeth).syndrome();
@@ -275,11 +390,11 @@ bool SoftConnectX::on_frame(const uint8_t* frame, size_t len, const Emit& emit, 
                    std::to_string(aeth) + " at PSN " + std::to_string(psn));
     }
     drain();
-    return true;
+    return;
   }
-  if ((aeth & 0x60) == 0x20) return true;  // RNR NAK: the timer sends again
+  if ((aeth & 0x60) == 0x20) return;  // RNR NAK: the timer sends again
   ++stats_.acks;
-  if (opcode == kRcAtomicAck) {
+  if (f.op.has(kAtomicAckEth)) {
     const uint64_t orig = f.ext_hdr<AtomicAckEth>(kAtomicAckEth).orig.get();
     for (InFlight& w : inflight_)
       if (!w.done && w.remote && w.first_psn == psn &&
@@ -291,7 +406,107 @@ bool SoftConnectX::on_frame(const uint8_t* frame, size_t len, const Emit& emit, 
   }
   complete_through(psn);
   drain();
-  return true;
+}
+
+// The responder half (IBA 9.7.5), on rt/protocol/rc_responder.h's verdicts: a request executes
+// only at the PSN expected and in message order; WRITEs land where an rkey's region holds them,
+// atomics on an aligned word of one; every answer comes back at the request's PSN.
+void SoftConnectX::respond(const FrameView& f, const Emit& emit) {
+  const uint32_t psn = f.bth_hdr().psn.get();
+  if (f.op.is(kAtomic)) {
+    if (atomic_is_replay(atomic_, psn, expected_psn_)) {  // its answer was lost: the same again
+      ++stats_.duplicates;
+      answer(atomic_ack_spec(cfg_.addressing, cfg_.peer_qpn, atomic_.psn, msn_, atomic_.orig), emit,
+             false);
+      return;
+    }
+    if (!accept_psn(psn, emit)) return;
+    if (in_message_ != 0) {  // an atomic inside a message in progress: out of sequence
+      ++stats_.sequence_errors;
+      in_message_ = 0;
+      answer(aeth_spec(cfg_.addressing, cfg_.peer_qpn, kAethNakInvalidRequest, psn, msn_), emit,
+             true);
+      return;
+    }
+    const AtomicOutcome a = atomic_execute(remote_, num_remote_, f);
+    if (a.status != AtomicStatus::kDone) {
+      ++stats_.out_of_range;
+      answer(aeth_spec(cfg_.addressing, cfg_.peer_qpn, atomic_nak(a.status), psn, msn_), emit,
+             true);
+      return;
+    }
+    ++stats_.atomics;
+    ++stats_.requests;
+    atomic_ = AtomicReplay{psn, a.orig, true};
+    expected_psn_ = psn_add(psn, 1);
+    msn_ = psn_add(msn_, 1);
+    answer(atomic_ack_spec(cfg_.addressing, cfg_.peer_qpn, psn, msn_, a.orig), emit, false);
+    return;
+  }
+  if (!f.op.is(kWrite)) {  // SEND: no receive queue here; READ: not served
+    ++stats_.unsupported;
+    answer(aeth_spec(cfg_.addressing, cfg_.peer_qpn, kAethNakInvalidRequest, psn, msn_), emit,
+           true);
+    return;
+  }
+  if (!accept_psn(psn, emit)) return;
+  if (!sequence_ok(in_message_, f.op)) {
+    ++stats_.sequence_errors;
+    in_message_ = 0;
+    answer(aeth_spec(cfg_.addressing, cfg_.peer_qpn, kAethNakInvalidRequest, psn, msn_), emit,
+           true);
+    return;
+  }
+  if (!write_accept(write_, remote_, num_remote_, f)) {
+    ++stats_.out_of_range;
+    in_message_ = 0;
+    answer(aeth_spec(cfg_.addressing, cfg_.peer_qpn, kAethNakRemoteAccessError, psn, msn_), emit,
+           true);
+    return;
+  }
+  std::memcpy(write_destination(write_, remote_), f.base + f.payload, f.payload_len);
+  write_advance(write_, f.payload_len);
+  stats_.bytes_placed += f.payload_len;
+  ++stats_.requests;
+  in_message_ = f.op.is(kLast) ? 0 : kWrite;
+  if (f.op.is(kLast) && f.op.has(kImmDt)) {
+    // No receive queue to complete it on: counted, its immediate kept.
+    ++stats_.write_imms;
+    stats_.last_imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
+  }
+  expected_psn_ = psn_add(psn, 1);
+  if (f.op.is(kLast)) msn_ = psn_add(msn_, 1);
+  if (f.bth_hdr().ack_requested())
+    answer(aeth_spec(cfg_.addressing, cfg_.peer_qpn, kAethAck, psn, msn_), emit, false);
+}
+
+// The PSN verdict acted on: the expected one goes on; a duplicate is acknowledged again and not
+// executed; one ahead is NAKed once (PSN sequence error at the one expected), then waited out.
+bool SoftConnectX::accept_psn(uint32_t psn, const Emit& emit) {
+  switch (rc_psn_verdict(psn, expected_psn_)) {
+    case PsnVerdict::kExpected: nak_sent_ = false; return true;
+    case PsnVerdict::kDuplicate:
+      ++stats_.duplicates;
+      answer(aeth_spec(cfg_.addressing, cfg_.peer_qpn, kAethAck, psn, msn_), emit, false);
+      return false;
+    case PsnVerdict::kAhead:
+      ++stats_.psn_gaps;
+      if (!nak_sent_) {
+        nak_sent_ = true;
+        answer(aeth_spec(cfg_.addressing, cfg_.peer_qpn, kAethNakPsnSeqError, expected_psn_, msn_),
+               emit, true);
+      }
+      return false;
+  }
+  return false;
+}
+
+void SoftConnectX::answer(const FrameSpec& spec, const Emit& emit, bool nak) {
+  uint8_t frame[128];
+  const EncodeResult e = encode(spec, ByteSpan{}, MutByteSpan{frame, sizeof frame});
+  if (!e.ok()) throw std::logic_error("software ConnectX: an acknowledgement does not encode");
+  emit(frame, e.len);
+  ++(nak ? stats_.naks_sent : stats_.acks_sent);
 }
 
 void SoftConnectX::complete_through(uint32_t psn) {

@@ -14,6 +14,16 @@
 namespace rt::verbs {
 namespace {
 
+// GPUNetIO's number for a handler, by name (the numbers differ between its releases).
+doca_gpu_dev_verbs_nic_handler doca_handler(NicHandler h) {
+  switch (h) {
+    case NicHandler::kCpuProxy: return DOCA_GPUNETIO_VERBS_NIC_HANDLER_CPU_PROXY;
+    case NicHandler::kGpuSmDb: return DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_DB;
+    case NicHandler::kGpuSmBf: return DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF;
+  }
+  throw std::invalid_argument("fill_descriptor: NIC handler " + std::to_string(int(h)));
+}
+
 template <typename T, typename = void>
 struct HasCqType : std::false_type {};
 template <typename T>
@@ -41,19 +51,20 @@ void fill(Qp& qp, const DescriptorParams& p) {
   qp.sq_wqe_num = uint16_t(p.sq_wqe_num);
   qp.sq_wqe_mask = uint16_t(p.sq_wqe_num - 1);
   qp.sq_wqe_daddr = reinterpret_cast<uint8_t*>(p.sq_device);
-  // Unused in CPU-proxy mode (the device writes only the doorbell word): harmless addresses.
-  qp.sq_dbrec = reinterpret_cast<decltype(qp.sq_dbrec)>(p.doorbell_device);
+  // sq_db: the CPU proxy's count, the UAR word or the BlueFlame window, by handler; the doorbell
+  // record (read by GPU_SM_DB and _BF) and the CQ's (no call we make writes it) beside it.
   qp.sq_db = reinterpret_cast<uint64_t*>(p.doorbell_device);
+  qp.sq_dbrec = reinterpret_cast<decltype(qp.sq_dbrec)>(p.doorbell_device + kSqDbrOffset);
   auto& cq = qp.cq_sq;
   cq.cqe_daddr = reinterpret_cast<uint8_t*>(p.cq_device);
   cq.cq_num = p.qpn;
   cq.cqe_num = p.cqe_num;
-  cq.dbrec = reinterpret_cast<decltype(cq.dbrec)>(p.doorbell_device);
+  cq.dbrec = reinterpret_cast<decltype(cq.dbrec)>(p.doorbell_device + kCqDbrOffset);
   cq.cqe_mask = p.cqe_num - 1;
   cq.cqe_size = 64;
   if constexpr (HasCqType<decltype(cq)>::value) cq.cq_type = decltype(cq.cq_type)(0);  // 64-byte
-  cq.mem_type = decltype(cq.mem_type)(2);        // GPU, as DOCA sets it (not read by the device)
-  qp.nic_handler = decltype(qp.nic_handler)(1);  // CPU proxy
+  cq.mem_type = decltype(cq.mem_type)(2);  // GPU, as DOCA sets it (not read by the device)
+  qp.nic_handler = decltype(qp.nic_handler)(doca_handler(p.handler));
   qp.mem_type = decltype(qp.mem_type)(2);
 }
 

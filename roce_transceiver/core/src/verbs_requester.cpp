@@ -30,7 +30,7 @@ std::vector<uint8_t> encode_frame(const FrameSpec& s, const uint8_t* payload, ui
 
 constexpr uint8_t kRcAtomicAck = 0x12;
 
-// What came back on the wire: our engine's acknowledgements to the requester's QP (on a real
+// What came back on the wire: our NIC's acknowledgements to the requester's QP (on a real
 // interface, other traffic passes by too and is not ours to read). NAKs are counted; true
 // when an ATOMIC ACKNOWLEDGE was among them.
 bool read_acks(Wire& wire, uint32_t requester_qpn, uint32_t* naks) {
@@ -96,8 +96,7 @@ VerbsRequestRun run_verbs_requests(Wire& to_ours, Transceiver& peer, const Verbs
     w.opcode = kRcWriteOnly;
     w.psn = psn;
     // No acknowledgement of the WRITE of its own: the FETCH_ADD's ATOMIC ACKNOWLEDGE (RC
-    // acknowledgements are cumulative) covers it, and every acknowledgement costs our engine
-    // a general-path step (docs/performance.md).
+    // acknowledgements are cumulative) covers it, and each would be a packet more for our NIC.
     w.ack_req = false;
     w.va = p.ring_va + uint64_t(slot) * p.slot_bytes;
     w.rkey = p.ring_rkey;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rt/cuda/verbs_launch.h"
+#include "rt/handlers/qec.h"
 #include "rt/host/host_queue_pair.h"
 
 namespace rt::host {
@@ -32,36 +33,48 @@ const char* serve_state_name(uint64_t state) {
   return "unknown";
 }
 
-VerbsServer::VerbsServer(VerbsPort& port, Transceiver& ours, const VerbsServeConfig& cfg)
-    : port_(port), cfg_(cfg) {
+VerbsServer::VerbsServer(VerbsPort& port, const VerbsServeConfig& cfg) : port_(port), cfg_(cfg) {
   const VerbsPortConfig& pc = port.config();
-  const bool gpu = ours.config().executor == "cuda";
-  require(gpu == pc.gpu, std::string("the port's memory is ") + (pc.gpu ? "" : "not ") +
-                             "GPU-mapped but the executor is " + ours.config().executor);
-  const HandlerKind kind = ours.handler_desc().kind;
-  require(kind == HandlerKind::kEcho || kind == HandlerKind::kQec,
+  require(cfg.handler == HandlerKind::kEcho || cfg.handler == HandlerKind::kQec,
           "the handler must answer every request (echo or qec)");
   require(cfg.slots >= 1 && cfg.slots <= verbs::kMaxServeSlots,
           "slots must be 1.." + std::to_string(verbs::kMaxServeSlots));
-  require(cfg.slot_bytes > verbs::kSlotHeaderBytes && cfg.slot_bytes % 8 == 0,
-          "slot_bytes must be a multiple of 8 above the 8-byte slot header");
+  require(cfg.slot_bytes > verbs::kSlotHeaderBytes && cfg.slot_bytes <= verbs::kMaxServeSlotBytes &&
+              cfg.slot_bytes % verbs::kServeSlotAlign == 0,
+          "slot_bytes must be a multiple of 16 in 16.." +
+              std::to_string(verbs::kMaxServeSlotBytes) + " (8 bytes are the slot header)");
   const size_t ring = size_t(cfg.slots) * cfg.slot_bytes;
-  require(ours.region_bytes(cfg.request_region) >= ring,
-          "region " + std::to_string(cfg.request_region) + " holds less than slots x slot_bytes (" +
-              std::to_string(ring) + " bytes)");
-  require(ours.region_bytes(cfg.signal_region) >= 8,
-          "region " + std::to_string(cfg.signal_region) + " cannot hold the 8-byte signal word");
+  const auto region_bytes = [&](uint32_t i) {
+    return i < port.num_regions() ? port.region(i).size() : 0;
+  };
+  require(region_bytes(cfg.request_region) >= ring,
+          "the port's region " + std::to_string(cfg.request_region) +
+              " holds less than slots x slot_bytes (" + std::to_string(ring) + " bytes)");
+  require(region_bytes(cfg.signal_region) >= 8, "the port's region " +
+                                                    std::to_string(cfg.signal_region) +
+                                                    " cannot hold the 8-byte signal word");
   require(pc.local_bytes >= ring + 8ull * cfg.slots,
           "the port's local region needs slots x (slot_bytes + 8) bytes for replies");
   require(pc.nic.sq_wqe_num >= 2 * cfg.slots, "the port's send ring needs 2 WQEs per slot");
   require(pc.nic.cqe_num >= pc.nic.sq_wqe_num, "the port's CQ must be as large as its send ring");
 
-  desc_.requests = ours.region_data(cfg.request_region);
-  desc_.signal = reinterpret_cast<const uint64_t*>(ours.region_data(cfg.signal_region));
+  const bool gpu = pc.gpu;
+  desc_.handler.kind = cfg.handler;
+  if (cfg.handler == HandlerKind::kQec) {
+    // Checked where the host reads it, then pointed at the copy the loop reads.
+    require(qec_table_from_blob(cfg.qec_blob.data(), cfg.qec_blob.size(), &desc_.handler.qec),
+            "qec_blob: not a valid decoder table blob (" + std::to_string(cfg.qec_blob.size()) +
+                " bytes)");
+    qec_table_ = Buffer(gpu ? Placement::kDevice : Placement::kHost, cfg.qec_blob.size());
+    qec_table_.write(0, cfg.qec_blob.data(), cfg.qec_blob.size());
+    qec_table_relocate(&desc_.handler.qec, qec_table_.data());
+  }
+  const auto at = [](const Buffer& b) { return b.device() ? b.device() : b.host(); };
+  desc_.requests = at(port.region(cfg.request_region));
+  desc_.signal = reinterpret_cast<const uint64_t*>(at(port.region(cfg.signal_region)));
   desc_.slots = cfg.slots;
   desc_.slot_bytes = cfg.slot_bytes;
-  desc_.handler = ours.handler_desc();
-  desc_.staging = port.local().device() ? port.local().device() : port.local().host();
+  desc_.staging = at(port.local());
   desc_.staging_addr = address(port.local());
   desc_.lkey = pc.lkey;
   desc_.peer_ring = cfg.peer_ring;
@@ -70,7 +83,7 @@ VerbsServer::VerbsServer(VerbsPort& port, Transceiver& ours, const VerbsServeCon
   desc_.peer_signal_rkey = cfg.peer_signal_rkey;
   desc_.max_requests = cfg.max_requests;
   desc_.completion_timeout_ns = uint64_t(cfg.completion_timeout_s * 1e9);
-  if (gpu) kernel_ = std::make_unique<cuda::ServeKernel>(port.descriptor(), desc_);
+  if (gpu) kernel_ = std::make_unique<cuda::ServeKernel>(port.descriptor(), desc_, pc.nic.handler);
 }
 
 VerbsServer::~VerbsServer() {

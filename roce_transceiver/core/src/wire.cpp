@@ -5,13 +5,85 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
 #include "rt/host/transceiver.h"
+#include "rt/protocol/decode.h"
 
 namespace rt::host {
+namespace {
+
+// Frames from one thread to another: a ring of slots, each index with one writer (head: the
+// producer, tail: the consumer). Full: push says so and the sender tries again (lossless).
+class FrameQueue {
+ public:
+  bool push(const uint8_t* frame, size_t len) {
+    const uint32_t head = head_.load(std::memory_order_relaxed);
+    if (head - tail_.load(std::memory_order_acquire) == kSlots) return false;
+    slots_[head % kSlots].assign(frame, frame + len);
+    head_.store(head + 1, std::memory_order_release);
+    return true;
+  }
+  void pop(std::vector<std::vector<uint8_t>>& out, size_t max) {
+    uint32_t tail = tail_.load(std::memory_order_relaxed);
+    const uint32_t head = head_.load(std::memory_order_acquire);
+    for (size_t n = 0; tail != head && n < max; ++n, ++tail) out.push_back(slots_[tail % kSlots]);
+    tail_.store(tail, std::memory_order_release);
+  }
+
+ private:
+  static constexpr uint32_t kSlots = 256;
+  std::array<std::vector<uint8_t>, kSlots> slots_;
+  std::atomic<uint32_t> head_{0}, tail_{0};
+};
+
+struct SplitState {
+  explicit SplitState(Transceiver& t) : peer(t) {}
+  Transceiver& peer;
+  FrameQueue to_port, to_requester;
+};
+
+// The port's end: its responses (ACKs, NAKs, ATOMIC ACKNOWLEDGEs, as the opcode row says) are
+// the requester's; its requests go into the peer's engine.
+class SplitPortEnd : public Wire {
+ public:
+  explicit SplitPortEnd(std::shared_ptr<SplitState> s) : s_(std::move(s)) {}
+  bool send(const uint8_t* frame, size_t len) override {
+    const DecodeResult r = decode(ByteSpan{frame, len});
+    if (r.ok() && r.frame.op.is(kResponse)) return s_->to_requester.push(frame, len);
+    return s_->peer.inject(frame, len, false);
+  }
+  void receive(std::vector<std::vector<uint8_t>>& out, size_t max) override {
+    for (std::vector<uint8_t>& f : s_->peer.collect(max)) out.push_back(std::move(f));
+    s_->to_port.pop(out, max);
+  }
+
+ private:
+  std::shared_ptr<SplitState> s_;
+};
+
+class SplitRequesterEnd : public Wire {
+ public:
+  explicit SplitRequesterEnd(std::shared_ptr<SplitState> s) : s_(std::move(s)) {}
+  bool send(const uint8_t* frame, size_t len) override { return s_->to_port.push(frame, len); }
+  void receive(std::vector<std::vector<uint8_t>>& out, size_t max) override {
+    s_->to_requester.pop(out, max);
+  }
+
+ private:
+  std::shared_ptr<SplitState> s_;
+};
+
+}  // namespace
+
+SplitLoopback split_loopback(Transceiver& peer) {
+  auto state = std::make_shared<SplitState>(peer);
+  return {std::make_shared<SplitPortEnd>(state), std::make_shared<SplitRequesterEnd>(state)};
+}
 
 bool LoopbackWire::send(const uint8_t* frame, size_t len) {
   return t_.inject(frame, len, false);  // lossless: a full ring is "try again", not a drop

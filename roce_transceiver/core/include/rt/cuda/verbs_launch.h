@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "rt/verbs/mlx5_layout.h"
 #include "rt/verbs/serve_loop.h"
 
 namespace rt::cuda {
@@ -26,6 +27,7 @@ struct PutSignalParams {
   uint64_t sink_laddr = 0;  // where each fetch-add's old value lands (local region)
   uint32_t count = 1;
   double timeout_s = 10.0;  // device-side deadline for the whole loop
+  verbs::NicHandler handler = verbs::NicHandler::kCpuProxy;  // the port's
 };
 
 struct PutSignalResult {
@@ -37,14 +39,15 @@ struct PutSignalResult {
 
 PutSignalResult put_signal_loop(const PutSignalParams& p);
 
-// Verbs mode's persistent loop on the GPU: verbs/serve_loop.h over GPUNetIO's device API,
-// one thread. Keys in `desc` are the mkeys as numbers (stored big-endian for the API here).
-// The constructor allocates everything and runs the kernel once with nothing to do, so that
-// loading it and sizing its stack are over before any persistent kernel runs (both wait for
-// running kernels); launch() is then only a launch. `shared` is host memory the GPU maps.
+// Verbs mode's persistent loop on the GPU: verbs/serve_loop.h over GPUNetIO's device API for the
+// port's NIC handler (an instantiation each), one thread. Keys in `desc` are the mkeys as numbers
+// (stored big-endian for the API here). The constructor allocates everything and runs the kernel
+// once with nothing to do, so that loading it and sizing its stack are over before any persistent
+// kernel runs (both wait for running kernels); launch() is then only a launch. `shared` is host
+// memory the GPU maps.
 class ServeKernel {
  public:
-  ServeKernel(const void* qp, const verbs::ServeDesc& desc);
+  ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::NicHandler handler);
   ~ServeKernel();
   ServeKernel(const ServeKernel&) = delete;
   ServeKernel& operator=(const ServeKernel&) = delete;

@@ -330,10 +330,8 @@ RT_HD inline uint32_t commit_stream_run(const EngineDesc& d, EngineState& st, Ba
   }
   count(st.tally, Counter::kRxPackets, k);
   count(st.tally, Counter::kRxBytes, frame_bytes);
-  st.write_region = d.frames.region;
-  st.write_start_va = last->va;
-  st.write_next_va = last->va + last->len;
-  st.write_remaining = last->dma_len - last->len;
+  st.write =
+      WriteProgress{d.frames.region, last->va, last->va + last->len, last->dma_len - last->len};
   fs.packets += opens ? k - 1 : k;
   fs.last_psn = last->psn;
   fs.rx_last_ns = last_ts;

@@ -303,10 +303,10 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
       st.msn = psn_add(st.msn, 1);
     }
     if (write) {  // the WRITE's state, as execute_write leaves it
-      st.write_region = w.region;
-      st.write_start_va = w.va;
-      st.write_next_va = w.va + req.payload_len;
-      st.write_remaining = w.len - req.payload_len;
+      st.write.region = w.region;
+      st.write.start_va = w.va;
+      st.write.next_va = w.va + req.payload_len;
+      st.write.remaining = w.len - req.payload_len;
     }
   }
   t.sync();

@@ -66,13 +66,13 @@ template <Scope S>
 RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const Staging* stg,
                                const FrameView& f) {
   const uint32_t psn = f.bth_hdr().psn.get();
-  const int32_t diff = psn_diff(psn, st.expected_psn);
   if (d.qp.transport == Transport::RC) {
-    if (diff == 0) {
+    const PsnVerdict v = rc_psn_verdict(psn, st.expected_psn);
+    if (v == PsnVerdict::kExpected) {
       st.nak_sent = false;
       return Verdict::kAccept;
     }
-    if (diff < 0) {  // a duplicate: the ACK was lost; acknowledge again, do not execute
+    if (v == PsnVerdict::kDuplicate) {  // the ACK was lost; acknowledge again, do not execute
       count(st.tally, Counter::kDuplicates);
       send_aeth<S>(d, st, stg, kAethAck, psn);
       return Verdict::kDrop;
@@ -97,7 +97,7 @@ RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const Stagi
     st.expected_psn = psn;
     return Verdict::kAccept;
   }
-  if (diff == 0 || psn_wraps_at_20_bits(psn, st.expected_psn)) return Verdict::kAccept;
+  if (psn == st.expected_psn || psn_wraps_at_20_bits(psn, st.expected_psn)) return Verdict::kAccept;
   // UC has no duplicates: behind or ahead, the PSN broke the sequence (a sender
   // that restarted its PSNs, as an HSB sensor does, must be heard at once).
   count(st.tally, Counter::kPsnGaps);
@@ -116,9 +116,8 @@ RT_HD inline Verdict check_psn(const EngineDesc& d, EngineState& st, const Stagi
 template <Scope S>
 RT_HD inline Verdict check_sequence(const EngineDesc& d, EngineState& st, const Staging* stg,
                                     const FrameView& f) {
-  const uint16_t kind = f.op.flags & (kSend | kWrite);
+  if (sequence_ok(st.in_message, f.op)) return Verdict::kAccept;
   const bool starts = f.op.is(kFirst);
-  if (starts ? st.in_message == 0 : st.in_message == kind) return Verdict::kAccept;
   count(st.tally, Counter::kOpcodeSequence);
   if (d.qp.transport == Transport::RC) {
     send_aeth<S>(d, st, stg, kAethNakInvalidRequest, f.bth_hdr().psn.get());
@@ -134,16 +133,9 @@ RT_HD inline bool pkey_matches(uint16_t pkey, uint16_t ours) {
   return (pkey & 0x7FFF) == (ours & 0x7FFF) && ((pkey | ours) & 0x8000);
 }
 
-// The region an RDMA WRITE may land in, or -1. Overflow-safe: va + len is
-// never computed where it could wrap.
+// The region of ours an RDMA WRITE may land in, or -1 (rc_responder.h).
 RT_HD inline int find_region(const EngineDesc& d, uint32_t rkey, uint64_t va, uint32_t len) {
-  for (uint32_t i = 0; i < d.num_regions; ++i) {
-    const MemRegion& r = d.regions[i];
-    if (r.rkey != rkey) continue;
-    if (va < r.va || va - r.va > r.length || len > r.length - (va - r.va)) return -1;
-    return int(i);
-  }
-  return -1;
+  return ::rt::find_region(d.regions, d.num_regions, rkey, va, len);
 }
 
 // The handler's answer to one message, and where its reply frame is built.
@@ -462,12 +454,12 @@ RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Stagi
                                const FrameView& f, uint64_t rx_ts) {
   FrameState& fs = st.frames;
   const FramesDesc& fd = d.frames;
-  const MemRegion& r = d.regions[st.write_region];
+  const MemRegion& r = d.regions[st.write.region];
   const uint32_t psn = f.bth_hdr().psn.get();
-  const uint64_t at = st.write_next_va - r.va;  // region offset of this packet's first byte
+  const uint64_t at = st.write.next_va - r.va;  // region offset of this packet's first byte
   const uint32_t page = uint32_t(at / fd.page_bytes);
   const uint32_t offset = uint32_t(at % fd.page_bytes);
-  if (st.write_region != fd.region || page >= fd.pages || offset + f.payload_len > fd.page_bytes) {
+  if (st.write.region != fd.region || page >= fd.pages || offset + f.payload_len > fd.page_bytes) {
     count(st.tally, Counter::kOutOfRange);  // frames live in whole pages of their region
     st.in_message = 0;
     if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
@@ -505,8 +497,7 @@ RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Stagi
         *reinterpret_cast<const HsbFrameMetadata*>(f.base + f.payload + data_len));
     fs.has_record = true;
   }
-  st.write_next_va += f.payload_len;
-  st.write_remaining -= f.payload_len;
+  write_advance(st.write, f.payload_len);
   st.in_message = f.op.is(kLast) ? 0 : kWrite;
   if (end) close_frame(fd, st, f, psn);
   return true;
@@ -518,41 +509,25 @@ template <Scope S>
 RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const Staging* stg,
                                    const FrameView& f, uint64_t rx_ts) {
   const uint32_t psn = f.bth_hdr().psn.get();
-  if (f.op.has(kReth)) {
-    const Reth& reth = f.ext_hdr<Reth>(kReth);
-    const uint64_t va = reth.va.get();
-    const uint32_t len = reth.dma_len.get();
-    const int region = f.payload_len <= len ? find_region(d, reth.rkey.get(), va, len) : -1;
-    if (region < 0) {
-      count(st.tally, Counter::kOutOfRange);
-      st.in_message = 0;
-      if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
-      return Verdict::kDrop;
-    }
-    st.write_region = uint32_t(region);
-    st.write_start_va = va;
-    st.write_next_va = va;
-    st.write_remaining = len;
-  } else if (f.payload_len > st.write_remaining) {  // Middle/Last beyond the RETH's length
-    count(st.tally, Counter::kOutOfRange);
+  if (!write_accept(st.write, d.regions, d.num_regions, f)) {
+    count(st.tally, Counter::kOutOfRange);  // no region holds the RETH's, or beyond its length
     st.in_message = 0;
     if (d.qp.transport == Transport::RC) send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
     return Verdict::kDrop;
   }
-  const MemRegion& r = d.regions[st.write_region];
+  const MemRegion& r = d.regions[st.write.region];
   if (d.handler.kind == HandlerKind::kFrames)
     return frames_write<S>(d, st, stg, f, rx_ts) ? Verdict::kAccept : Verdict::kDrop;
-  uint8_t* dst = r.base + (st.write_next_va - r.va);
+  uint8_t* dst = write_destination(st.write, d.regions);
   if (f.op.is(kLast) && f.op.has(kImmDt))
     copy_bytes(dst, f.base + f.payload, f.payload_len);  // the handler reads it below
   else
     defer_copy(st, dst, f.base + f.payload, f.payload_len);
-  st.write_next_va += f.payload_len;
-  st.write_remaining -= f.payload_len;
+  write_advance(st.write, f.payload_len);
   st.in_message = f.op.is(kLast) ? 0 : kWrite;
   if (f.op.is(kLast) && f.op.has(kImmDt)) {
-    const uint32_t written = uint32_t(st.write_next_va - st.write_start_va);
-    const Message m{r.base + (st.write_start_va - r.va), written,
+    const uint32_t written = uint32_t(st.write.next_va - st.write.start_va);
+    const Message m{r.base + (st.write.start_va - r.va), written,
                     f.ext_hdr<ImmDt>(kImmDt).imm.get(), true, f.bth_hdr().opcode};
     deliver<S>(d, st, stg, m, psn, rx_ts);
     if (f.op.is(kOnly)) predict_from(st.pred, f);  // NVQLink's shape: the next one alike
@@ -564,49 +539,28 @@ RT_HD inline Verdict execute_write(const EngineDesc& d, EngineState& st, const S
 template <Scope S>
 RT_HD inline void send_atomic_ack(const EngineDesc& d, EngineState& st, const Staging* stg,
                                   uint32_t psn, uint64_t orig) {
-  FrameSpec spec = d.reply_spec;
-  spec.opcode = make_opcode(Transport::RC, 0x12);  // ATOMIC_ACKNOWLEDGE
-  spec.dest_qp = d.qp.peer_qpn;
-  spec.psn = psn & kPsnMask;
-  spec.syndrome = kAethAck;
-  spec.msn = st.msn & kPsnMask;
-  spec.orig = orig;
-  spec.ack_req = false;
+  const FrameSpec spec = atomic_ack_spec(d.reply_spec, d.qp.peer_qpn, psn, st.msn, orig);
   if (transmit<S>(d, st, stg, spec, ByteSpan())) count(st.tally, Counter::kAcksSent);
 }
 
-// RC FETCH_ADD / COMPARE_SWAP (IBA 9.4.5) on an aligned 8-byte word of a region, at system
-// scope: a signal word the peer increments after its WRITEs (GPUNetIO's put_signal). Called
-// with the PSN already checked; a duplicate of the last atomic is replayed by check_atomic_psn.
+// RC FETCH_ADD / COMPARE_SWAP (rc_responder.h: atomic_execute): a signal word the peer
+// increments after its WRITEs (GPUNetIO's put_signal). Called with the PSN already checked; a
+// duplicate of the last atomic is replayed by receive_decoded.
 template <Scope S>
 RT_HD RT_COLD inline void execute_atomic(const EngineDesc& d, EngineState& st, const Staging* stg,
                                          const FrameView& f) {
   const uint32_t psn = f.bth_hdr().psn.get();
-  const AtomicEth& a = f.ext_hdr<AtomicEth>(kAtomicEth);
-  const uint64_t va = a.va.get();
-  if (va % 8) {  // IBA: an atomic's address is 8-byte aligned
+  const AtomicOutcome a = atomic_execute(d.regions, d.num_regions, f);
+  if (a.status != AtomicStatus::kDone) {
     count(st.tally, Counter::kOutOfRange);
-    send_aeth<S>(d, st, stg, kAethNakInvalidRequest, psn);
+    send_aeth<S>(d, st, stg, atomic_nak(a.status), psn);
     return;
   }
-  const int region = find_region(d, a.rkey.get(), va, 8);
-  if (region < 0) {
-    count(st.tally, Counter::kOutOfRange);
-    send_aeth<S>(d, st, stg, kAethNakRemoteAccessError, psn);
-    return;
-  }
-  const MemRegion& r = d.regions[region];
-  uint64_t* word = reinterpret_cast<uint64_t*>(r.base + (va - r.va));
-  const bool add = (f.bth_hdr().opcode & 0x1F) == 0x14;  // FETCH_ADD; else COMPARE_SWAP
-  const uint64_t orig = add ? fetch_add_system(word, a.swap_add.get())
-                            : compare_swap_system(word, a.compare.get(), a.swap_add.get());
   count(st.tally, Counter::kAtomics);
-  st.atomic_psn = psn;
-  st.atomic_orig = orig;
-  st.atomic_done = true;
+  st.atomic = AtomicReplay{psn, a.orig, true};
   st.expected_psn = psn_add(psn, 1);
   st.msn = psn_add(st.msn, 1);
-  send_atomic_ack<S>(d, st, stg, psn, orig);
+  send_atomic_ack<S>(d, st, stg, psn, a.orig);
 }
 
 // ACKs and NAKs for the SENDs we transmitted (RC requester side, counted only:
@@ -661,10 +615,9 @@ RT_HD RT_COLD inline void receive_decoded(const EngineDesc& d, EngineState& st, 
   }
   if (f.op.is(kAtomic)) {
     // A duplicate of the last atomic gets its answer again; it is not executed twice.
-    if (st.atomic_done && bth.psn.get() == st.atomic_psn &&
-        psn_diff(bth.psn.get(), st.expected_psn) < 0) {
+    if (atomic_is_replay(st.atomic, bth.psn.get(), st.expected_psn)) {
       count(st.tally, Counter::kDuplicates);
-      send_atomic_ack<S>(d, st, stg, st.atomic_psn, st.atomic_orig);
+      send_atomic_ack<S>(d, st, stg, st.atomic.psn, st.atomic.orig);
       return;
     }
     if (check_psn<S>(d, st, stg, f) == Verdict::kDrop) return;

@@ -10,18 +10,12 @@
 #include "rt/handlers/dispatch.h"
 #include "rt/protocol/encode.h"
 #include "rt/protocol/psn.h"
+#include "rt/protocol/rc_responder.h"
 #include "rt/queues/rx_ring.h"
 #include "rt/queues/tx_ring.h"
 
 namespace rt {
 
-// A registered memory region: where RDMA WRITEs with its rkey may land.
-struct MemRegion {
-  uint64_t va;  // the address peers use
-  uint32_t rkey;
-  uint32_t length;
-  uint8_t* base;  // where the executor writes byte 0 of the region
-};
 constexpr uint32_t kMaxRegions = 8;
 
 struct QpConfig {
@@ -67,26 +61,21 @@ struct EngineState {
   uint32_t tx_pi;
   uint32_t tx_ci_seen;  // last reading of the tx consumer index
   uint32_t comp_pi;
-  uint32_t comp_ci_seen;     // last reading of the completion consumer index
-  uint32_t comp_published;   // records the host has been shown (comp_pi after a doorbell)
-  uint32_t comp_read_at;     // the pass from which a full ring reads comp_ci_seen again
-  uint32_t passes;           // loop passes, for work done only every so often
-  uint32_t idle_passes;      // passes in a row that found nothing
-  uint32_t since_publish;    // messages since the counters were last published
-  uint32_t expected_psn;     // next PSN from the peer
-  uint32_t send_psn;         // next PSN we send
-  uint32_t msn;              // RC: messages completed, carried in AETH
-  uint16_t in_message;       // 0, kSend or kWrite: the kind of the message in progress
-  bool resync;               // UC: after a gap, drop until a First or Only
-  bool nak_sent;             // RC: one NAK per gap (IBA C9-110)
-  uint32_t msg_len;          // SEND bytes assembled so far
-  uint32_t write_region;     // WRITE in progress: region index,
-  uint64_t write_start_va;   // where it started,
-  uint64_t write_next_va;    // where the next packet lands,
-  uint32_t write_remaining;  // and what the RETH still allows
-  uint32_t atomic_psn;       // RC: the last atomic executed (PSN, value before), replayed to
-  uint64_t atomic_orig;      // a duplicate of it instead of executing it twice
-  bool atomic_done;
+  uint32_t comp_ci_seen;    // last reading of the completion consumer index
+  uint32_t comp_published;  // records the host has been shown (comp_pi after a doorbell)
+  uint32_t comp_read_at;    // the pass from which a full ring reads comp_ci_seen again
+  uint32_t passes;          // loop passes, for work done only every so often
+  uint32_t idle_passes;     // passes in a row that found nothing
+  uint32_t since_publish;   // messages since the counters were last published
+  uint32_t expected_psn;    // next PSN from the peer
+  uint32_t send_psn;        // next PSN we send
+  uint32_t msn;             // RC: messages completed, carried in AETH
+  uint16_t in_message;      // 0, kSend or kWrite: the kind of the message in progress
+  bool resync;              // UC: after a gap, drop until a First or Only
+  bool nak_sent;            // RC: one NAK per gap (IBA C9-110)
+  uint32_t msg_len;         // SEND bytes assembled so far
+  WriteProgress write;      // the WRITE in progress
+  AtomicReplay atomic;      // RC: the last atomic executed, replayed to a duplicate of it
   // What the leader decided and the team carries out after it (engine_step): a WRITE's
   // payload into its region or page, each lane 16 bytes at a time, and the RC ACK that may
   // only follow the data (place_len 0: nothing pending).
@@ -138,14 +127,7 @@ RT_HD inline FrameSpec reply_send_spec(const EngineDesc& d) {
 // Our RC ACKNOWLEDGE (IBA 9.7.5.1) of the request at `psn`: its AETH's syndrome
 // and MSN. The general path encodes it per ACK, the express path once (predict_ack).
 RT_HD inline FrameSpec ack_spec(const EngineDesc& d, uint8_t syndrome, uint32_t psn, uint32_t msn) {
-  FrameSpec spec = d.reply_spec;
-  spec.opcode = kRcAcknowledge;
-  spec.dest_qp = d.qp.peer_qpn;
-  spec.psn = psn & kPsnMask;
-  spec.syndrome = syndrome;
-  spec.msn = msn & kPsnMask;
-  spec.ack_req = false;
-  return spec;
+  return aeth_spec(d.reply_spec, d.qp.peer_qpn, syndrome, psn, msn);
 }
 
 RT_HD inline void engine_init(const EngineDesc& d, EngineState* st) {

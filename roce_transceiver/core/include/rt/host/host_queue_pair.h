@@ -1,8 +1,10 @@
 // Verbs mode on the CPU executor: the queue pair serve_loop drives, written by the host the
 // way GPUNetIO's device API writes it on the GPU (docs/verbs_mode.md has the contract). A
 // put_signal is two WQEs, an RDMA WRITE and a FETCH_ADD, both asking for a completion; the
-// doorbell word takes the new producer index; the ticket is the FETCH_ADD's WQE index, whose
-// completion (in order, one per WQE) says that both are done.
+// doorbell is rung as the port's NIC handler rings it (the CPU proxy's count; GPU_SM_DB's UAR
+// word, record, UAR word again; GPU_SM_BF's window, record, doorbell over the window); the
+// ticket is the FETCH_ADD's WQE index, whose completion (in order, one per WQE) says that both
+// are done.
 #pragma once
 
 #include <cerrno>
@@ -19,12 +21,13 @@ namespace rt::host {
 class HostQueuePair {
  public:
   explicit HostQueuePair(VerbsPort& port)
-      : port_(port),
-        sq_(port.send_ring()),
+      : sq_(port.send_ring()),
         cq_(port.completion_ring()),
+        page_(port.doorbell_page()),
         sq_num_(port.config().nic.sq_wqe_num),
         cq_num_(port.config().nic.cqe_num),
-        qpn_(port.config().nic.qpn) {}
+        qpn_(port.config().nic.qpn),
+        handler_(port.config().nic.handler) {}
 
   uint64_t put_signal(const verbs::PutSignal& p) {
     using namespace verbs;
@@ -43,7 +46,7 @@ class HostQueuePair {
     store_be32(a + 48 + kDataKey, p.lkey);
     store_be64(a + 48 + kDataAddr, p.sink_laddr);
     next_ += 2;
-    port_.ring(next_);  // a release store: the WQEs are written before the NIC sees them
+    ring(next_, a);  // release stores: the WQEs are written before the NIC sees them
     return next_ - 1;
   }
 
@@ -77,10 +80,43 @@ class HostQueuePair {
     return w;
   }
 
-  VerbsPort& port_;
+  void ring(uint64_t producer, const uint8_t* last_wqe) {
+    using namespace verbs;
+    uint64_t* word = reinterpret_cast<uint64_t*>(page_);
+    if (handler_ == NicHandler::kCpuProxy) {
+      __atomic_store_n(word, producer, __ATOMIC_RELEASE);
+      return;
+    }
+    // The first 8 bytes of a control segment with the producer index and no segments, as
+    // doca_gpu_dev_common_prepare_db builds it; the record: the index's low 16 bits, big-endian.
+    uint8_t db[kDoorbellBytes];
+    store_be32(db, uint32_t(producer << 8));
+    store_be32(db + 4, qpn_ << 8);
+    uint64_t db_word;
+    std::memcpy(&db_word, db, sizeof db_word);
+    uint8_t rec[4];
+    store_be32(rec, uint32_t(producer & 0xFFFF));
+    uint32_t rec_word;
+    std::memcpy(&rec_word, rec, sizeof rec_word);
+    uint32_t* dbr = reinterpret_cast<uint32_t*>(page_ + kSqDbrOffset);
+    if (handler_ == NicHandler::kGpuSmBf) {  // submit_bf: the WQE into the window first
+      uint64_t bf[kBlueFlameBytes / 8];
+      std::memcpy(bf, last_wqe, sizeof bf);
+      __atomic_thread_fence(__ATOMIC_RELEASE);
+      for (uint32_t i = 0; i < kBlueFlameBytes / 8; ++i)
+        __atomic_store_n(word + i, bf[i], __ATOMIC_RELAXED);
+    } else {  // submit_db: the UAR rung early, then the record
+      __atomic_store_n(word, db_word, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(dbr, rec_word, __ATOMIC_RELEASE);
+    __atomic_store_n(word, db_word, __ATOMIC_RELEASE);
+  }
+
   uint8_t* sq_;
   const uint8_t* cq_;
+  uint8_t* page_;
   uint32_t sq_num_, cq_num_, qpn_;
+  verbs::NicHandler handler_;
   uint64_t next_ = 0;
   uint32_t idle_turns_ = 0;
 };

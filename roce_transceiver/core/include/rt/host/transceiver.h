@@ -273,8 +273,6 @@ class Transceiver {
   // length: what another loop of the same executor reads the peer's writes from (Verbs mode).
   uint8_t* region_data(size_t index) const;
   size_t region_bytes(size_t index) const;
-  // The handler, its tables in memory the executor reads (Verbs mode runs the same one).
-  const HandlerDesc& handler_desc() const { return queues_[0].desc.handler; }
   // Frames handler: give page `page` back to the engine (the host is done
   // with the frame in it). A page not held is left as it is.
   void release_page(uint32_t page);

@@ -1,8 +1,8 @@
 // The peer's requesting half in Verbs mode's loopback, run by the host: each request is an
 // RC RDMA WRITE of [header | payload] into slot i % slots of our ring (no AckReq) and a
 // FETCH_ADD of 1 on our signal word (whose ATOMIC ACKNOWLEDGE covers both), sent on `to_ours`:
-// the loopback far end of our transceiver (whose engine is the responder half of our NIC), or
-// a packet socket on the peer's end of a veth pair. The reply has
+// the requester's end of a split loopback to our port (whose NIC, the software ConnectX, is the
+// responder), or a packet socket on the peer's end of a veth pair. The reply has
 // landed when the peer's own signal word (a region of `peer`, whose engine places our
 // put_signals) has counted it; it is then read from the peer's ring and compared. One request
 // in flight at a time: a ping-pong, timed on the host clock from the WRITE's injection to the
@@ -36,7 +36,7 @@ struct VerbsRequestParams {
 
 struct VerbsRequestRun {
   FarEndRun run;  // wrong: replies that differ; bad_frames: acknowledgements that were NAKs
-  // Per reply: from the WRITE's injection to our engine's ATOMIC ACKNOWLEDGE of the signal
+  // Per reply: from the WRITE's injection to our NIC's ATOMIC ACKNOWLEDGE of the signal
   // reaching the peer (the request is in our memory and signalled): the first part of rtt_ns.
   std::vector<uint64_t> landed_ns;
   uint32_t next_psn = 0;

@@ -1,17 +1,18 @@
-// Verbs mode's serving side (verbs/serve_loop.h) as the host owns it: requests land in two
-// regions of `ours`, a Transceiver whose engine is the RC responder half of our NIC (it places
-// the peer's WRITEs and executes its FETCH_ADDs); replies leave through `port`, the requester
-// half (the software ConnectX behind a GPUNetIO queue pair). The loop runs as a persistent
-// kernel on the cuda executor (GPUNetIO's device API) or on a CPU thread (host_queue_pair.h).
-//
-// Order on the GPU: construct this before `ours` starts, start() after it (see ServeKernel).
+// Verbs mode's serving side (verbs/serve_loop.h) as the host owns it: our NIC is `port`, both
+// halves of the queue pair (the software ConnectX: it places the peer's WRITEs into two of the
+// port's regions, the request ring and the signal word, executes its FETCH_ADDs there and
+// acknowledges them, and carries our put_signals out). The loop only polls that memory and posts
+// replies: a persistent kernel on the GPU (GPUNetIO's device API, for the port's NIC handler) or
+// a CPU thread writing the same WQEs and doorbells (host_queue_pair.h).
 #pragma once
 
-#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
-#include "rt/host/transceiver.h"
+#include "rt/handlers/handler.h"
+#include "rt/host/memory.h"
 #include "rt/host/verbs_port.h"
 #include "rt/verbs/serve_loop.h"
 
@@ -22,7 +23,9 @@ class ServeKernel;
 namespace rt::host {
 
 struct VerbsServeConfig {
-  uint32_t request_region = 0;  // regions of `ours`: the request ring, then the signal word
+  HandlerKind handler = HandlerKind::kEcho;  // echo or qec
+  std::vector<uint8_t> qec_blob;             // qec: the decoder's table blob
+  uint32_t request_region = 0;  // regions of the port: the request ring, then the signal word
   uint32_t signal_region = 1;
   uint32_t slots = 16;
   uint32_t slot_bytes = 256;
@@ -37,8 +40,9 @@ struct VerbsServeConfig {
 
 class VerbsServer {
  public:
-  // Checks the sizes against the regions, the port and the handler; throws what does not fit.
-  VerbsServer(VerbsPort& port, Transceiver& ours, const VerbsServeConfig& cfg);
+  // Checks the sizes against the port and its regions and the handler; throws what does not
+  // fit. On the GPU: construct after the port, start() when the port's thread runs.
+  VerbsServer(VerbsPort& port, const VerbsServeConfig& cfg);
   ~VerbsServer();
   VerbsServer(const VerbsServer&) = delete;
   VerbsServer& operator=(const VerbsServer&) = delete;
@@ -53,6 +57,7 @@ class VerbsServer {
  private:
   VerbsPort& port_;
   VerbsServeConfig cfg_;
+  Buffer qec_table_;  // the handler's table where the loop reads it
   verbs::ServeDesc desc_{};
   std::unique_ptr<cuda::ServeKernel> kernel_;
   verbs::ServeShared cpu_shared_{};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,16 @@ class LoopbackWire : public Wire {
  private:
   Transceiver& t_;
 };
+
+// A loopback for a port whose NIC is both halves of our queue pair, facing a peer that has both
+// too: the peer's engine (a Transceiver: the responder to our requests) and a host requester
+// (whose requests our NIC answers). The port's end sends requests into the peer's engine and
+// answers to the requester, and receives what both of them send.
+struct SplitLoopback {
+  std::shared_ptr<Wire> port;       // the port's wire (one thread: the NIC's)
+  std::shared_ptr<Wire> requester;  // the peer requester's (one thread)
+};
+SplitLoopback split_loopback(Transceiver& peer);
 
 // An AF_PACKET socket already bound to an interface (opened by the caller, perhaps inside a
 // network namespace); this class owns it from here on. Frames the socket sees leave or

@@ -166,6 +166,16 @@ RT_HD constexpr uint8_t make_opcode(Transport t, uint8_t operation) {
   return uint8_t(uint8_t(t) << 5 | (operation & 0x1F));
 }
 
+// Operations a responder names when it answers or executes one (IBA table 35).
+constexpr uint8_t kOperationAcknowledge = 0x11;
+constexpr uint8_t kOperationAtomicAcknowledge = 0x12;
+constexpr uint8_t kOperationCompareSwap = 0x13;
+constexpr uint8_t kOperationFetchAdd = 0x14;
+static_assert(operation_row(kOperationAtomicAcknowledge).flags & kAtomic, "the atomic's answer");
+static_assert(operation_row(kOperationFetchAdd).hdrs == kAtomicEth &&
+                  operation_row(kOperationCompareSwap).hdrs == kAtomicEth,
+              "both atomics carry an AtomicETH");
+
 // The opcodes of the Holoscan Sensor Bridge contract (DESIGN.md section 3).
 constexpr uint8_t kUcRdmaWriteOnly = 0x2A;
 constexpr uint8_t kUcRdmaWriteOnlyImm = 0x2B;

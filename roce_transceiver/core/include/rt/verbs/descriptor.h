@@ -1,10 +1,13 @@
-// The device-visible descriptor of a queue pair (struct doca_gpu_dev_verbs_qp) for the
-// CPU-proxy NIC handler. Its layout is GPUNetIO's and changes between its releases, so it is
-// filled through the compiled headers' structure (src/verbs_descriptor.cpp), not by offsets.
+// The device-visible descriptor of a queue pair (struct doca_gpu_dev_verbs_qp) for one of the
+// NIC handlers the software ConnectX serves (mlx5_layout.h: NicHandler). Its layout is GPUNetIO's
+// and changes between its releases, so it is filled through the compiled headers' structure
+// (src/verbs_descriptor.cpp), not by offsets.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "rt/verbs/mlx5_layout.h"
 
 namespace rt::verbs {
 
@@ -14,7 +17,8 @@ struct DescriptorParams {
   uint32_t cqe_num = 0;     // completion ring entries, a power of two
   uint64_t sq_device = 0;   // the addresses the device uses
   uint64_t cq_device = 0;
-  uint64_t doorbell_device = 0;
+  uint64_t doorbell_device = 0;  // the doorbell page (mlx5_layout.h: sq_db, sq_dbrec, cq dbrec)
+  NicHandler handler = NicHandler::kCpuProxy;
 };
 
 // sizeof(struct doca_gpu_dev_verbs_qp) as compiled; 0 without GPUNetIO's headers.

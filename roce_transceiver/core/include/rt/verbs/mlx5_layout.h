@@ -66,6 +66,30 @@ constexpr uint32_t kMaxInline = 28;
 // Atomic segment: swap_add BE64, compare BE64.
 constexpr uint32_t kAtomicSwapAdd = 0, kAtomicCompare = 8;
 
+// -- doorbells ----------------------------------------------------------------------------
+// Who rings: GPUNetIO's NIC handlers (enum doca_gpu_dev_verbs_nic_handler, whose numbers differ
+// between its releases: BlueFlame is 3 in the NCCL wheel's, 6 in nvshmem's; the descriptor and
+// the kernels map these by name).
+enum class NicHandler : uint8_t {
+  kCpuProxy,  // the device stores a native 64-bit producer count at sq_db; a CPU thread rings
+  kGpuSmDb,   // the device writes the doorbell record (sq_dbrec) and rings the UAR (sq_db)
+  kGpuSmBf,   // BlueFlame: the device writes the whole WQE into the window at sq_db
+};
+
+// The doorbell page the software ConnectX gives the device (docs/verbs_mode.md): sq_db points
+// at byte 0 (the CPU proxy's count, the UAR doorbell word, or the 64-byte BlueFlame window),
+// sq_dbrec at kSqDbrOffset, the send CQ's dbrec at kCqDbrOffset (written by no device call the
+// software ConnectX is driven with; kept apart so that it can clobber nothing).
+constexpr uint32_t kDoorbellPageBytes = 128;
+constexpr uint32_t kBlueFlameBytes = 64;
+constexpr uint32_t kSqDbrOffset = 64;
+constexpr uint32_t kCqDbrOffset = 72;
+// A doorbell (the UAR word, and what submit_bf rings over the window's first 8 bytes after the
+// BlueFlame write) is the first 8 bytes of a control segment with the producer index where a
+// WQE's index would be and no segments (ds 0): a WQE always has ds >= 1.
+constexpr uint32_t kDoorbellBytes = 8;
+inline uint32_t doorbell_ds(const uint8_t* db) { return db[7] & 0x3F; }
+
 // -- completion queue entries (64 bytes) ------------------------------------------------
 constexpr uint32_t kCqeBytes = 64;
 constexpr uint32_t kCqeByteCnt = 44;     // BE32

@@ -1,6 +1,8 @@
 // Verbs mode's data path (docs/verbs_mode.md, "The exchange"): one-sided, as NVSHMEM and NCCL
 // GIN do it. A request lands in slot i % slots of our ring by the peer's RDMA WRITE, followed
-// by its FETCH_ADD of 1 on our signal word; the loop waits on the signal, runs the handler
+// by its FETCH_ADD of 1 on our signal word, both executed by our NIC (the software ConnectX's
+// responder, as a ConnectX would); the loop only polls that memory: it waits on the signal, runs
+// the handler
 // (the Ethernet mode's, handlers/dispatch.h) and answers with a put_signal: an RDMA WRITE into
 // the same slot of the peer's ring, then a FETCH_ADD of 1 on the peer's signal word.
 //
@@ -17,6 +19,7 @@
 
 #include "rt/handlers/dispatch.h"
 #include "rt/platform.h"
+#include "rt/queues/copy_wide.h"
 
 namespace rt::verbs {
 
@@ -26,6 +29,13 @@ constexpr uint32_t kSlotLenOffset = 0;     // u32: payload bytes
 constexpr uint32_t kSlotStatusOffset = 4;  // u32: 0, or the handler's error (replies)
 // Tickets of the replies in flight live in the loop's registers / stack: one per slot.
 constexpr uint32_t kMaxServeSlots = 64;
+// A request and its reply are copied through the loop's stack (see serve_one): at most this
+// much a slot, a multiple of 16 (the slots' 16-byte copies).
+constexpr uint32_t kMaxServeSlotBytes = 1024;
+constexpr uint32_t kServeSlotAlign = 16;
+// What the first copy of a request takes: its header and the payload of a small one, in one
+// round trip across the bus (copy_wide's batch of eight 16-byte loads).
+constexpr uint32_t kServeFirstFetch = 128;
 
 enum ServeStatus : uint32_t {
   kReplyOk = 0,
@@ -43,8 +53,8 @@ enum ServeState : uint32_t {
 };
 
 struct ServeDesc {
-  const uint8_t* requests = nullptr;  // our ring: slots x slot_bytes, written by the peer
-  const uint64_t* signal = nullptr;   // requests landed so far (the peer's FETCH_ADDs)
+  const uint8_t* requests = nullptr;  // our ring: slots x slot_bytes, where our NIC places the
+  const uint64_t* signal = nullptr;   // peer's WRITEs; requests landed so far (its FETCH_ADDs)
   uint32_t slots = 16;
   uint32_t slot_bytes = 256;
   HandlerDesc handler{};
@@ -89,11 +99,20 @@ RT_HD inline void slot_store_le32(uint8_t* p, uint32_t v) {
 // Builds the reply to the request in slot `slot` into its staging slot; returns its bytes,
 // header included. A request the handler cannot take is answered with an empty payload and a
 // status, so that the peer's count of replies stays the count of its requests.
+//
+// The ring and the staging slots are pinned host memory on the GPU: the request comes in with
+// 16-byte loads issued together (the handler's byte loads would each wait for the bus), and the
+// reply is built on the stack and goes out the same way.
 RT_HD inline uint32_t serve_one(const ServeDesc& d, uint32_t slot, uint64_t* handler_errors) {
-  const uint8_t* req = d.requests + size_t(slot) * d.slot_bytes;
-  uint8_t* out = d.staging + size_t(slot) * d.slot_bytes;
+  alignas(kServeSlotAlign) uint8_t req[kMaxServeSlotBytes];
+  alignas(kServeSlotAlign) uint8_t out[kMaxServeSlotBytes];
+  const uint8_t* src = d.requests + size_t(slot) * d.slot_bytes;
+  const uint32_t first = d.slot_bytes < kServeFirstFetch ? d.slot_bytes : kServeFirstFetch;
+  copy_wide(req, src, first);
   const uint32_t room = d.slot_bytes - kSlotHeaderBytes;
   const uint32_t len = slot_le32(req + kSlotLenOffset);
+  if (len <= room && kSlotHeaderBytes + len > first)
+    copy_wide(req + first, src + first, kSlotHeaderBytes + len - first);
   uint32_t status = kReplyOk;
   int n = 0;
   if (len > room) {
@@ -109,6 +128,7 @@ RT_HD inline uint32_t serve_one(const ServeDesc& d, uint32_t slot, uint64_t* han
   }
   slot_store_le32(out + kSlotLenOffset, uint32_t(n));
   slot_store_le32(out + kSlotStatusOffset, status);
+  copy_wide(d.staging + size_t(slot) * d.slot_bytes, out, kSlotHeaderBytes + uint32_t(n));
   return kSlotHeaderBytes + uint32_t(n);
 }
 
@@ -117,7 +137,7 @@ RT_HD inline uint32_t serve_one(const ServeDesc& d, uint32_t slot, uint64_t* han
 // most `slots` requests outstanding (its credit is our signal on its side), so a request never
 // overwrites one that is still being read. Everything shared is read and written at system scope:
 // the counters sit in host memory the host reads while a kernel runs, the signal word is written by
-// our engine (another kernel or thread), the stop flag by the host.
+// our NIC's thread, the stop flag by the host.
 template <class Qp>
 RT_HD inline void serve_loop(const ServeDesc& d, Qp& qp, ServeShared* shared,
                              const uint32_t* stop) {
