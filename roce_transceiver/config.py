@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from roce_transceiver.schema import (
     Section,
     line_of,
     load_yaml_with_lines,
+    quote,
     render_markdown,
     validate,
     with_overrides,
@@ -86,6 +88,12 @@ def _ipv4(v: str) -> str | None:
     return "must be an IPv4 address (a bridge's control plane is IPv4)"
 
 
+def _entry_name(v: str) -> str | None:
+    if re.fullmatch(r"[A-Za-z_]\w*(::[A-Za-z_]\w*)*", v) is None:
+        return "not a C++ function name"
+    return None
+
+
 def _regions(v: list[Any]) -> str | None:
     """at most 8 entries {va, rkey, length}, rkeys distinct, length > 0."""
     if len(v) > 8:
@@ -105,6 +113,37 @@ def _regions(v: list[Any]) -> str | None:
             return f"entry {i}: rkey {r['rkey']:#x} is used twice"
         rkeys.add(r["rkey"])
     return None
+
+
+#: custom.params at most: constant data for every call, not a table (a table goes in the source).
+MAX_CUSTOM_PARAMS = 4096
+
+
+def custom_params_bytes(v: Any) -> bytes:
+    """custom.params as the bytes the handler gets: a list of byte values, a string of hex
+    digits (whitespace ignored) or, from Python, bytes. ValueError says what is wrong."""
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v)
+    if isinstance(v, str):
+        digits = "".join(v.split())
+        try:
+            return bytes.fromhex(digits)
+        except ValueError:
+            raise ValueError("not hex digits (two a byte, e.g. '03' or 'e8 03')") from None
+    out = bytearray()
+    for i, b in enumerate(v):
+        if not isinstance(b, int) or isinstance(b, bool) or not 0 <= b <= 255:
+            raise ValueError(f"entry {i}: {quote(b)} is not a byte value (0 to 255)")
+        out.append(b)
+    return bytes(out)
+
+
+def _custom_params(v: Any) -> str | None:
+    try:
+        n = len(custom_params_bytes(v))
+    except ValueError as e:
+        return str(e)
+    return f"{n} bytes, at most {MAX_CUSTOM_PARAMS}" if n > MAX_CUSTOM_PARAMS else None
 
 
 def allowed_cores() -> set[int]:
@@ -250,8 +289,43 @@ SCHEMA = Section(
         "handler": Field(
             str,
             "echo",
-            "what runs on each message (frames: HSB frame streams into pages)",
-            choices=("echo", "sink", "qec", "frames"),
+            "what runs on each message (frames: HSB frame streams into pages; custom: your "
+            "own function, custom.*)",
+            choices=("echo", "sink", "qec", "frames", "custom"),
+        ),
+        "custom": Section(
+            "The custom handler: your own function, compiled at start (docs/handlers.md, "
+            '"Your own handler"); cpu executor only for now.',
+            {
+                "source": Field(
+                    str,
+                    None,
+                    "the handler's CUDA C++: a file (relative to the working directory), or the "
+                    "source itself when the text holds a newline",
+                    nullable=True,
+                ),
+                "entry": Field(
+                    str,
+                    "handle",
+                    "the function called per message: RT_HD int ENTRY(const rt::CustomCall&)",
+                    check=_entry_name,
+                ),
+                "state_bytes": Field(
+                    int,
+                    0,
+                    "memory each queue keeps from call to call (CustomCall::state), zeroed at "
+                    "start",
+                    minimum=0,
+                    maximum=1 << 20,
+                ),
+                "params": Field(
+                    (list, str, bytes),
+                    "",
+                    "constant data for every call (CustomCall::params): byte values [3], hex "
+                    "digits '03', or bytes from Python",
+                    check=_custom_params,
+                ),
+            },
         ),
         "frames": Section(
             "The frames handler: a ring of pages the sensor writes frames into (docs/frames.md).",
@@ -566,6 +640,13 @@ def load_config(
     return cfg
 
 
+#: Why handler custom does not run on the cuda executor (yet).
+CUSTOM_ON_CUDA = (
+    "handler 'custom' on executor 'cuda': the GPU path (the handler compiled by NVRTC into the "
+    "persistent kernel) is not built yet; use executor: cpu"
+)
+
+
 def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | None) -> None:
     """Rules that involve more than one key."""
     if cfg["far_end"] == "gpu" and cfg["executor"] == "cpu":
@@ -588,6 +669,11 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("pages x page_bytes must stay under 4 GiB (one region)", "frames.page_bytes")
         if cfg["frames"]["va"] + cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] > 2**64:
             raise fail("the pages run past the end of the 64-bit address space", "frames.va")
+    if cfg["handler"] == "custom":
+        if cfg["custom"]["source"] is None:
+            raise fail("handler 'custom' needs its source (a file or the text)", "custom.source")
+        if cfg["executor"] == "cuda":
+            raise fail(CUSTOM_ON_CUDA, "handler")
     if cfg["executor"] == "cuda" and cfg["cpu_core"] is not None:
         raise fail("pins the cpu executor's thread; executor 'cuda' has none", "cpu_core")
     if cfg["executor"] == "cpu" and cfg["cuda"]["device"]:
@@ -719,6 +805,7 @@ TO_CORE: dict[str, str] = {
     "frames.page_bytes": "frames_page_bytes",
     "frames.metadata": "frames_metadata",
     "frames.check_crc": "frames_check_crc",
+    "custom.state_bytes": "custom_state_bytes",
     "qp.transport": "transport",
     "qp.qpn": "qpn",
     "qp.peer_qpn": "peer_qpn",
@@ -802,6 +889,11 @@ COMPUTED: dict[str, Computed] = {
     # The frames' pages are the region after the configured ones.
     "frames_region": Computed(("regions",), lambda cfg, ex, blob: len(cfg["regions"])),
     "qec_blob": Computed((), lambda cfg, ex, blob: blob or b""),
+    "custom_params": Computed(
+        ("custom.params",), lambda cfg, ex, blob: custom_params_bytes(cfg["custom"]["params"])
+    ),
+    # The compiled handler: Transceiver builds it (custom.source, BY_PYTHON) and sets this.
+    "custom_library": Computed((), lambda cfg, ex, blob: ""),
     # socket.rx_path as resolved for this configuration, and why (rx_path()).
     "cuda_warps": Computed(("cuda.warps", "handler"), lambda cfg, ex, blob: cuda_warps(cfg)),
     "socket_rx_path": Computed(_RX_PATH_READS, lambda cfg, ex, blob: rx_path(cfg)[0]),
@@ -814,6 +906,10 @@ BY_PYTHON: dict[str, str] = {
     "gets as executor",
     "qec.distance": "transceiver.Transceiver builds the decoder's lookup table for it, which "
     "the core gets as qec_blob",
+    "custom.source": "transceiver.Transceiver compiles it for the cpu executor "
+    "(custom_handler.build_host_handler), a shared object the core gets as custom_library",
+    "custom.entry": "transceiver.Transceiver compiles a trampoline calling it into the shared "
+    "object the core gets as custom_library",
 }
 
 #: Schema keys that do not reach the engine, and why.
@@ -884,7 +980,8 @@ def reference_markdown() -> str:
         "`TransceiverError` naming the core and the reason, and nothing runs.\n\n"
         "No key is silently ignored. The keys of a section apply where its line says "
         "(`socket.*` with `nic: socket`, `cuda.*` with the cuda executor, `frames.*` with "
-        "`handler: frames`, `qec.*` with `handler: qec`) and are unused elsewhere; `doca.*` "
+        "`handler: frames`, `qec.*` with `handler: qec`, `custom.*` with `handler: custom`) "
+        "and are unused elsewhere; `doca.*` "
         "is validated only (`nic: doca` is refused, saying what is missing). A key set where "
         "it cannot take effect is refused: `socket.interface` and `vlan` with "
         "`socket.mode: udp` (the kernel's UDP socket writes the Ethernet header and picks the "

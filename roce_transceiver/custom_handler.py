@@ -10,12 +10,21 @@ no GPU and no driver: only cuda-python's bindings and the NVRTC library, both fr
 Compile errors come back as :class:`HandlerCompileError`: a one-line message naming the user's
 file and line (NVRTC's log names the file as we pass it, through a ``#line`` directive) and the
 full log. A missing NVRTC is :class:`NvrtcUnavailable`, with the reason.
+
+For the cpu executor, :func:`build_host_handler` compiles the same source with the host's C++
+compiler into a shared object whose generated ``extern "C"`` trampoline the engine calls
+(``rt_custom_call``), cached on disk by a hash of everything that goes into it (:func:`cache_dir`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -27,8 +36,13 @@ __all__ = [
     "SIGNATURE",
     "CompiledHandler",
     "HandlerCompileError",
+    "HostCompilerUnavailable",
+    "HostHandler",
     "NvrtcStatus",
     "NvrtcUnavailable",
+    "build_host_handler",
+    "build_host_handler_file",
+    "cache_dir",
     "compile_handler",
     "compile_handler_file",
     "include_dir",
@@ -250,4 +264,166 @@ def compile_handler_file(
     source = path.read_bytes()
     return compile_handler(
         source, name=str(path), entry=entry, arch=arch, include_dirs=(path.resolve().parent,)
+    )
+
+
+# ------------------------------------------------------------------ the cpu executor's build
+
+
+class HostCompilerUnavailable(Exception):
+    """No host C++ compiler on PATH (``$CXX``, else c++ or g++): a handler cannot run on the cpu
+    executor here."""
+
+
+@dataclass(frozen=True)
+class HostHandler:
+    library: Path  # the shared object the engine loads
+    cached: bool  # True: found in the cache, nothing was compiled
+    log: str  # the compiler's warnings, empty when it had nothing to say (or it was cached)
+
+
+# The file name the compiler's diagnostics give the generated trampoline's lines.
+_TRAMPOLINE_NAME = "<custom handler trampoline>"
+# One diagnostic of GCC's or Clang's: `file:line:col: error: message` (the column optional).
+_GCC_DIAG_RE = re.compile(
+    r"^(?P<file>.+?):(?P<line>\d+):(?:\d+:)? (?P<kind>fatal error|error|warning): (?P<msg>.*)$"
+)
+# What the host build adds to the user's own options; in the cache key.
+_HOST_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-x", "c++")
+
+
+def cache_dir() -> Path:
+    """Where compiled handlers are kept: ``$XDG_CACHE_HOME/roce-transceiver/handlers``, else
+    ``~/.cache/roce-transceiver/handlers``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "roce-transceiver" / "handlers"
+
+
+def host_compiler() -> str:
+    """The host C++ compiler: ``$CXX`` when set, else c++ or g++ from PATH."""
+    for candidate in (os.environ.get("CXX"), "c++", "g++"):
+        if candidate and (found := shutil.which(candidate)):
+            return found
+    raise HostCompilerUnavailable(
+        "no C++ compiler on PATH (tried $CXX, c++, g++): the cpu executor compiles a custom "
+        "handler with one (apt-get install g++)"
+    )
+
+
+def _host_trampoline(entry: str) -> str:
+    # The entry's address taken as a CustomEntry is the signature check (an overload set
+    # resolves to the right one or fails). What the user's code throws must not cross into the
+    # engine's loop (it would end the process): it is the message's handler error.
+    return (
+        f'\n#line 1 "{_TRAMPOLINE_NAME}"\n'
+        'extern "C" __attribute__((visibility("default"))) unsigned rt_custom_abi_version() {\n'
+        "  return ::rt::kCustomAbiVersion;\n"
+        "}\n"
+        'extern "C" __attribute__((visibility("default"))) int '
+        "rt_custom_call(const ::rt::CustomCall* call) {\n"
+        f"  const ::rt::CustomEntry entry = &{entry};\n"
+        "  try {\n"
+        "    return entry(*call);\n"
+        "  } catch (...) {\n"
+        "    return ::rt::kHandlerError;\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def _host_one_line(log: str, name: str, entry: str) -> tuple[str, str | None, int | None]:
+    """The compiler's first error as one line naming the user's file and line, or for an error
+    in the trampoline, what is wrong with the entry."""
+    want = SIGNATURE.format(entry=entry)
+    for raw in log.splitlines():
+        m = _GCC_DIAG_RE.match(raw.strip())
+        if m is None or m["kind"] == "warning":
+            continue
+        msg = m["msg"].strip()
+        if m["file"] == _TRAMPOLINE_NAME:
+            if "was not declared" in msg or "undeclared identifier" in msg:
+                return f"{name}: no entry '{entry}' (want: {want})", name, None
+            return (
+                f"{name}: entry '{entry}' has the wrong signature: {msg} (want: {want})",
+                name,
+                None,
+            )
+        return f"{m['file']}:{m['line']}: {m['kind']}: {msg}", m["file"], int(m["line"])
+    first = next((line.strip() for line in log.splitlines() if line.strip()), "no log")
+    return f"{name}: does not compile: {first}", name, None
+
+
+def _abi_headers() -> bytes:
+    """The ABI's headers as this package has them: a changed header is another handler."""
+    root = include_dir() / "rt"
+    names = ("handlers/custom.h", "handlers/reply.h", "hd.h")
+    return b"".join((root / p).read_bytes() for p in names)
+
+
+def build_host_handler(
+    source: str | bytes,
+    *,
+    name: str,
+    entry: str = DEFAULT_ENTRY,
+    include_dirs: tuple[Path, ...] = (),
+    cache: Path | None = None,
+) -> HostHandler:
+    """The handler compiled for the cpu executor: a shared object, from the cache when the same
+    source, entry, options, ABI and compiler built it before. Raises HandlerCompileError (one
+    line naming ``name`` and the line; ``.log``: the compiler's whole output),
+    HostCompilerUnavailable, or ValueError (a bad entry name)."""
+    if not _ENTRY_RE.fullmatch(entry):
+        raise ValueError(f"entry {entry!r} is not a C++ function name")
+    text = source.encode() if isinstance(source, str) else source
+    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+    unit = (
+        f'#include "rt/handlers/custom.h"\n#line 1 "{quoted}"\n'.encode()
+        + text
+        + _host_trampoline(entry).encode()
+    )
+    cxx = host_compiler()
+    includes = (include_dir(), *include_dirs)
+    flags = [*_HOST_FLAGS, *(f"-I{d}" for d in includes)]
+    try:
+        version = subprocess.run(
+            [cxx, "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HostCompilerUnavailable(f"{cxx} --version: {e}") from None
+    key = hashlib.sha256()
+    for part in (unit, "\0".join(flags).encode(), _abi_headers(), cxx.encode(), version.encode()):
+        key.update(hashlib.sha256(part).digest())
+    folder = cache or cache_dir()
+    library = folder / f"{key.hexdigest()[:32]}.so"
+    if library.is_file():
+        return HostHandler(library, True, "")
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+        src = Path(tmp) / "handler.cpp"
+        src.write_bytes(unit)
+        out = Path(tmp) / "handler.so"
+        try:
+            run = subprocess.run(
+                [cxx, *flags, str(src), "-o", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise HostCompilerUnavailable(f"{cxx}: {e}") from None
+        log = (run.stdout + run.stderr).strip()
+        if run.returncode != 0:
+            message, file, line = _host_one_line(log, name, entry)
+            raise HandlerCompileError(message, log, file, line)
+        os.replace(out, library)  # atomic: a concurrent start finds a whole library or none
+    return HostHandler(library, False, log)
+
+
+def build_host_handler_file(path: str | Path, *, entry: str = DEFAULT_ENTRY) -> HostHandler:
+    """build_host_handler() on a file: errors name it as given; its folder is on the include
+    path. A file that cannot be read raises OSError."""
+    path = Path(path)
+    return build_host_handler(
+        path.read_bytes(), name=str(path), entry=entry, include_dirs=(path.resolve().parent,)
     )

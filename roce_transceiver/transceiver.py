@@ -104,6 +104,37 @@ class RoundTrip:
         return self.received / (self.elapsed_ns / 1e9) if self.elapsed_ns else 0.0
 
 
+class HandlerBuildError(TransceiverError):
+    """handler custom does not compile: ``str()`` is one line naming the file and line,
+    ``log`` the compiler's whole output."""
+
+    def __init__(self, message: str, log: str, file: str | None, line: int | None) -> None:
+        super().__init__(message)
+        self.log, self.file, self.line = log, file, line
+
+
+def _build_custom(custom: Mapping[str, Any]) -> Any:
+    """custom.source compiled for the cpu executor (custom_handler.build_host_handler): text
+    holding a newline is the source, else the name of a file (its folder on the include path)."""
+    from roce_transceiver import custom_handler as ch
+
+    source, entry = custom["source"], custom["entry"]
+    try:
+        if "\n" in source:
+            return ch.build_host_handler(source, name="custom.source", entry=entry)
+        try:
+            return ch.build_host_handler_file(source, entry=entry)
+        except OSError as e:
+            raise TransceiverError(
+                f"custom.source: cannot read {source!r} ({e.strerror or e}); a file, relative "
+                "to the working directory, or the source text itself (holding a newline)"
+            ) from None
+    except ch.HandlerCompileError as e:
+        raise HandlerBuildError(str(e), e.log, e.file, e.line) from None
+    except (ch.HostCompilerUnavailable, ch.NvrtcUnavailable, ValueError) as e:
+        raise TransceiverError(f"custom: {e}") from None
+
+
 def pick_executor(requested: str) -> tuple[str, str]:
     """(executor, why): 'auto' becomes cuda when this build has CUDA and a GPU is visible."""
     info = _core.cuda_runtime_info()
@@ -151,14 +182,21 @@ class Transceiver:
         if self.config["far_end"] == "gpu" and self.executor != "cuda":
             raise TransceiverError("far_end 'gpu' needs the cuda executor; " + self.executor_reason)
         log.info(self.executor_reason)
+        if self.config["handler"] == "custom" and self.executor == "cuda":
+            from roce_transceiver.config import CUSTOM_ON_CUDA
+
+            raise TransceiverError(f"{CUSTOM_ON_CUDA} ({self.executor_reason})")
         qec_blob = None
         if self.config["handler"] == "qec":
             from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode
 
             decoder = LookupTableDecoder(RotatedSurfaceCode(self.config["qec"]["distance"]))
             qec_blob = decoder.table_blob()
+        core = core_config(self.config, self.executor, qec_blob)
+        if self.config["handler"] == "custom":
+            core["custom_library"] = str(_build_custom(self.config["custom"]).library)
         try:
-            self._core: Any = _core.Transceiver(core_config(self.config, self.executor, qec_blob))
+            self._core: Any = _core.Transceiver(core)
         except (ValueError, RuntimeError) as e:
             raise TransceiverError(str(e)) from None
         self._started = False

@@ -168,6 +168,7 @@ ALTERNATIVE: dict[str, Any] = {
     "socket.interface": "eth9",
     "socket.capture": "x.pcap",
     "vlan": 5,
+    "custom.params": [5],
     "cpu_core": min(allowed_cores()),
     "regions": [{"va": 0, "rkey": 1, "length": 64}],
 }
@@ -282,7 +283,7 @@ def test_the_core_refuses_missing_and_unknown_keys_naming_all_of_them():
         ("stop_timeout_s", "5", "stop_timeout_s='5': must be a number"),
         ("executor", b"cpu", "executor=b'cpu': must be a str"),
         ("transport", "RD", "transport='RD': must be one of RC|UC"),
-        ("handler", "custom", "handler='custom': must be one of echo|sink|qec|frames"),
+        ("handler", "lookup", "handler='lookup': must be one of echo|sink|qec|frames|custom"),
         ("local_mac", b"\x02" * 5, "local_mac=b'\\x02\\x02\\x02\\x02\\x02': must be 6 bytes"),
         ("peer_ip", b"\x0a" * 16, "peer_ip=b'\\n\\n"),  # 16 bytes with ip_version 4
         ("ip_version", 5, "ip_version=5: must be 4 or 6"),

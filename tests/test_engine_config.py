@@ -94,7 +94,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("int_for_bool", {"check_icrc": 1}, "check_icrc"),
     ("null_not_nullable", {"queues": {"batch": None}}, "queues.batch"),
     ("not_a_choice", {"qp": {"transport": "UD"}}, "qp.transport"),
-    ("not_a_choice_handler", {"handler": "custom"}, "handler"),
+    ("not_a_choice_handler", {"handler": "lookup"}, "handler"),
     ("qec_distance", {"qec": {"distance": 7}}, "qec.distance"),
     ("qpn_above_24_bits", {"qp": {"qpn": 0x1000000}}, "qp.qpn"),
     ("qpn_zero", {"qp": {"peer_qpn": 0}}, "qp.peer_qpn"),

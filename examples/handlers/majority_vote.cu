@@ -1,6 +1,6 @@
 // A repetition-code decoder as a user handler: majority vote (docs/handlers.md,
-// "Your own handler"). Compiled by `roce-transceiver check-handler`; the
-// engine does not run user handlers yet.
+// "Your own handler"). Runs on the cpu executor (configs/custom_handler.yaml);
+// `roce-transceiver check-handler` compiles it for the GPU.
 //
 //   params   1 byte: the code distance d, odd, 1 .. 255 (3 when absent)
 //   request  ceil(d / 8) bytes: the d copies' readings, bit i = copy i

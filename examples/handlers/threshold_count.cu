@@ -1,6 +1,6 @@
 // A per-frame statistic as a user handler: how many samples of a frame exceed
-// a threshold (docs/handlers.md, "Your own handler"). Compiled by
-// `roce-transceiver check-handler`; the engine does not run user handlers yet.
+// a threshold (docs/handlers.md, "Your own handler"). Runs on the cpu executor
+// as a message handler (a frame a SEND); check-handler compiles it for the GPU.
 //
 //   params   2 bytes: the threshold, uint16 little-endian (0 when absent)
 //   request  the frame: uint16 samples, little-endian (an odd last byte is ignored)

@@ -1,5 +1,6 @@
 #include "rt/host/transceiver.h"
 
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -64,6 +65,10 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   if (c.far_end != "cpu" && c.far_end != "gpu")
     throw std::invalid_argument("far_end='" + c.far_end + "': must be 'cpu' or 'gpu'");
   on_gpu_ = c.executor == "cuda";
+  if (c.handler == HandlerKind::kCustom && on_gpu_)
+    throw std::invalid_argument(
+        "handler 'custom' on executor 'cuda': the GPU path (the handler compiled by NVRTC into "
+        "the persistent kernel) is not built yet; run it on executor 'cpu'");
   if (c.far_end == "gpu" && !on_gpu_)
     throw std::invalid_argument("far_end='gpu' needs executor='cuda'");
   if (c.nic != "loopback" && c.nic != "socket")
@@ -121,6 +126,9 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     throw std::invalid_argument("regions: at most " + std::to_string(kMaxRegions));
   if (c.handler == HandlerKind::kQec && c.qec_blob.empty())
     throw std::invalid_argument("handler 'qec' needs its table blob (qec_blob)");
+  if (c.handler == HandlerKind::kCustom && c.custom_library.empty())
+    throw std::invalid_argument(
+        "handler 'custom' needs its compiled handler (custom_library): Transceiver builds it");
 
   const uint32_t rx_log2 = log2_exact(c.rx_depth, "rx_depth");
   const uint32_t tx_log2 = log2_exact(c.tx_depth, "tx_depth");
@@ -178,6 +186,42 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     qec_.write(0, c.qec_blob.data(), c.qec_blob.size());
     qec_table_relocate(&d.handler.qec, qec_.data());
   }
+  // A user handler: its shared object stays loaded until the loop that calls it is gone.
+  uint32_t custom_stride = 0;
+  if (c.handler == HandlerKind::kCustom) {
+    dlerror();
+    custom_library_ = {dlopen(c.custom_library.c_str(), RTLD_NOW | RTLD_LOCAL), dlclose};
+    if (!custom_library_)
+      throw std::invalid_argument("custom_library '" + c.custom_library +
+                                  "': does not load: " + dlerror());
+    const auto abi =
+        reinterpret_cast<uint32_t (*)()>(dlsym(custom_library_.get(), "rt_custom_abi_version"));
+    const auto call =
+        reinterpret_cast<CustomTrampoline>(dlsym(custom_library_.get(), "rt_custom_call"));
+    if (!abi || !call)
+      throw std::invalid_argument("custom_library '" + c.custom_library +
+                                  "': not a compiled handler (no rt_custom_call / "
+                                  "rt_custom_abi_version)");
+    if (abi() != kCustomAbiVersion)
+      throw std::invalid_argument("custom_library '" + c.custom_library +
+                                  "': compiled against handler ABI " + std::to_string(abi()) +
+                                  ", this engine has " + std::to_string(kCustomAbiVersion) +
+                                  " (rebuild it: clear the handler cache)");
+    d.handler.custom.call = call;
+    // Each queue's state on its own 64-byte lines: the ABI promises 16-byte alignment, and
+    // queues on different threads must not share a cache line.
+    custom_stride = (c.custom_state_bytes + 63u) / 64u * 64u;
+    if (custom_stride) {
+      custom_state_ = Buffer(Placement::kHost, size_t(custom_stride) * c.queues);
+      d.handler.custom.state_bytes = c.custom_state_bytes;
+    }
+    if (!c.custom_params.empty()) {
+      custom_params_ = Buffer(Placement::kHost, c.custom_params.size());
+      custom_params_.write(0, c.custom_params.data(), c.custom_params.size());
+      d.handler.custom.params = custom_params_.host();
+      d.handler.custom.params_bytes = uint32_t(c.custom_params.size());
+    }
+  }
   uint32_t pages_per_queue = 0;
   if (c.handler == HandlerKind::kFrames) {
     if (c.frames_region >= c.regions.size())
@@ -213,7 +257,10 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   d.completion_batch = std::max(1u, std::min(c.completion_batch, c.completion_depth / 2));
   d.check_icrc = c.check_icrc;
   d.record_completions = c.record_completions;
-  d.express = c.express;
+  // The express path runs a SEND's handler before the request's ICRC verdict and drops the
+  // reply of a bad frame (handler.h: handlers are pure). A user handler with state is not
+  // pure: a corrupt frame would still change its state, so it takes the general path.
+  d.express = c.express && !(c.handler == HandlerKind::kCustom && c.custom_state_bytes);
 
   // Each queue: its rings, scratch and counters, its QP, its share of the pages (a region of
   // their own, so that a sensor's page numbers are its queue's).
@@ -236,6 +283,10 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
       qd.frames.page_free =
           reinterpret_cast<uint32_t*>(on_gpu_ ? page_free_.device() : page_free_.host()) +
           hq.first_page;
+    }
+    if (c.handler == HandlerKind::kCustom) {
+      qd.handler.custom.queue = uint16_t(q);
+      if (custom_stride) qd.handler.custom.state = custom_state_.host() + size_t(q) * custom_stride;
     }
     qd.msg_buf = hq.scratch.data();
     qd.reply_scratch = hq.scratch.data() + c.msg_buf_bytes;

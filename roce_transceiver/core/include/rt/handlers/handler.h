@@ -11,6 +11,7 @@
 // runs after the check: its bytes must land in the region first.)
 #pragma once
 
+#include "rt/handlers/custom.h"
 #include "rt/handlers/qec.h"
 #include "rt/handlers/reply.h"
 #include "rt/platform.h"
@@ -22,11 +23,28 @@ enum class HandlerKind : uint32_t {
   kSink = 1,    // consume, never reply
   kQec = 2,     // surface-code lookup-table decoder (handlers/qec.h)
   kFrames = 3,  // HSB frame assembly: kept by the engine itself (engine/frames.h), no replies
+  kCustom = 4,  // the user's own function (custom.h), compiled at start; cpu executor only
+};
+
+// The generated trampoline of a user handler compiled for the host
+// (roce_transceiver/custom_handler.py): calls the user's entry, catches what it throws.
+using CustomTrampoline = int (*)(const CustomCall*);
+
+// kCustom: the compiled handler and this queue's share of its memory, all in host memory
+// (the cuda executor refuses kCustom at start: its GPU path is not built yet).
+struct CustomDesc {
+  CustomTrampoline call = nullptr;
+  uint8_t* state = nullptr;  // this queue's state_bytes, 16-byte aligned; null when 0
+  uint32_t state_bytes = 0;
+  const uint8_t* params = nullptr;  // the run's constant parameters; null when none
+  uint32_t params_bytes = 0;
+  uint16_t queue = 0;  // CustomCall::queue
 };
 
 struct HandlerDesc {
   HandlerKind kind = HandlerKind::kEcho;
-  QecTable qec;  // kQec: sizes, and pointers into the table blob in memory the executor reads
+  QecTable qec;       // kQec: sizes, and pointers into the table blob in memory the executor reads
+  CustomDesc custom;  // kCustom
 };
 
 struct Message {

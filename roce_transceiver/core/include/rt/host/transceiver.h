@@ -53,6 +53,12 @@ struct TransceiverConfig {
   FrameSpec local{};  // our addresses (src_*) and the peer's (dst_*), as in our replies
   HandlerKind handler = HandlerKind::kEcho;
   std::vector<uint8_t> qec_blob;
+  // handler kCustom: the shared object roce_transceiver/custom_handler.py built (its
+  // rt_custom_call trampoline and rt_custom_abi_version), the state each queue keeps and the
+  // user's constant parameters.
+  std::string custom_library;
+  uint32_t custom_state_bytes = 0;
+  std::vector<uint8_t> custom_params;
   std::vector<RegionConfig> regions;
   // handler kFrames: the pages are regions[frames_region], page_bytes each.
   uint32_t frames_region = 0;
@@ -91,9 +97,9 @@ struct NamedKey {  // one of the names: names[i] is E(i)
   NamedKey(E& v, const char* const (&n)[N]) : value(&v), names(n), count(uint32_t(N)) {}
 };
 inline constexpr const char* kTransportKeyNames[] = {"RC", "UC"};  // what a QP of ours can be
-inline constexpr const char* kHandlerKeyNames[] = {"echo", "sink", "qec", "frames"};
+inline constexpr const char* kHandlerKeyNames[] = {"echo", "sink", "qec", "frames", "custom"};
 static_assert(uint32_t(Transport::RC) == 0 && uint32_t(Transport::UC) == 1);
-static_assert(std::size(kHandlerKeyNames) == uint32_t(HandlerKind::kFrames) + 1,
+static_assert(std::size(kHandlerKeyNames) == uint32_t(HandlerKind::kCustom) + 1,
               "a key name for every handler, in HandlerKind's order");
 
 // The flat configuration as roce_transceiver/config.py's core_config() hands it over: every
@@ -141,6 +147,9 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("vlan", OptionalU16Key{&c.local.vlan, &c.local.vlan_tci});
   key("handler", NamedKey<HandlerKind>(c.handler, kHandlerKeyNames));
   key("qec_blob", c.qec_blob);
+  key("custom_library", c.custom_library);
+  key("custom_state_bytes", c.custom_state_bytes);
+  key("custom_params", c.custom_params);
   key("regions", c.regions);
   key("frames_region", c.frames_region);
   key("frames_page_bytes", c.frames_page_bytes);
@@ -302,9 +311,13 @@ class Transceiver {
   bool wire_device_ = false;  // rx/tx rings in device memory (GPU far end)
   Steering steering_{};
   std::vector<HostQueue> queues_;
-  Buffer counters_;   // Counters, one a queue, host-visible
-  Buffer state_;      // EngineState, one a queue
-  Buffer qec_;        // the QEC table blob
+  Buffer counters_;       // Counters, one a queue, host-visible
+  Buffer state_;          // EngineState, one a queue
+  Buffer qec_;            // the QEC table blob
+  Buffer custom_state_;   // handler kCustom: each queue's state, one stride a queue
+  Buffer custom_params_;  // handler kCustom: the user's parameters
+  // handler kCustom: the dlopen() handle of the compiled handler, closed after the loop ends.
+  std::unique_ptr<void, int (*)(void*)> custom_library_{nullptr, nullptr};
   Buffer page_free_;  // frames handler: per page, 1 free / 0 held by the host
   // Shared with the PageMemory of every frame the host holds: stop() lets go of its
   // share, and a region goes when the last frame over it does.

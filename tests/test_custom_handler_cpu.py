@@ -1,0 +1,193 @@
+"""handler custom on the cpu executor: the user's own function, compiled by the host compiler.
+
+Goal: both shipped examples (examples/handlers/) answer every request the existing far end sends
+with what a Python oracle computes for it; the build is cached (a second start compiles nothing);
+a handler that does not compile, has the wrong signature or returns more than its capacity gives
+the documented error; the cuda executor refuses the handler at start.
+
+Oracles: the repetition code's majority written out in Python (bit counts of the readings), and
+numpy's count of samples above the threshold; the frame count is the request's place in the
+schedule (window 1: in order).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_helpers import TRANSPORTS, Peer, collect_n, receive_n, running, wait_counters
+
+from roce_transceiver import _core
+from roce_transceiver.config import core_config, load_config
+from roce_transceiver.custom_handler import build_host_handler, cache_dir
+from roce_transceiver.protocol import parse
+from roce_transceiver.schema import ConfigError
+from roce_transceiver.transceiver import HandlerBuildError, Transceiver, TransceiverError
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "handlers"
+MAJORITY = EXAMPLES / "majority_vote.cu"
+THRESHOLD = EXAMPLES / "threshold_count.cu"
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """Every test compiles into its own cache: none sees another's (or the user's) libraries."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def majority_correction(reading: bytes, d: int) -> bytes:
+    bits = [(reading[i // 8] >> (i % 8)) & 1 for i in range(d)]
+    majority = int(sum(bits) > d // 2)
+    out = bytearray((d + 7) // 8)
+    for i, b in enumerate(bits):
+        out[i // 8] |= (b ^ majority) << (i % 8)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("distance", [3, 11])
+def test_majority_vote_corrections_equal_the_python_majority(transport, distance):
+    rng = np.random.default_rng(distance)
+    nbytes = (distance + 7) // 8
+    # Readings: mostly agreeing copies with a few flips, and random ones.
+    readings = [bytes(rng.integers(0, 256, nbytes, dtype=np.uint8)) for _ in range(300)]
+    expected = [majority_correction(r, distance) for r in readings]
+    custom = {"source": str(MAJORITY), "entry": "majority_vote", "params": [distance]}
+    with running("cpu", transport, handler="custom", custom=custom) as t:
+        r = t.roundtrip(payloads=readings, expected=expected, count=len(readings), timeout=30)
+        assert (r.status, r.received, r.wrong) == ("done", len(readings), 0)
+        wait_counters(t, messages=len(readings), replies=len(readings), handler_errors=0)
+
+
+def test_threshold_count_counts_samples_above_and_frames_seen():
+    # A message handler: handler frames is kept by the engine itself (engine/frames.h) and
+    # calls no handler, so the statistic runs on each message (docs/handlers.md).
+    threshold = 1000
+    rng = np.random.default_rng(7)
+    frames = [rng.integers(0, 2000, 64, dtype=np.uint16) for _ in range(200)]
+    payloads = [f.astype("<u2").tobytes() for f in frames]
+    expected = [
+        np.array([int((f > threshold).sum()), f.size], "<u4").tobytes()
+        + np.array([i + 1], "<u8").tobytes()
+        for i, f in enumerate(frames)
+    ]
+    custom = {
+        "source": str(THRESHOLD),
+        "entry": "threshold_count",
+        "state_bytes": 8,
+        "params": threshold.to_bytes(2, "little").hex(),
+    }
+    with running("cpu", "RC", handler="custom", custom=custom) as t:
+        r = t.roundtrip(payloads=payloads, expected=expected, count=len(payloads), timeout=30)
+        assert (r.status, r.received, r.wrong) == ("done", len(payloads), 0)
+
+
+INLINE_ECHO = """
+RT_HD int echo(const rt::CustomCall& call) {
+  if (call.request_len > call.reply_capacity) return rt::kHandlerError;
+  for (uint32_t i = 0; i < call.request_len; ++i) call.reply[i] = call.request[i];
+  return int(call.request_len);
+}
+"""
+
+
+def test_second_start_finds_the_library_in_the_cache(tmp_path):
+    custom = {"source": INLINE_ECHO, "entry": "echo"}
+    first = build_host_handler(INLINE_ECHO, name="custom.source", entry="echo")
+    assert not first.cached and first.library.parent == cache_dir()
+    stamp = first.library.stat().st_mtime_ns
+    again = build_host_handler(INLINE_ECHO, name="custom.source", entry="echo")
+    assert again.cached and again.library == first.library
+    assert first.library.stat().st_mtime_ns == stamp, "rebuilt, not taken from the cache"
+    other = build_host_handler(INLINE_ECHO + "\n", name="custom.source", entry="echo")
+    assert not other.cached and other.library != first.library, "another source, same key"
+    # The Transceiver takes the same library, and its inline echo runs.
+    with running("cpu", "RC", handler="custom", custom=custom) as t:
+        r = t.roundtrip(count=50, size=40)
+        assert (r.status, r.received, r.wrong) == ("done", 50, 0)
+    assert sorted(p.name for p in cache_dir().glob("*.so")) == sorted(
+        {first.library.name, other.library.name}
+    )
+
+
+def test_compile_error_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.cu"
+    bad.write_text(
+        '#include "rt/handlers/custom.h"\n\n'
+        "RT_HD int handle(const rt::CustomCall& call) {\n"
+        "  return call.no_such_member;\n"
+        "}\n"
+    )
+    with pytest.raises(HandlerBuildError) as e:
+        Transceiver({"handler": "custom", "executor": "cpu", "custom": {"source": str(bad)}})
+    assert str(e.value).startswith(f"{bad}:4: error: "), str(e.value)
+    assert "\n" not in str(e.value)
+    assert e.value.file == str(bad) and e.value.line == 4
+    assert "no_such_member" in e.value.log
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("RT_HD int handle(int x) { return x; }\n", "entry 'handle' has the wrong signature"),
+        ("RT_HD int other(const rt::CustomCall&) { return 0; }\n", "no entry 'handle'"),
+    ],
+    ids=["wrong-signature", "no-entry"],
+)
+def test_wrong_entry_is_named(source, message):
+    with pytest.raises(HandlerBuildError) as e:
+        Transceiver({"handler": "custom", "executor": "cpu", "custom": {"source": source}})
+    assert str(e.value).startswith(f"custom.source: {message}"), str(e.value)
+    assert "want: RT_HD int handle(const rt::CustomCall& call)" in str(e.value)
+
+
+OVERLONG = """
+RT_HD int handle(const rt::CustomCall& call) {
+  // An odd first byte: claim one byte more than there is room for.
+  if (call.request_len && call.request[0] % 2) return int(call.reply_capacity) + 1;
+  if (call.request_len && call.request[0] == 2) return -7;  // neither kNoReply nor an error
+  if (call.request_len && call.request[0] == 4) return rt::kNoReply;
+  call.reply[0] = call.request[0];
+  return 1;
+}
+"""
+
+
+def test_overlong_reply_is_a_handler_error_and_the_loop_goes_on():
+    with running("cpu", "RC", handler="custom", custom={"source": OVERLONG}) as t:
+        peer = Peer(t)
+        for first in (1, 2, 4, 6):
+            assert t.inject(peer.next("SEND_ONLY", bytes([first]) + b"rest"))
+        replies = [p for p in map(parse, collect_n(t, 1)) if p.opcode & 0x1F == 0x04]
+        assert [p.payload for p in replies] == [b"\x06"]
+        recs = receive_n(t, 4)
+        assert [c.handler_error for c in recs] == [True, True, False, False]
+        wait_counters(t, handler_errors=2, messages=4, replies=1)
+
+
+def test_params_and_source_errors_name_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"custom\.params: .*entry 1: 300 is not a byte"):
+        load_config({"handler": "custom", "custom": {"source": "x.cu", "params": [1, 300]}})
+    with pytest.raises(ConfigError, match=r"custom\.params: .*not hex digits"):
+        load_config({"handler": "custom", "custom": {"source": "x.cu", "params": "zz"}})
+    with pytest.raises(ConfigError, match=r"custom\.source: handler 'custom' needs its source"):
+        load_config({"handler": "custom"})
+    yaml = tmp_path / "c.yaml"
+    yaml.write_text("handler: custom\ncustom:\n  source: a.cu\n  entry: 'not a name'\n")
+    with pytest.raises(ConfigError, match=rf"{yaml}:4: custom\.entry: .*not a C\+\+ function"):
+        load_config(yaml)
+    missing = tmp_path / "missing.cu"
+    with pytest.raises(TransceiverError, match=rf"custom\.source: cannot read '{missing}'"):
+        Transceiver({"handler": "custom", "executor": "cpu", "custom": {"source": str(missing)}})
+
+
+def test_cuda_executor_refuses_custom_saying_the_gpu_path_is_not_built():
+    custom = {"source": INLINE_ECHO, "entry": "echo"}
+    with pytest.raises(ConfigError, match=r"handler: handler 'custom' on executor 'cuda': the GPU"):
+        load_config({"handler": "custom", "executor": "cuda", "custom": custom})
+    # The core says the same to a caller that bypasses the schema (and before it asks for a GPU).
+    core = core_config(load_config({"handler": "custom", "custom": custom}), "cuda", None)
+    core["custom_library"] = str(build_host_handler(INLINE_ECHO, name="x", entry="echo").library)
+    with pytest.raises(ValueError, match=r"handler 'custom' on executor 'cuda': the GPU path"):
+        _core.Transceiver(core)
