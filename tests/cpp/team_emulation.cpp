@@ -137,25 +137,45 @@ bool layout_of(const uint8_t* frame, uint32_t len, rt::IcrcLayout* l) {
   return rt::icrc_team_fits(*l);
 }
 
-int run_icrc(const char* in_path, const char* out_path) {
-  const std::vector<Record> frames = read_records(in_path);
-  const size_t n = frames.size();
+// The frames of a file at their offsets, each with its ICRC layout as found
+// (plain) and with its masks worked out (masked); fits: a layout was found.
+struct IcrcFrames {
+  std::vector<Record> records;
   std::vector<std::unique_ptr<Aligned>> bufs;
-  std::vector<rt::IcrcLayout> plain(n), masked(n);
-  std::vector<std::vector<uint32_t>> masks(n, std::vector<uint32_t>(rt::kIcrcMaskWords));
-  std::vector<bool> fits(n);
-  for (size_t i = 0; i < n; ++i) {
-    bufs.push_back(std::make_unique<Aligned>(frames[i].align + frames[i].bytes.size() + 64));
-    uint8_t* p = bufs.back()->p + frames[i].align;
-    if (!frames[i].bytes.empty()) std::memcpy(p, frames[i].bytes.data(), frames[i].bytes.size());
-    fits[i] = layout_of(p, uint32_t(frames[i].bytes.size()), &plain[i]);
-    masked[i] = plain[i];
-    if (fits[i]) {
-      rt::icrc_masks_for(plain[i], masks[i].data());
-      masked[i].masks = masks[i].data();
+  std::vector<rt::IcrcLayout> plain, masked;
+  std::vector<std::vector<uint32_t>> masks;
+  std::vector<bool> fits;
+
+  explicit IcrcFrames(const char* path) : records(read_records(path)) {
+    const size_t n = records.size();
+    plain.resize(n);
+    masked.resize(n);
+    masks.assign(n, std::vector<uint32_t>(rt::kIcrcMaskWords));
+    fits.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      bufs.push_back(std::make_unique<Aligned>(records[i].align + records[i].bytes.size() + 64));
+      uint8_t* p = frame(i);
+      if (!records[i].bytes.empty())
+        std::memcpy(p, records[i].bytes.data(), records[i].bytes.size());
+      fits[i] = layout_of(p, uint32_t(records[i].bytes.size()), &plain[i]);
+      masked[i] = plain[i];
+      if (fits[i]) {
+        rt::icrc_masks_for(plain[i], masks[i].data());
+        masked[i].masks = masks[i].data();
+      }
     }
   }
-  const auto frame = [&](size_t i) { return bufs[i]->p + frames[i].align; };
+  size_t size() const { return records.size(); }
+  uint8_t* frame(size_t i) const { return bufs[i]->p + records[i].align; }
+};
+
+int run_icrc(const char* in_path, const char* out_path) {
+  IcrcFrames in(in_path);
+  const size_t n = in.size();
+  const auto& plain = in.plain;
+  const auto& masked = in.masked;
+  const auto& fits = in.fits;
+  const auto frame = [&](size_t i) { return in.frame(i); };
   LaneResults one(n), with_masks(n), pair_a(n), pair_b(n);
   HostWarp w;
   w.run([&](const HostWarpTeam& t) {
@@ -200,27 +220,16 @@ int run_icrc(const char* in_path, const char* out_path) {
 // layout without them is taken): a line a frame, "-" for one too long, else its ICRC and the
 // pair's (this frame and the next), or "-" for the pair when the next does not fit.
 int run_icrc_words(const char* in_path, const char* out_path) {
-  const std::vector<Record> frames = read_records(in_path);
-  const size_t n = frames.size();
-  std::vector<std::unique_ptr<Aligned>> bufs;
-  std::vector<rt::IcrcLayout> plain(n), masked(n);
-  std::vector<std::vector<uint32_t>> masks(n, std::vector<uint32_t>(rt::kIcrcMaskWords));
+  IcrcFrames in(in_path);
+  const size_t n = in.size();
+  const auto& masked = in.masked;
   std::vector<bool> fits(n);
   for (size_t i = 0; i < n; ++i) {
-    bufs.push_back(std::make_unique<Aligned>(frames[i].align + frames[i].bytes.size() + 64));
-    uint8_t* p = bufs.back()->p + frames[i].align;
-    if (!frames[i].bytes.empty()) std::memcpy(p, frames[i].bytes.data(), frames[i].bytes.size());
-    fits[i] = layout_of(p, uint32_t(frames[i].bytes.size()), &plain[i]);
-    masked[i] = plain[i];
-    if (fits[i]) {
-      rt::icrc_masks_for(plain[i], masks[i].data());
-      masked[i].masks = masks[i].data();
-    }
     // Without its masks worked out a layout is refused, whatever its length.
-    if (rt::icrc_words_fit(plain[i])) return 2;
-    fits[i] = fits[i] && rt::icrc_words_fit(masked[i]);
+    if (rt::icrc_words_fit(in.plain[i])) return 2;
+    fits[i] = in.fits[i] && rt::icrc_words_fit(masked[i]);
   }
-  const auto frame = [&](size_t i) { return bufs[i]->p + frames[i].align; };
+  const auto frame = [&](size_t i) { return in.frame(i); };
   LaneResults one(n), pair_a(n), pair_b(n);
   HostWarp w;
   w.run([&](const HostWarpTeam& t) {

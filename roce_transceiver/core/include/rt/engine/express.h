@@ -271,7 +271,7 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   if (t.leader()) {
     // Stamped with the request's arrival: the replies leave in the same step, and
     // reading the clock here would cost the round trip ~200 SM cycles (bench ops).
-    if (reply_len && ack) tx_ready(d.tx, st.tx_pi, reply_len, 0, a.ts);  // rung for by the ACK's
+    if (reply_len && ack) tx_prepare(d.tx, st.tx_pi, reply_len, 0, a.ts);  // rung for by the ACK's
     if (ack)
       tx_submit<S>(d.tx, st.tx_pi, ack_len, 0, a.ts);
     else if (reply_len)

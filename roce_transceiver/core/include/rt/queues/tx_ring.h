@@ -44,33 +44,9 @@ RT_HD inline uint8_t* tx_reserve(const TxRing& r, uint32_t pi, uint32_t& seen) {
   return r.slot(pi);
 }
 
-// Engine: describe the slot at `pi` (prepared in place) and move on, without
-// ringing: the next tx_submit's doorbell publishes it too (a reply and its RC
-// ACK, one doorbell for both).
-RT_HD inline void tx_ready(const TxRing& r, uint32_t& pi, uint32_t len, uint32_t flags,
-                           uint64_t timestamp_ns) {
-  TxDesc& d = r.descs[pi & r.mask()];
-  d.len = len;
-  d.flags = flags;
-  d.timestamp_ns = timestamp_ns;
-  ++pi;
-}
-
-// Engine: publish the slot at `pi` (prepared in place) and ring the doorbell.
-template <Scope S>
-RT_HD inline void tx_submit(const TxRing& r, uint32_t& pi, uint32_t len, uint32_t flags,
-                            uint64_t timestamp_ns) {
-  TxDesc& d = r.descs[pi & r.mask()];
-  d.len = len;
-  d.flags = flags;
-  d.timestamp_ns = timestamp_ns;
-  ++pi;
-  store_release<S>(r.producer, pi);
-}
-
-// Engine: the descriptor of the slot at `pi` (prepared in place), without the doorbell: for
-// a consumer that needs no prompt doorbell (the host's completion records), one doorbell
-// (tx_doorbell) then publishes several slots.
+// Engine: the descriptor of the slot at `pi` (prepared in place), without the
+// doorbell: one doorbell (tx_doorbell, or the next tx_submit) then publishes
+// several slots (a reply and its RC ACK; the host's completion records).
 RT_HD inline void tx_prepare(const TxRing& r, uint32_t& pi, uint32_t len, uint32_t flags,
                              uint64_t timestamp_ns) {
   TxDesc& d = r.descs[pi & r.mask()];
@@ -84,6 +60,14 @@ RT_HD inline void tx_prepare(const TxRing& r, uint32_t& pi, uint32_t len, uint32
 template <Scope S>
 RT_HD inline void tx_doorbell(const TxRing& r, uint32_t pi) {
   store_release<S>(r.producer, pi);
+}
+
+// Engine: publish the slot at `pi` (prepared in place) and ring the doorbell.
+template <Scope S>
+RT_HD inline void tx_submit(const TxRing& r, uint32_t& pi, uint32_t len, uint32_t flags,
+                            uint64_t timestamp_ns) {
+  tx_prepare(r, pi, len, flags, timestamp_ns);
+  tx_doorbell<S>(r, pi);
 }
 
 // Consumer: the descriptor at private index `ci`, or nullptr when nothing new.
