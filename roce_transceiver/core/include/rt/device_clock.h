@@ -4,7 +4,7 @@
 // Device code only: this header is empty outside nvcc.
 #pragma once
 
-#include <cstdint>
+#include "rt/fixed_width.h"
 
 #if defined(__CUDACC__)
 

@@ -26,3 +26,11 @@
 #else
 #define RT_DEVICE_CODE 0
 #endif
+
+// 0 under NVRTC, which compiles device code only and refuses a host function
+// even declared: host-only declarations and wrappers sit behind this.
+#if defined(__CUDACC_RTC__)
+#define RT_HOST_FUNCTIONS 0
+#else
+#define RT_HOST_FUNCTIONS 1
+#endif

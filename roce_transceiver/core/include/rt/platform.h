@@ -5,17 +5,12 @@
 // the only annotation that code needs; it vanishes when nvcc is absent.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-
-#if defined(__CUDACC__)
-#include <cuda/atomic>
-#endif
 #if !defined(__CUDA_ARCH__)
 #include <time.h>
 #endif
 
 #include "rt/device_clock.h"
+#include "rt/fixed_width.h"
 #include "rt/hd.h"
 
 namespace rt {
@@ -45,22 +40,24 @@ struct MutByteSpan {
 
 // Who else may touch a shared word. kSystem: the other side is across PCIe
 // (a CPU thread and a kernel, pinned memory); kDevice: both sides are on the
-// GPU (device memory). A word is always used under one scope (libcu++ rule).
+// GPU (device memory). A word is always used under one scope (PTX memory model).
 enum class Scope { kDevice, kSystem };
 
-// Acquire loads and release stores of 32-bit shared indices and flags. The
-// host build uses the compiler's builtins (same semantics as std::atomic_ref);
-// the device build uses libcu++ atomic_ref at the requested scope.
+// The device side of the atomics below is one PTX instruction each, the ones
+// libcu++'s atomic_ref emits, written out so that the same headers compile
+// under NVRTC without libcu++ (a user handler's kernel, custom_handler.py).
+// The host build uses the compiler's builtins (std::atomic_ref's semantics).
+
+// Acquire loads and release stores of 32-bit shared indices and flags.
 template <Scope S>
 RT_HD inline uint32_t load_acquire(const uint32_t* p) {
 #if RT_DEVICE_CODE
-  uint32_t* q = const_cast<uint32_t*>(p);
+  uint32_t v;
   if constexpr (S == Scope::kSystem)
-    return ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_system>(*q).load(
-        ::cuda::memory_order_acquire);
+    asm volatile("ld.acquire.sys.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   else
-    return ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_device>(*q).load(
-        ::cuda::memory_order_acquire);
+    asm volatile("ld.acquire.gpu.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
 #else
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 #endif
@@ -70,11 +67,9 @@ template <Scope S>
 RT_HD inline void store_release(uint32_t* p, uint32_t v) {
 #if RT_DEVICE_CODE
   if constexpr (S == Scope::kSystem)
-    ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_system>(*p).store(
-        v, ::cuda::memory_order_release);
+    asm volatile("st.release.sys.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
   else
-    ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_device>(*p).store(
-        v, ::cuda::memory_order_release);
+    asm volatile("st.release.gpu.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 #else
   __atomic_store_n(p, v, __ATOMIC_RELEASE);
 #endif
@@ -86,11 +81,9 @@ template <Scope S>
 RT_HD inline void store_relaxed(uint32_t* p, uint32_t v) {
 #if RT_DEVICE_CODE
   if constexpr (S == Scope::kSystem)
-    ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_system>(*p).store(
-        v, ::cuda::memory_order_relaxed);
+    asm volatile("st.relaxed.sys.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
   else
-    ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_device>(*p).store(
-        v, ::cuda::memory_order_relaxed);
+    asm volatile("st.relaxed.gpu.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 #else
   __atomic_store_n(p, v, __ATOMIC_RELAXED);
 #endif
@@ -99,13 +92,12 @@ RT_HD inline void store_relaxed(uint32_t* p, uint32_t v) {
 template <Scope S>
 RT_HD inline uint32_t load_relaxed(const uint32_t* p) {
 #if RT_DEVICE_CODE
-  uint32_t* q = const_cast<uint32_t*>(p);
+  uint32_t v;
   if constexpr (S == Scope::kSystem)
-    return ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_system>(*q).load(
-        ::cuda::memory_order_relaxed);
+    asm volatile("ld.relaxed.sys.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   else
-    return ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_device>(*q).load(
-        ::cuda::memory_order_relaxed);
+    asm volatile("ld.relaxed.gpu.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
 #else
   return __atomic_load_n(p, __ATOMIC_RELAXED);
 #endif
@@ -117,13 +109,25 @@ template <Scope S>
 RT_HD inline void store_relaxed(uint64_t* p, uint64_t v) {
 #if RT_DEVICE_CODE
   if constexpr (S == Scope::kSystem)
-    ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_system>(*p).store(
-        v, ::cuda::memory_order_relaxed);
+    asm volatile("st.relaxed.sys.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   else
-    ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_device>(*p).store(
-        v, ::cuda::memory_order_relaxed);
+    asm volatile("st.relaxed.gpu.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 #else
   __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+template <Scope S>
+RT_HD inline uint64_t load_relaxed(const uint64_t* p) {
+#if RT_DEVICE_CODE
+  uint64_t v;
+  if constexpr (S == Scope::kSystem)
+    asm volatile("ld.relaxed.sys.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  else
+    asm volatile("ld.relaxed.gpu.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#else
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
 #endif
 }
 
@@ -132,8 +136,9 @@ RT_HD inline void store_relaxed(uint64_t* p, uint64_t v) {
 // (a signal word polled by a kernel or the host). Return the value before.
 RT_HD inline uint64_t fetch_add_system(uint64_t* p, uint64_t v) {
 #if RT_DEVICE_CODE
-  return ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_system>(*p).fetch_add(
-      v, ::cuda::memory_order_acq_rel);
+  uint64_t old;
+  asm volatile("atom.add.acq_rel.sys.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
 #else
   return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
 #endif
@@ -141,26 +146,15 @@ RT_HD inline uint64_t fetch_add_system(uint64_t* p, uint64_t v) {
 
 RT_HD inline uint64_t compare_swap_system(uint64_t* p, uint64_t compare, uint64_t swap) {
 #if RT_DEVICE_CODE
-  ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_system>(*p).compare_exchange_strong(
-      compare, swap, ::cuda::memory_order_acq_rel);
+  uint64_t old;
+  asm volatile("atom.cas.acq_rel.sys.b64 %0, [%1], %2, %3;"
+               : "=l"(old)
+               : "l"(p), "l"(compare), "l"(swap)
+               : "memory");
+  return old;  // on failure, the value found; on success, the one expected, equal to it
 #else
   __atomic_compare_exchange_n(p, &compare, swap, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-#endif
-  return compare;  // on failure, the value found; on success, the one expected, equal to it
-}
-
-template <Scope S>
-RT_HD inline uint64_t load_relaxed(const uint64_t* p) {
-#if RT_DEVICE_CODE
-  uint64_t* q = const_cast<uint64_t*>(p);
-  if constexpr (S == Scope::kSystem)
-    return ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_system>(*q).load(
-        ::cuda::memory_order_relaxed);
-  else
-    return ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_device>(*q).load(
-        ::cuda::memory_order_relaxed);
-#else
-  return __atomic_load_n(p, __ATOMIC_RELAXED);
+  return compare;
 #endif
 }
 
@@ -170,9 +164,9 @@ template <Scope S>
 RT_HD inline void fence_acquire() {
 #if RT_DEVICE_CODE
   if constexpr (S == Scope::kSystem)
-    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_system);
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
   else
-    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
 #else
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
 #endif

@@ -87,11 +87,13 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
   return done;
 }
 
+#if RT_HOST_FUNCTIONS
 // A CPU thread's pass: the team of one.
 template <Scope S>
 inline uint32_t engine_step(const EngineDesc& d, EngineState& st, Staging* stg = nullptr,
                             uint32_t max_rx = 0xFFFFFFFFu) {
   return engine_step<S>(SoloTeam{}, d, st, stg, max_rx);
 }
+#endif
 
 }  // namespace rt

@@ -5,29 +5,14 @@
 //
 // returns the reply length (0 .. call.reply_capacity), rt::kNoReply or
 // rt::kHandlerError. This header is what a user's source includes, and all it
-// may include of the engine: it is installed with the package (the rest of the
-// core is not) and compiled by NVRTC, which has no C++ standard library, so it
-// includes nothing but the two dependency-free headers below.
+// may include of the engine: NVRTC compiles it (with the engine, on the cuda
+// executor) and has no C++ standard library, so it includes nothing but the
+// three dependency-free headers below.
 #pragma once
 
+#include "rt/fixed_width.h"
 #include "rt/handlers/reply.h"
 #include "rt/hd.h"
-
-#if defined(__CUDACC_RTC__)
-// NVRTC knows the builtin types but not <cstdint>; these are the widths every
-// CUDA target has (the same typedefs as the host's, so a source that also
-// includes a standard or libcu++ header still compiles).
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-typedef signed char int8_t;
-typedef short int16_t;
-typedef int int32_t;
-typedef long long int64_t;
-#else
-#include <cstdint>
-#endif
 
 namespace rt {
 

@@ -9,11 +9,13 @@
 
 namespace rt {
 
+#if RT_HOST_FUNCTIONS
 // Defined in src/crc32_host.cpp; safe to call from any host thread.
 uint32_t crc32_update_host(uint32_t crc, const uint8_t* p, size_t n);
 
 // Which implementation crc32_update_host uses on this CPU ("pclmul" or "slice8").
 const char* crc32_host_impl();
+#endif
 
 RT_HD inline uint32_t crc32_update_fast(uint32_t crc, const uint8_t* p, size_t n) {
 #if RT_DEVICE_CODE

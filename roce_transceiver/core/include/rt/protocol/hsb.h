@@ -8,8 +8,7 @@
 // reserved) all ones, and PSNs that wrap at 2^20 (psn.h, psn_wraps_at_20_bits).
 #pragma once
 
-#include <cstddef>
-
+#include "rt/fixed_width.h"
 #include "rt/protocol/byte_order.h"
 
 namespace rt {
