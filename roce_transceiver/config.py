@@ -640,13 +640,6 @@ def load_config(
     return cfg
 
 
-#: Why handler custom does not run on the cuda executor (yet).
-CUSTOM_ON_CUDA = (
-    "handler 'custom' on executor 'cuda': the GPU path (the handler compiled by NVRTC into the "
-    "persistent kernel) is not built yet; use executor: cpu"
-)
-
-
 def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | None) -> None:
     """Rules that involve more than one key."""
     if cfg["far_end"] == "gpu" and cfg["executor"] == "cpu":
@@ -669,11 +662,8 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("pages x page_bytes must stay under 4 GiB (one region)", "frames.page_bytes")
         if cfg["frames"]["va"] + cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] > 2**64:
             raise fail("the pages run past the end of the 64-bit address space", "frames.va")
-    if cfg["handler"] == "custom":
-        if cfg["custom"]["source"] is None:
-            raise fail("handler 'custom' needs its source (a file or the text)", "custom.source")
-        if cfg["executor"] == "cuda":
-            raise fail(CUSTOM_ON_CUDA, "handler")
+    if cfg["handler"] == "custom" and cfg["custom"]["source"] is None:
+        raise fail("handler 'custom' needs its source (a file or the text)", "custom.source")
     if cfg["executor"] == "cuda" and cfg["cpu_core"] is not None:
         raise fail("pins the cpu executor's thread; executor 'cuda' has none", "cpu_core")
     if cfg["executor"] == "cpu" and cfg["cuda"]["device"]:
@@ -894,6 +884,11 @@ COMPUTED: dict[str, Computed] = {
     ),
     # The compiled handler: Transceiver builds it (custom.source, BY_PYTHON) and sets this.
     "custom_library": Computed((), lambda cfg, ex, blob: ""),
+    "custom_kernel_image": Computed((), lambda cfg, ex, blob: b""),
+    "frames_statistic": Computed(
+        ("handler", "custom.source"),
+        lambda cfg, ex, blob: cfg["handler"] == "frames" and cfg["custom"]["source"] is not None,
+    ),
     # socket.rx_path as resolved for this configuration, and why (rx_path()).
     "cuda_warps": Computed(("cuda.warps", "handler"), lambda cfg, ex, blob: cuda_warps(cfg)),
     "socket_rx_path": Computed(_RX_PATH_READS, lambda cfg, ex, blob: rx_path(cfg)[0]),

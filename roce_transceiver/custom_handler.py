@@ -25,6 +25,8 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -33,8 +35,10 @@ from typing import Any
 __all__ = [
     "DEFAULT_ARCH",
     "DEFAULT_ENTRY",
+    "ENGINE_KERNELS",
     "SIGNATURE",
     "CompiledHandler",
+    "EngineKernels",
     "HandlerCompileError",
     "HostCompilerUnavailable",
     "HostHandler",
@@ -43,8 +47,12 @@ __all__ = [
     "build_host_handler",
     "build_host_handler_file",
     "cache_dir",
+    "compile_engine",
+    "compile_engine_file",
     "compile_handler",
     "compile_handler_file",
+    "engine_kernel_set",
+    "example_path",
     "include_dir",
     "nvrtc_status",
 ]
@@ -97,16 +105,27 @@ class CompiledHandler:
 
 
 def include_dir() -> Path:
-    """Where ``rt/handlers/custom.h`` is: installed with the package (``roce_transceiver/include``,
-    only the ABI's headers) or, from a source checkout, the core's own include directory."""
+    """Where the core's headers are (``rt/handlers/custom.h``, ``rt/cuda/engine_kernels.cuh``):
+    installed with the package (``roce_transceiver/include``; NVRTC compiles them into the
+    engine's kernels with a handler) or, from a source checkout, the core's include directory."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "include", here / "core" / "include"):
-        if (candidate / "rt" / "handlers" / "custom.h").is_file():
+        if (candidate / "rt" / "cuda" / "engine_kernels.cuh").is_file():
             return candidate
     raise NvrtcUnavailable(
-        f"rt/handlers/custom.h is neither in {here / 'include'} nor in {here / 'core' / 'include'}:"
-        " the package is installed without its handler headers (reinstall it)"
+        f"the core's headers (rt/cuda/engine_kernels.cuh) are neither in {here / 'include'} nor "
+        f"in {here / 'core' / 'include'}: the package is installed without them (reinstall it)"
     )
+
+
+def example_path(name: str) -> Path:
+    """One of the example handlers (examples/handlers/NAME): installed with the package, or in
+    the source checkout. FileNotFoundError when neither has it."""
+    here = Path(__file__).resolve().parent
+    for folder in (here / "examples" / "handlers", here.parent / "examples" / "handlers"):
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(f"no example handler {name!r} in {here / 'examples' / 'handlers'}")
 
 
 def _load_nvrtc() -> tuple[ModuleType, str]:
@@ -180,9 +199,8 @@ def _one_line(log: str, name: str, entry: str) -> tuple[str, str | None, int | N
         msg = m["msg"].strip()
         want = SIGNATURE.format(entry=entry)
         if m["file"] == _WRAPPER_NAME:
-            if re.search(rf'identifier "{re.escape(entry)}" is undefined', msg) or (
-                "has no member" in msg
-            ):
+            undefined = re.search(rf'identifier "{re.escape(entry)}" is undefined', msg)
+            if undefined or "has no member" in msg or "the global scope has no" in msg:
                 return f"{name}: no entry '{entry}' (want: {want})", name, None
             return (
                 f"{name}: entry '{entry}' has the wrong signature: {msg} (want: {want})",
@@ -198,6 +216,54 @@ def _one_line(log: str, name: str, entry: str) -> tuple[str, str | None, int | N
     return f"{name}: does not compile: {first}", name, None
 
 
+def _check_arch(nvrtc: ModuleType, version: str, arch: str) -> re.Match[str]:
+    arch_m = _ARCH_RE.fullmatch(arch)
+    if arch_m is None:
+        raise ValueError(f"arch {arch!r} is not a GPU architecture such as sm_90 or compute_90")
+    supported = _supported_archs(nvrtc)
+    if int(arch_m[2]) not in supported:
+        raise ValueError(
+            f"NVRTC {version} does not compile for {arch} (it does sm_{supported[0]} .. "
+            f"sm_{supported[-1]})"
+        )
+    return arch_m
+
+
+def _nvrtc_compile(
+    nvrtc: ModuleType,
+    unit: bytes,
+    options: list[bytes],
+    *,
+    name: str,
+    entry: str,
+    cubin: bool,
+) -> tuple[bytes, str]:
+    """One NVRTC program: its cubin (or PTX) and log; HandlerCompileError when it fails."""
+    (prog,) = _ok(
+        nvrtc, nvrtc.nvrtcCreateProgram(unit, b"custom_handler.cu", 0, [], []), "nvrtcCreateProgram"
+    )
+    try:
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
+        (size,) = _ok(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        buf = b" " * size
+        _ok(nvrtc, nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+        log = buf.rstrip(b"\0").decode(errors="replace").strip()
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            message, file, line = _one_line(log, name, entry)
+            raise HandlerCompileError(message, log, file, line)
+        if cubin:
+            (n,) = _ok(nvrtc, nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+            code = b" " * n
+            _ok(nvrtc, nvrtc.nvrtcGetCUBIN(prog, code), "nvrtcGetCUBIN")
+        else:  # compute_XX: PTX, for the driver to finish
+            (n,) = _ok(nvrtc, nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+            code = b" " * n
+            _ok(nvrtc, nvrtc.nvrtcGetPTX(prog, code), "nvrtcGetPTX")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return bytes(code), log
+
+
 def compile_handler(
     source: str | bytes,
     *,
@@ -211,16 +277,8 @@ def compile_handler(
     machine's) or ValueError (a bad entry name or architecture)."""
     if not _ENTRY_RE.fullmatch(entry):
         raise ValueError(f"entry {entry!r} is not a C++ function name")
-    arch_m = _ARCH_RE.fullmatch(arch)
-    if arch_m is None:
-        raise ValueError(f"arch {arch!r} is not a GPU architecture such as sm_90 or compute_90")
     nvrtc, version = _load_nvrtc()
-    supported = _supported_archs(nvrtc)
-    if int(arch_m[2]) not in supported:
-        raise ValueError(
-            f"NVRTC {version} does not compile for {arch} (it does sm_{supported[0]} .. "
-            f"sm_{supported[-1]})"
-        )
+    arch_m = _check_arch(nvrtc, version, arch)
     text = source.encode() if isinstance(source, str) else source
     options = [
         b"-std=c++17",
@@ -228,31 +286,15 @@ def compile_handler(
         f"-I{include_dir()}".encode(),
         *(f"-I{d}".encode() for d in include_dirs),
     ]
-    (prog,) = _ok(
+    code, log = _nvrtc_compile(
         nvrtc,
-        nvrtc.nvrtcCreateProgram(_wrapper(text, name, entry), b"check_handler.cu", 0, [], []),
-        "nvrtcCreateProgram",
+        _wrapper(text, name, entry),
+        options,
+        name=name,
+        entry=entry,
+        cubin=arch_m[1] == "sm",
     )
-    try:
-        (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
-        (size,) = _ok(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
-        _ok(nvrtc, nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-        log = buf.rstrip(b"\0").decode(errors="replace").strip()
-        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            message, file, line = _one_line(log, name, entry)
-            raise HandlerCompileError(message, log, file, line)
-        if arch_m[1] == "sm":
-            (n,) = _ok(nvrtc, nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            code = b" " * n
-            _ok(nvrtc, nvrtc.nvrtcGetCUBIN(prog, code), "nvrtcGetCUBIN")
-        else:  # compute_XX: PTX, for the driver to finish
-            (n,) = _ok(nvrtc, nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-            code = b" " * n
-            _ok(nvrtc, nvrtc.nvrtcGetPTX(prog, code), "nvrtcGetPTX")
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-    return CompiledHandler(entry, arch, bytes(code), log, version)
+    return CompiledHandler(entry, arch, code, log, version)
 
 
 def compile_handler_file(
@@ -264,6 +306,155 @@ def compile_handler_file(
     source = path.read_bytes()
     return compile_handler(
         source, name=str(path), entry=entry, arch=arch, include_dirs=(path.resolve().parent,)
+    )
+
+
+# ------------------------------------------------------------------ the cuda executor's build
+
+
+@dataclass(frozen=True)
+class EngineKernels:
+    """The engine's kernels (rt/cuda/engine_kernels.cuh) with a handler compiled in: the
+    module the cuda executor loads with the driver API in place of its built-in kernels."""
+
+    image: bytes  # the cubin
+    arch: str
+    cached: bool  # True: found in the cache, nothing was compiled
+    log: str  # NVRTC's warnings, empty when it had nothing to say (or it was cached)
+    seconds: float  # the compile's, or the cache read's
+
+
+# The file name NVRTC's log gives the lines that bind the entry into the engine: an error there
+# is about the entry (_one_line), as for check-handler's kernel.
+_ENGINE_BINDING = _WRAPPER_NAME
+
+
+def _engine_unit(source: bytes, name: str, entry: str) -> bytes:
+    # The user's lines first, with their own file name and numbers; then a device function of
+    # exactly the entry's type that the engine's dispatch calls (RT_CUSTOM_ENTRY, dispatch.h):
+    # fully qualified, so that an entry named like one of the engine's own functions (handle)
+    # is still the user's; then the engine, whose kernels are this module's.
+    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+    head = f'#include "rt/handlers/custom.h"\n#line 1 "{quoted}"\n'.encode()
+    binding = (
+        f'\n#line 1 "{_ENGINE_BINDING}"\n'
+        "__device__ __forceinline__ int rt_custom_entry(const ::rt::CustomCall& call) {\n"
+        f"  const ::rt::CustomEntry entry = &::{entry};\n"
+        "  (void)entry;\n"
+        f"  return ::{entry}(call);\n"
+        "}\n"
+        "#define RT_CUSTOM_ENTRY ::rt_custom_entry\n"
+        '#line 1 "rt/cuda/engine_kernels.cuh (the engine)"\n'
+        '#include "rt/cuda/engine_kernels.cuh"\n'
+    ).encode()
+    return head + source + binding
+
+
+def _engine_headers_digest() -> bytes:
+    """Every header of the engine as this package has them: a changed header is another
+    module."""
+    root = include_dir() / "rt"
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.suffix in (".h", ".cuh") and p.is_file():
+            h.update(str(p.relative_to(root)).encode() + b"\0")
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.digest()
+
+
+#: The engine's kernels a module may hold, by the bit of each in RT_ENGINE_KERNEL_SET
+#: (engine_kernels.cuh): (crew, scope) -> bit. A crew serves the frames handler's streams
+#: (cuda.warps > 1); the scope is the wire's: device memory for a GPU far end, pinned otherwise.
+ENGINE_KERNELS = {
+    (False, "device"): 1,
+    (False, "system"): 2,
+    (True, "device"): 4,
+    (True, "system"): 8,
+}
+
+# What the engine's kernels are compiled with besides -arch, the kernel set and the include
+# paths: nvcc's build (C++17, device code optimised, no debug information).
+_ENGINE_OPTIONS = ("-std=c++17",)
+
+
+def engine_kernel_set(*, crew: bool, far_end_on_gpu: bool) -> int:
+    """The one kernel a transceiver launches, as an RT_ENGINE_KERNEL_SET mask."""
+    return ENGINE_KERNELS[(crew, "device" if far_end_on_gpu else "system")]
+
+
+def compile_engine(
+    source: str | bytes,
+    *,
+    name: str,
+    entry: str = DEFAULT_ENTRY,
+    arch: str = DEFAULT_ARCH,
+    kernels: int = ENGINE_KERNELS[(False, "system")],
+    include_dirs: tuple[Path, ...] = (),
+    cache: Path | None = None,
+    on_compile: Callable[[], None] | None = None,
+) -> EngineKernels:
+    """The engine's kernels ``kernels`` (a mask of ENGINE_KERNELS) with the handler compiled
+    in, for ``arch`` (a real architecture: sm_90). From the cache when the same source, entry,
+    options, architecture, NVRTC and engine headers built them before; else NVRTC takes tens of
+    seconds a kernel (``on_compile`` is called first). Raises HandlerCompileError (one line
+    naming ``name`` and the line; ``.log``: NVRTC's whole log), NvrtcUnavailable, or ValueError
+    (a bad entry name, architecture or kernel set)."""
+    if not _ENTRY_RE.fullmatch(entry):
+        raise ValueError(f"entry {entry!r} is not a C++ function name")
+    if not 0 < kernels < 16:
+        raise ValueError(f"kernels {kernels}: a mask of ENGINE_KERNELS' bits (1 to 15)")
+    nvrtc, version = _load_nvrtc()
+    arch_m = _check_arch(nvrtc, version, arch)
+    if arch_m[1] != "sm":
+        raise ValueError(f"arch {arch!r}: the engine's kernels are compiled for a real GPU (sm_XX)")
+    started = time.perf_counter()
+    text = source.encode() if isinstance(source, str) else source
+    unit = _engine_unit(text, name, entry)
+    options = [
+        *(o.encode() for o in _ENGINE_OPTIONS),
+        f"-arch={arch}".encode(),
+        f"-DRT_ENGINE_KERNEL_SET={kernels}".encode(),
+        f"-I{include_dir()}".encode(),
+        *(f"-I{d}".encode() for d in include_dirs),
+    ]
+    key = hashlib.sha256()
+    for part in (unit, b"\0".join(options), version.encode(), _engine_headers_digest()):
+        key.update(hashlib.sha256(part).digest())
+    folder = cache or cache_dir()
+    image_path = folder / f"engine-{key.hexdigest()[:32]}.cubin"
+    if image_path.is_file():
+        image = image_path.read_bytes()
+        return EngineKernels(image, arch, True, "", time.perf_counter() - started)
+    if on_compile is not None:  # the cache missed: say so before the long part
+        on_compile()
+    image, log = _nvrtc_compile(nvrtc, unit, options, name=name, entry=entry, cubin=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".build-", suffix=".cubin")
+    with os.fdopen(fd, "wb") as f:
+        f.write(image)
+    os.replace(tmp, image_path)  # atomic: a concurrent start finds a whole module or none
+    return EngineKernels(image, arch, False, log, time.perf_counter() - started)
+
+
+def compile_engine_file(
+    path: str | Path,
+    *,
+    entry: str = DEFAULT_ENTRY,
+    arch: str = DEFAULT_ARCH,
+    kernels: int = ENGINE_KERNELS[(False, "system")],
+    cache: Path | None = None,
+) -> EngineKernels:
+    """compile_engine() on a file: errors name it as given; its folder is on the include path.
+    A file that cannot be read raises OSError."""
+    path = Path(path)
+    return compile_engine(
+        path.read_bytes(),
+        name=str(path),
+        entry=entry,
+        arch=arch,
+        kernels=kernels,
+        include_dirs=(path.resolve().parent,),
+        cache=cache,
     )
 
 
@@ -356,7 +547,7 @@ def _host_one_line(log: str, name: str, entry: str) -> tuple[str, str | None, in
 def _abi_headers() -> bytes:
     """The ABI's headers as this package has them: a changed header is another handler."""
     root = include_dir() / "rt"
-    names = ("handlers/custom.h", "handlers/reply.h", "hd.h")
+    names = ("handlers/custom.h", "handlers/reply.h", "hd.h", "fixed_width.h")
     return b"".join((root / p).read_bytes() for p in names)
 
 

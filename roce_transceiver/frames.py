@@ -46,6 +46,10 @@ class Frame:
     rx_last_ns: int
     done_ns: int = 0  # when the engine recorded it (its clock: %globaltimer on the GPU)
     queue: int = 0  # the queue (queues.count) whose stream it came on
+    # The stream's statistic (custom.source with handler frames): the bytes the user handler
+    # returned for this frame; None without one or when it returned kNoReply.
+    result: bytes | None = None
+    result_error: bool = False  # the statistic failed (kHandlerError, or past its capacity)
     _data: Callable[[], np.ndarray] = field(repr=False, compare=False, default=lambda: np.empty(0))
     _device: Callable[[], Any] = field(repr=False, compare=False, default=lambda: None)
     _release: Callable[[], None] = field(repr=False, compare=False, default=lambda: None)

@@ -31,6 +31,10 @@ __all__ = ["Completion", "RoundTrip", "Transceiver", "TransceiverError", "pick_e
 
 log = logging.getLogger(__name__)
 
+#: Transceivers whose loop did not stop (stop() timed out): kept so that nothing frees memory
+#: a loop still running uses.
+_LEFT_RUNNING: list[Any] = []
+
 _U32_MAX = 2**32 - 1  # the far end counts requests and its window in uint32
 _MAX_TIMEOUT_S = 1e10  # the far end's deadline is uint64 nanoseconds: 1.8e10 s at most
 _MIN_RATE = 1e-9  # requests/s: the far end's interval is uint64 nanoseconds (1e18 here)
@@ -113,22 +117,88 @@ class HandlerBuildError(TransceiverError):
         self.log, self.file, self.line = log, file, line
 
 
-def _build_custom(custom: Mapping[str, Any]) -> Any:
-    """custom.source compiled for the cpu executor (custom_handler.build_host_handler): text
-    holding a newline is the source, else the name of a file (its folder on the include path)."""
+def _gpu_arch(device: int) -> str:
+    """The architecture NVRTC compiles for: the GPU's own (compute capability 9.0 -> sm_90)."""
+    gpus = _core.cuda_runtime_info()["gpus"]
+    if device >= len(gpus):
+        raise TransceiverError(f"cuda.device {device}: this machine has {len(gpus)} GPU(s)")
+    major, minor = gpus[device]["compute_capability"].split(".")
+    return f"sm_{major}{minor}"
+
+
+@dataclass(frozen=True)
+class CustomSource:
+    """custom.source as the compilers take it: the text, the name errors give, include folders."""
+
+    text: bytes
+    name: str
+    entry: str
+    include_dirs: tuple[Path, ...]
+
+
+def custom_source(custom: Mapping[str, Any]) -> CustomSource:
+    """custom.source read: text holding a newline is the source (named ``custom.source``), else
+    the name of a file (its folder on the include path)."""
+    source, entry = custom["source"], custom["entry"]
+    if "\n" in source:
+        return CustomSource(source.encode(), "custom.source", entry, ())
+    try:
+        text = Path(source).read_bytes()
+    except OSError as e:
+        raise TransceiverError(
+            f"custom.source: cannot read {source!r} ({e.strerror or e}); a file, relative "
+            "to the working directory, or the source text itself (holding a newline)"
+        ) from None
+    return CustomSource(text, source, entry, (Path(source).resolve().parent,))
+
+
+def engine_kernel_set(config: Mapping[str, Any]) -> int:
+    """The engine kernel a configuration's cuda executor launches (custom_handler's mask)."""
+    from roce_transceiver import custom_handler as ch
+    from roce_transceiver.config import cuda_warps
+
+    return ch.engine_kernel_set(
+        crew=cuda_warps(dict(config)) > 1, far_end_on_gpu=config["far_end"] == "gpu"
+    )
+
+
+def _build_custom(config: Mapping[str, Any], executor: str) -> dict[str, Any]:
+    """custom.source compiled for the executor, as the core's keys: on the cpu executor a shared
+    object (custom_handler.build_host_handler), on the cuda executor the engine's kernel with the
+    handler in it, NVRTC's cubin (custom_handler.compile_engine)."""
     from roce_transceiver import custom_handler as ch
 
-    source, entry = custom["source"], custom["entry"]
+    src = custom_source(config["custom"])
     try:
-        if "\n" in source:
-            return ch.build_host_handler(source, name="custom.source", entry=entry)
-        try:
-            return ch.build_host_handler_file(source, entry=entry)
-        except OSError as e:
-            raise TransceiverError(
-                f"custom.source: cannot read {source!r} ({e.strerror or e}); a file, relative "
-                "to the working directory, or the source text itself (holding a newline)"
-            ) from None
+        if executor == "cpu":
+            host = ch.build_host_handler(
+                src.text, name=src.name, entry=src.entry, include_dirs=src.include_dirs
+            )
+            return {"custom_library": str(host.library)}
+        arch = _gpu_arch(config["cuda"]["device"])
+        built = ch.compile_engine(
+            src.text,
+            name=src.name,
+            entry=src.entry,
+            arch=arch,
+            kernels=engine_kernel_set(config),
+            include_dirs=src.include_dirs,
+            on_compile=lambda: log.info(
+                "custom handler %s: compiling the engine's kernel with it for %s (NVRTC, tens of "
+                "seconds; cached in %s)",
+                src.name,
+                arch,
+                ch.cache_dir(),
+            ),
+        )
+        log.info(
+            "custom handler %s: engine kernel for %s %s in %.3f s",
+            src.name,
+            arch,
+            "from the cache" if built.cached else "compiled",
+            built.seconds,
+        )
+        return {"custom_kernel_image": built.image}
     except ch.HandlerCompileError as e:
         raise HandlerBuildError(str(e), e.log, e.file, e.line) from None
     except (ch.HostCompilerUnavailable, ch.NvrtcUnavailable, ValueError) as e:
@@ -182,10 +252,6 @@ class Transceiver:
         if self.config["far_end"] == "gpu" and self.executor != "cuda":
             raise TransceiverError("far_end 'gpu' needs the cuda executor; " + self.executor_reason)
         log.info(self.executor_reason)
-        if self.config["handler"] == "custom" and self.executor == "cuda":
-            from roce_transceiver.config import CUSTOM_ON_CUDA
-
-            raise TransceiverError(f"{CUSTOM_ON_CUDA} ({self.executor_reason})")
         qec_blob = None
         if self.config["handler"] == "qec":
             from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode
@@ -193,8 +259,8 @@ class Transceiver:
             decoder = LookupTableDecoder(RotatedSurfaceCode(self.config["qec"]["distance"]))
             qec_blob = decoder.table_blob()
         core = core_config(self.config, self.executor, qec_blob)
-        if self.config["handler"] == "custom":
-            core["custom_library"] = str(_build_custom(self.config["custom"]).library)
+        if core["handler"] == "custom" or core["frames_statistic"]:
+            core.update(_build_custom(self.config, self.executor))
         try:
             self._core: Any = _core.Transceiver(core)
         except (ValueError, RuntimeError) as e:
@@ -224,6 +290,10 @@ class Transceiver:
         try:
             self._core.stop()
         except RuntimeError as e:
+            if "did not stop within" in str(e):
+                # Its loop still runs (in a user handler's call that never returns) and uses
+                # the core's memory: the core is kept, never freed, for the process's life.
+                _LEFT_RUNNING.append(self._core)
             raise TransceiverError(f"stop(): {e}") from None
 
     def __enter__(self) -> Transceiver:
@@ -326,8 +396,18 @@ class Transceiver:
             if frame is None:
                 self._messages.append(Completion(**r))
             else:
+                # A statistic's result (frames with custom.source) comes as the record's reply.
+                result = r["reply"] if r["reply_len"] >= 0 else None
                 self._frames.append(
-                    self._frame({**frame, "done_ns": r["done_timestamp_ns"], "queue": r["queue"]})
+                    self._frame(
+                        {
+                            **frame,
+                            "done_ns": r["done_timestamp_ns"],
+                            "queue": r["queue"],
+                            "result": result,
+                            "result_error": r["handler_error"],
+                        }
+                    )
                 )
 
     def _frame(self, f: dict[str, Any]) -> Frame:

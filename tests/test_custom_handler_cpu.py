@@ -3,7 +3,7 @@
 Goal: both shipped examples (examples/handlers/) answer every request the existing far end sends
 with what a Python oracle computes for it; the build is cached (a second start compiles nothing);
 a handler that does not compile, has the wrong signature or returns more than its capacity gives
-the documented error; the cuda executor refuses the handler at start.
+the documented error; the core is told which build its executor is missing.
 
 Oracles: the repetition code's majority written out in Python (bit counts of the readings), and
 numpy's count of samples above the threshold; the frame count is the request's place in the
@@ -182,12 +182,13 @@ def test_params_and_source_errors_name_the_key(tmp_path):
         Transceiver({"handler": "custom", "executor": "cpu", "custom": {"source": str(missing)}})
 
 
-def test_cuda_executor_refuses_custom_saying_the_gpu_path_is_not_built():
+def test_the_core_wants_the_build_its_executor_runs():
+    # Transceiver builds a shared object for the cpu executor and the engine's kernel for the
+    # cuda executor; a caller that bypasses it is told which one is missing, before any GPU is
+    # asked for.
     custom = {"source": INLINE_ECHO, "entry": "echo"}
-    with pytest.raises(ConfigError, match=r"handler: handler 'custom' on executor 'cuda': the GPU"):
-        load_config({"handler": "custom", "executor": "cuda", "custom": custom})
-    # The core says the same to a caller that bypasses the schema (and before it asks for a GPU).
-    core = core_config(load_config({"handler": "custom", "custom": custom}), "cuda", None)
-    core["custom_library"] = str(build_host_handler(INLINE_ECHO, name="x", entry="echo").library)
-    with pytest.raises(ValueError, match=r"handler 'custom' on executor 'cuda': the GPU path"):
-        _core.Transceiver(core)
+    cfg = load_config({"handler": "custom", "custom": custom})
+    with pytest.raises(ValueError, match=r"executor 'cpu' needs its compiled handler"):
+        _core.Transceiver(core_config(cfg, "cpu", None))
+    with pytest.raises(ValueError, match=r"executor 'cuda' needs the engine's kernels"):
+        _core.Transceiver(core_config(cfg, "cuda", None))

@@ -354,12 +354,15 @@ def run_roundtrip(
     completions: bool = False,
     completion_batch: int | None = None,
     nic_handler: str = "all",
+    custom: dict[str, str] | None = None,
+    repeats: int = 3,
 ) -> dict[str, Any]:
     """Echo ping-pong (window 1) of ``count`` ``size``-byte messages, then the floors; with
     ``mode="verbs"`` the Verbs-mode loop too, on the same executor, for each ``nic_handler``;
     with ``completions`` the loop with completion records twice (batched:
     ``completion_batch``, None for the default; and a fence each) next to the bare one (module
-    docstring)."""
+    docstring); with ``custom`` (a custom section whose handler echoes) that handler's loop and
+    the echo's, ``repeats`` each, alternating, compared by the fastest p50 of each."""
     out = out if out is not None else sys.stdout  # at call time: a test may have replaced it
     config: dict[str, Any] = {
         "executor": executor,
@@ -395,6 +398,10 @@ def run_roundtrip(
                 "(target <= 1.10)",
                 file=out,
             )
+    if custom is not None:
+        extra["custom"] = _custom_against_echo(
+            {**config, "executor": used}, custom, repeats, rt, count, size, loops, out
+        )
     if mode == "verbs":
         verbs, extra["verbs"] = _verbs_loops(used, "echo", count, out, nic_handler, size=size)
         loops.update(verbs)
@@ -403,6 +410,58 @@ def run_roundtrip(
     checks = extra.get("completions", {}).get("loops", {})
     records_ok = all(c["records_ok"] for c in checks.values())
     return _report(loops, floors, used, far_end, extra, json_path, out, records_ok)
+
+
+def _plain_loop(config: dict[str, Any], count: int, size: int) -> RoundTrip:
+    with Transceiver(config) as t:
+        t.roundtrip(count=min(count, 1000), size=size)  # warm-up, as the first loop's
+        return t.roundtrip(count=count, size=size, timeout=max(10.0, count * 1e-4))
+
+
+def _custom_against_echo(
+    config: dict[str, Any],
+    custom: dict[str, str],
+    repeats: int,
+    first_echo: RoundTrip,
+    count: int,
+    size: int,
+    loops: dict[str, RoundTrip],
+    out: TextIO,
+) -> dict[str, Any]:
+    """A user handler's echo against the built-in one: ``repeats`` loops of each, a fresh
+    transceiver each, alternating (a loop's latency differs from one start to the next more
+    than between the handlers); ``loops`` gets the fastest of each, "echo" and "custom"."""
+    custom_config = {**config, "handler": "custom", "custom": custom}
+    echoes, customs = [first_echo], []
+    for i in range(repeats):
+        customs.append(_plain_loop(custom_config, count, size))
+        if i + 1 < repeats:
+            echoes.append(_plain_loop(config, count, size))
+
+    def p50(rt: RoundTrip) -> float:
+        p = rt.percentiles("us")
+        return p.p50 if p is not None else float("inf")
+
+    loops["echo"] = min(echoes, key=p50)
+    loops["custom"] = min(customs, key=p50)
+    ratio = p50(loops["custom"]) / p50(loops["echo"])
+    print(
+        f"custom handler {custom['source']} ({custom['entry']}): p50 "
+        + ", ".join(f"{p50(r):.2f}" for r in customs)
+        + " us; built-in echo "
+        + ", ".join(f"{p50(r):.2f}" for r in echoes)
+        + f" us; fastest custom / fastest echo: {ratio:.3f} (target <= 1.05)",
+        file=out,
+    )
+    return {
+        "source": custom["source"],
+        "entry": custom["entry"],
+        "repeats": repeats,
+        "custom_p50_us": [p50(r) for r in customs],
+        "echo_p50_us": [p50(r) for r in echoes],
+        "p50_ratio": ratio,
+        "target": 1.05,
+    }
 
 
 #: The rings a queue gets for a window: rx slots for every request in flight twice over,

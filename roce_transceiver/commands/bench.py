@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from pathlib import Path
 
 from roce_transceiver import _core
 from roce_transceiver.commands import CommandError
@@ -89,6 +90,34 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         dest="completion_batch",
         help="queues.completion_batch of the batched run (default: the configuration's)",
+    )
+    rt.add_argument(
+        "--handler",
+        choices=("echo", "custom"),
+        default="echo",
+        help="custom: also run the loop with a user handler that echoes (--custom-source), "
+        "alternating with the built-in echo, and print its p50 against the echo's",
+    )
+    rt.add_argument(
+        "--custom-source",
+        dest="custom_source",
+        metavar="FILE",
+        help="with --handler custom: the handler's source (default examples/handlers/echo.cu); "
+        "its replies must equal the requests",
+    )
+    rt.add_argument(
+        "--custom-entry",
+        dest="custom_entry",
+        default=None,
+        metavar="NAME",
+        help="with --handler custom: the entry (default: echo for the example, else handle)",
+    )
+    rt.add_argument(
+        "--repeats",
+        type=integer(1, 20),
+        default=3,
+        help="with --handler custom: loops of each handler, alternating (default 3); the "
+        "ratio is of the fastest p50 of each",
     )
     rt.set_defaults(run=run_roundtrip)
 
@@ -312,7 +341,25 @@ def run_roundtrip(args: argparse.Namespace) -> int:
         "completions": args.completions,
         "completion_batch": args.completion_batch,
     }
+    if args.handler == "custom":
+        options["custom"] = custom_echo(args.custom_source, args.custom_entry)
+        options["repeats"] = args.repeats
+    elif args.custom_source or args.custom_entry:
+        raise CommandError(
+            "bench roundtrip: --custom-source and --custom-entry need --handler custom"
+        )
     return _run_loop(args, "roundtrip", options)
+
+
+def custom_echo(source: str | None, entry: str | None) -> dict[str, str]:
+    """The custom section of bench roundtrip's user handler: the example echo unless told."""
+    if source is None:
+        from roce_transceiver.custom_handler import example_path
+
+        return {"source": str(example_path("echo.cu")), "entry": entry or "echo"}
+    if not Path(source).is_file():
+        raise CommandError(f"bench roundtrip: --custom-source {source}: no such file")
+    return {"source": source, "entry": entry or "handle"}
 
 
 def run_qec(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 // The CUDA executor: a persistent kernel runs the same engine_step() as the
 // CPU thread, plus a far-end kernel for the GPU side of the loopback wire.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -11,9 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "rt/cuda/engine_kernels.cuh"
 #include "rt/cuda/engine_launch.h"
-#include "rt/engine/batch.h"
-#include "rt/protocol/icrc_words.h"
 
 namespace rt::cuda {
 namespace {
@@ -24,215 +24,6 @@ void check_cuda(cudaError_t err, const char* what) {
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" +
                              cudaGetErrorString(err) + ")");
   }
-}
-
-// How often the loop reads its stop flag and publishes a heartbeat: reading
-// every pass would put a memory round trip on the critical path.
-constexpr uint32_t kControlEvery = 256;
-// How often the leader reads the clock for the end of its epoch (a register read).
-constexpr uint32_t kClockEvery = 16;
-
-// A crew's profile: SM cycles in classify, commit, execute, publish; batches and their
-// frames; team 0's classify pieces (stage, decode, ICRC, verdict) and the frames it took.
-struct CrewProfile {
-  uint64_t batch_cycles[4];
-  uint64_t batches;
-  uint64_t batch_frames;
-  uint64_t classify_cycles[5];
-};
-
-// Pinned, mapped: the host's stop request and what the epochs cost, for the host.
-struct KernelControl {
-  uint32_t stop;  // written by the host (a plain store, no CUDA call), read by the kernel
-  uint32_t pad;
-  // Block 0's epochs (every block's begin and end together: one launch holds them all).
-  uint64_t epochs;  // written by the kernel at each epoch's start
-  uint64_t gap_total_ns;
-  uint64_t gap_max_ns;
-  uint64_t warmup_total_ns;  // start to the loop's first pass: CRC tables, state in
-  uint64_t warmup_max_ns;
-  uint64_t first_pass_total_ns;  // the first pass of the loop (cold caches)
-  uint64_t first_pass_max_ns;
-  CrewProfile crew[kMaxQueues];  // a queue's, each written by its own block
-};
-
-// Device memory, one a block: what one epoch leaves the next, besides the engine's state.
-struct EpochRecord {
-  uint64_t passes;       // loop passes so far (block 0's: the heartbeat)
-  uint64_t last_end_ns;  // %globaltimer at the last epoch's end
-  uint64_t epochs, gap_total_ns, gap_max_ns;
-  uint64_t warmup_total_ns, warmup_max_ns, first_pass_total_ns, first_pass_max_ns;
-  CrewProfile crew;
-};
-
-// Adds `ns` to a total and a maximum kept in device memory, and mirrors both to the host's.
-__device__ void tally_ns(uint64_t ns, uint64_t& total, uint64_t& max, uint64_t* host_total,
-                         uint64_t* host_max) {
-  total += ns;
-  if (ns > max) max = ns;
-  store_relaxed<Scope::kSystem>(host_total, total);
-  store_relaxed<Scope::kSystem>(host_max, max);
-}
-
-// A struct between memories, a word a lane, every lane's loads in flight
-// before its stores (one round trip, not one per word).
-template <class T>
-__device__ void copy_words(const WarpTeam& team, T* dst, const T* src) {
-  static_assert(sizeof(T) % 8 == 0 && alignof(T) >= 8, "copied in 8-byte words");
-  constexpr uint32_t kWords = sizeof(T) / 8;
-  constexpr uint32_t kPerLane = (kWords + 31) / 32;
-  auto* d = reinterpret_cast<uint64_t*>(dst);
-  const auto* s = reinterpret_cast<const uint64_t*>(src);
-  uint64_t v[kPerLane];
-#pragma unroll
-  for (uint32_t k = 0; k < kPerLane; ++k)
-    if (team.lane() + 32 * k < kWords) v[k] = s[team.lane() + 32 * k];
-#pragma unroll
-  for (uint32_t k = 0; k < kPerLane; ++k)
-    if (team.lane() + 32 * k < kWords) d[team.lane() + 32 * k] = v[k];
-  team.sync();
-}
-
-// One epoch of one queue's loop (the block's), by one warp (kCrew false:
-// engine_step, the team's express path for requests) or by the block's warps
-// as a crew (kCrew true: crew_step, batches of frames classified and placed by
-// every warp; batch.h). Warp 0 keeps the engine's state in shared memory, where
-// every thread reads it; the block's thread 0 is the leader that keeps the
-// books. Block 0's leader also keeps the epochs' and the heartbeat's.
-template <Scope S, bool kCrew>
-__device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state, KernelControl* ctl,
-                          EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns,
-                          uint32_t depth) {
-  const bool books = blockIdx.x == 0;
-  // Dynamic shared memory (stg): warp 0's staging (a frame in, a reply out),
-  // then the crew's batch staging, depth frames.
-  __shared__ EngineState st;
-  __shared__ uint32_t quit;
-  const uint64_t began = globaltimer_ns();
-  crc32_tables_to_shared();
-  const WarpTeam team;
-  const BlockCrew crew;
-  const bool warp0 = crew.team_index() == 0;
-  if (warp0) copy_words(team, &st, state);
-  uint64_t passes = 0;  // the leader's
-  if (crew.leader()) {
-    passes = rec->passes;
-    if (books && rec->epochs)
-      tally_ns(began - rec->last_end_ns, rec->gap_total_ns, rec->gap_max_ns, &ctl->gap_total_ns,
-               &ctl->gap_max_ns);
-    ++rec->epochs;
-    if (books) store_relaxed<Scope::kSystem>(&ctl->epochs, rec->epochs);
-    quit = 0;
-  }
-  Batch* batch = nullptr;
-  if constexpr (kCrew) {
-    __shared__ Batch b;
-    batch = &b;
-    __syncthreads();  // the state is in
-    if (crew.leader()) batch_init(b, depth, stg.rx + 2 * size_t(d.rx.slot_bytes), st.rx_ci);
-  }
-  __syncthreads();
-  const uint64_t until = epoch_ns ? began + epoch_ns : ~uint64_t(0);
-  uint64_t warm = 0;  // the leader's clock at the first pass's start
-  if (crew.leader() && books) {
-    warm = globaltimer_ns();
-    tally_ns(warm - began, rec->warmup_total_ns, rec->warmup_max_ns, &ctl->warmup_total_ns,
-             &ctl->warmup_max_ns);
-  }
-  for (bool first = true;; first = false) {
-    if constexpr (kCrew)
-      crew_step<S>(crew, d, st, *batch, &stg);
-    else
-      engine_step<S>(team, d, st, &stg, d.batch);  // queues.batch frames a pass at most
-    if (crew.leader()) {
-      ++passes;
-      if (first && books)
-        tally_ns(globaltimer_ns() - warm, rec->first_pass_total_ns, rec->first_pass_max_ns,
-                 &ctl->first_pass_total_ns, &ctl->first_pass_max_ns);
-      if (passes % kControlEvery == 0) {
-        if (books) store_relaxed<Scope::kSystem>(heartbeat, passes);
-        if (load_acquire<Scope::kSystem>(&ctl->stop)) quit = 1;
-      }
-      if (passes % kClockEvery == 0 && globaltimer_ns() >= until) quit = 1;
-    }
-    __syncthreads();  // the leader's verdict, for every thread (the next one comes after
-                      // the next pass's own synchronisation)
-    if (quit) break;
-  }
-  if (crew.leader()) {
-    // Nothing waits on us across the gap: slots we hold go back, counters out
-    // (stats() after stop() are exact).
-    if (st.rx_released != st.rx_ci) {
-      rx_release<S>(d.rx, st.rx_ci);
-      st.rx_released = st.rx_ci;
-    }
-    publish<Scope::kSystem>(st.tally, d.counters);
-    publish_completions(d, st);  // the host sees every record before the gap
-    if (books) store_relaxed<Scope::kSystem>(heartbeat, passes);
-    rec->passes = passes;
-    rec->last_end_ns = globaltimer_ns();
-    if constexpr (kCrew) {
-      CrewProfile& p = rec->crew;
-      CrewProfile* host = &ctl->crew[blockIdx.x];
-      for (uint32_t k = 0; k < 4; ++k) {
-        p.batch_cycles[k] += batch->cycles[k];
-        store_relaxed<Scope::kSystem>(&host->batch_cycles[k], p.batch_cycles[k]);
-      }
-      for (uint32_t k = 0; k < 5; ++k) {
-        p.classify_cycles[k] += batch->classify_cycles[k];
-        store_relaxed<Scope::kSystem>(&host->classify_cycles[k], p.classify_cycles[k]);
-      }
-      p.batches += batch->batches;
-      p.batch_frames += batch->batch_frames;
-      store_relaxed<Scope::kSystem>(&host->batches, p.batches);
-      store_relaxed<Scope::kSystem>(&host->batch_frames, p.batch_frames);
-    }
-  }
-  __syncthreads();
-  if (warp0) copy_words(team, state, &st);
-}
-
-// A block per queue: block q runs queue q's engine (descs[q], states[q]), its
-// own rings, state and counters; the blocks share nothing but the stop flag.
-// The descriptor and the staging pointers go to shared memory: every function
-// of the engine takes them by reference, and a parameter whose address is
-// taken is copied to each thread's local memory, where 512 threads' copies
-// fall out of L1 (a crew's verdict and commit spent thousands of cycles there).
-template <Scope S>
-__device__ void run_crew(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
-                         EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns,
-                         uint32_t depth) {
-  extern __shared__ __align__(16) uint8_t dynamic_smem[];
-  __shared__ EngineDesc d;
-  __shared__ Staging stg;
-  const uint32_t q = blockIdx.x;
-  uint8_t* staging = icrc_word_tables_to_shared(dynamic_smem);  // lone frames' express path
-  if (threadIdx.x < 32) copy_words(WarpTeam{}, &d, &descs[q]);
-  if (threadIdx.x == 0) stg = Staging{staging, staging + descs[q].rx.slot_bytes};
-  __syncthreads();
-  run_epoch<S, true>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, depth);
-}
-
-// One warp a queue: each thread keeps its own copy of the descriptor (in registers and
-// L1), as a kernel parameter taken by reference would be.
-template <Scope S>
-__global__ void engine_kernel(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
-                              EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns) {
-  extern __shared__ __align__(16) uint8_t dynamic_smem[];
-  const uint32_t q = blockIdx.x;
-  const EngineDesc d = descs[q];
-  uint8_t* staging = icrc_word_tables_to_shared(dynamic_smem);  // the express path's ICRCs
-  Staging stg{staging, staging + d.rx.slot_bytes};
-  run_epoch<S, false>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, 1);
-}
-
-// The crew's registers are bounded so that kMaxCrewWarps warps fit one SM (one block a
-// SM: 128 registers a thread).
-template <Scope S>
-__global__ void __launch_bounds__(kMaxCrewWarps * 32, 1)
-    crew_kernel(const EngineDesc* descs, EngineState* states, KernelControl* ctl, EpochRecord* recs,
-                uint64_t* heartbeat, uint64_t epoch_ns, uint32_t depth) {
-  run_crew<S>(descs, states, ctl, recs, heartbeat, epoch_ns, depth);
 }
 
 // A block a queue's far end: lane 0 of warp 0 sends, lane 0 of warp 1 receives, so
@@ -287,16 +78,129 @@ void launch_with_smem(void (*kernel)(KArgs...), uint32_t blocks, uint32_t thread
   kernel<<<blocks, threads, smem, stream>>>(std::forward<Args>(args)...);
 }
 
+// The driver API, through the runtime's entry points: this library links the static
+// runtime, not libcuda, and a user handler's module is the driver's to load.
+struct Driver {
+  decltype(&cuModuleLoadData) module_load_data = nullptr;
+  decltype(&cuModuleUnload) module_unload = nullptr;
+  decltype(&cuModuleGetFunction) module_get_function = nullptr;
+  decltype(&cuFuncGetAttribute) func_get_attribute = nullptr;
+  decltype(&cuFuncSetAttribute) func_set_attribute = nullptr;
+  decltype(&cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy = nullptr;
+  decltype(&cuLaunchKernel) launch_kernel = nullptr;
+  decltype(&cuGetErrorName) error_name = nullptr;
+
+  static const Driver& get() {
+    static const Driver d = [] {
+      Driver r;
+      find("cuModuleLoadData", r.module_load_data);
+      find("cuModuleUnload", r.module_unload);
+      find("cuModuleGetFunction", r.module_get_function);
+      find("cuFuncGetAttribute", r.func_get_attribute);
+      find("cuFuncSetAttribute", r.func_set_attribute);
+      find("cuOccupancyMaxActiveBlocksPerMultiprocessor", r.occupancy);
+      find("cuLaunchKernel", r.launch_kernel);
+      find("cuGetErrorName", r.error_name);
+      return r;
+    }();
+    return d;
+  }
+
+  void check(CUresult err, const std::string& what) const {
+    if (err == CUDA_SUCCESS) return;
+    const char* name = nullptr;
+    error_name(err, &name);
+    throw std::runtime_error(what + ": " + (name ? name : std::to_string(int(err))));
+  }
+
+ private:
+  template <class F>
+  static void find(const char* symbol, F& fn) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check_cuda(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &found),
+               symbol);
+    if (found != cudaDriverEntryPointSuccess || !p)
+      throw std::runtime_error(std::string("the CUDA driver has no ") + symbol);
+    fn = reinterpret_cast<F>(p);
+  }
+};
+
+// One of the engine's kernels: built in (nvcc's, launched through the runtime) or from the
+// module NVRTC built with a user handler (launched through the driver API). Either way its
+// arguments go as an array of pointers to them.
+struct EngineFunction {
+  const void* builtin = nullptr;
+  CUfunction loaded = nullptr;
+
+  size_t static_smem() const {
+    if (builtin) {
+      cudaFuncAttributes attr;
+      check_cuda(cudaFuncGetAttributes(&attr, builtin), "cudaFuncGetAttributes");
+      return attr.sharedSizeBytes;
+    }
+    int bytes = 0;
+    Driver::get().check(
+        Driver::get().func_get_attribute(&bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, loaded),
+        "cuFuncGetAttribute(shared memory)");
+    return size_t(bytes);
+  }
+
+  // Raise the kernel's dynamic shared memory limit when smem and its static shared memory
+  // pass the default 48 KiB.
+  void allow_smem(size_t smem) const {
+    if (smem + static_smem() <= 48 * 1024) return;
+    if (builtin)
+      check_cuda(
+          cudaFuncSetAttribute(builtin, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+          "cudaFuncSetAttribute(shared memory)");
+    else
+      Driver::get().check(Driver::get().func_set_attribute(
+                              loaded, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
+                          "cuFuncSetAttribute(shared memory)");
+  }
+
+  int blocks_per_sm(uint32_t threads, size_t smem) const {
+    int n = 0;
+    if (builtin)
+      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, builtin, int(threads), smem),
+                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    else
+      Driver::get().check(Driver::get().occupancy(&n, loaded, int(threads), smem),
+                          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    return n;
+  }
+
+  // Launch errors come back from the launch itself or, for the runtime's, cudaGetLastError.
+  void launch(uint32_t blocks, uint32_t threads, size_t smem, cudaStream_t stream,
+              void** args) const {
+    if (builtin)
+      check_cuda(cudaLaunchKernel(builtin, dim3(blocks), dim3(threads), args, smem, stream),
+                 "engine kernel launch");
+    else
+      Driver::get().check(Driver::get().launch_kernel(loaded, blocks, 1, 1, threads, 1, 1,
+                                                      unsigned(smem), stream, args, nullptr),
+                          "engine kernel launch (the user handler's module)");
+  }
+};
+
+// The built-in kernels: [crew][system scope], as kEngineKernelNames.
+EngineFunction builtin_kernel(bool crew, bool system) {
+  const void* k[2][2] = {{reinterpret_cast<const void*>(rt_engine_kernel_device),
+                          reinterpret_cast<const void*>(rt_engine_kernel_system)},
+                         {reinterpret_cast<const void*>(rt_crew_kernel_device),
+                          reinterpret_cast<const void*>(rt_crew_kernel_system)}};
+  return EngineFunction{k[crew][system], nullptr};
+}
+
 // Dynamic shared memory a crew kernel may have beside its static shared memory.
-template <typename... KArgs>
-size_t dynamic_smem_room(void (*kernel)(KArgs...)) {
+size_t dynamic_smem_room(const EngineFunction& kernel) {
   int device = 0, optin = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
              "cudaDeviceGetAttribute(shared memory)");
-  cudaFuncAttributes attr;
-  check_cuda(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
-  return size_t(optin) > attr.sharedSizeBytes ? size_t(optin) - attr.sharedSizeBytes : 0;
+  const size_t fixed = kernel.static_smem();
+  return size_t(optin) > fixed ? size_t(optin) - fixed : 0;
 }
 
 }  // namespace
@@ -321,6 +225,7 @@ struct EngineKernel::Impl {
   uint32_t blocks = 0;           // one a queue
   int device = 0;                // the GPU it runs on: the relauncher's current device
   std::function<void()> launch;  // one epoch, on `stream`
+  CUmodule module = nullptr;     // a user handler's kernels (opts.kernel_image), or none
 };
 
 EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
@@ -328,10 +233,8 @@ EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   // first launch of a kernel waits for the device to go idle. Load every kernel
   // launched beside the engine now, before the engine starts.
   cudaFuncAttributes attr;
-  check_cuda(cudaFuncGetAttributes(&attr, engine_kernel<Scope::kDevice>), "load engine_kernel");
-  check_cuda(cudaFuncGetAttributes(&attr, engine_kernel<Scope::kSystem>), "load engine_kernel");
-  check_cuda(cudaFuncGetAttributes(&attr, crew_kernel<Scope::kDevice>), "load crew_kernel");
-  check_cuda(cudaFuncGetAttributes(&attr, crew_kernel<Scope::kSystem>), "load crew_kernel");
+  for (bool crew : {false, true})
+    for (bool system : {false, true}) builtin_kernel(crew, system).static_smem();
   check_cuda(cudaFuncGetAttributes(&attr, far_end_kernel<Scope::kDevice>), "load far_end_kernel");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   check_cuda(cudaStreamCreateWithFlags(&impl_->far_stream, cudaStreamNonBlocking),
@@ -380,6 +283,7 @@ EngineKernel::~EngineKernel() {
   cudaStreamDestroy(impl_->stream);
   cudaStreamDestroy(impl_->far_stream);
   cudaStreamDestroy(impl_->control);
+  if (impl_->module) Driver::get().module_unload(impl_->module);
 }
 
 namespace {
@@ -456,41 +360,55 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
              "cudaMemcpyAsync(queue descriptors)");
   check_cuda(cudaStreamSynchronize(k.control), "queue descriptors");
   const uint32_t threads = 32 * opts.warps;
-  auto require_resident = [&](const void* kernel, size_t smem) {
+  const bool crew = opts.warps > 1;
+  EngineFunction kernel = builtin_kernel(crew, !wire_on_device);
+  if (!opts.kernel_image.empty()) {
+    // A user handler's kernels, NVRTC's cubin: the same kernels by the same names, with the
+    // handler compiled in. Loaded now, before the loop runs: a module load waits for the
+    // device to go idle.
+    const Driver& drv = Driver::get();
+    if (!k.module)
+      drv.check(drv.module_load_data(&k.module, opts.kernel_image.data()),
+                "cuModuleLoadData(the user handler's engine kernels)");
+    const char* name = kEngineKernelNames[crew][!wire_on_device];
+    kernel = EngineFunction{nullptr, nullptr};
+    drv.check(drv.module_get_function(&kernel.loaded, k.module, name),
+              std::string("cuModuleGetFunction(") + name + ")");
+  }
+  auto require_resident = [&](size_t smem) {
     // Every block spins until stopped: one that waits for a free SM would never start.
-    int device = 0, sms = 0, per_sm = 0;
+    int device = 0, sms = 0;
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                "cudaDeviceGetAttribute(SMs)");
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(threads), smem),
-               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    const int per_sm = kernel.blocks_per_sm(threads, smem);
     if (uint64_t(sms) * uint64_t(per_sm) < blocks)
       throw std::invalid_argument("queues: " + std::to_string(blocks) + " blocks of " +
                                   std::to_string(threads) + " threads do not run at once on " +
                                   std::to_string(sms) + " SMs");
   };
-  if (opts.warps > 1) {
-    auto* kernel = wire_on_device ? crew_kernel<Scope::kDevice> : crew_kernel<Scope::kSystem>;
+  uint32_t depth = 1;
+  size_t smem = staging;
+  if (crew) {
     const size_t room = dynamic_smem_room(kernel);
-    const uint32_t depth = batch_depth(desc, room > staging ? room - staging : 0, /*staged=*/true);
-    const size_t smem = staging + size_t(depth > 1 ? depth : 0) * desc.rx.slot_bytes;
-    k.batch_depth = depth;
-    allow_dynamic_smem(kernel, smem);
-    require_resident(reinterpret_cast<const void*>(kernel), smem);
-    k.launch = [=, &k] {
-      launch_with_smem(kernel, blocks, threads, smem, k.stream, on_device, states_device, ctl, rec,
-                       heartbeat_pinned, epoch_ns, depth);
-    };
-  } else {
-    auto* kernel = wire_on_device ? engine_kernel<Scope::kDevice> : engine_kernel<Scope::kSystem>;
-    k.batch_depth = 1;
-    allow_dynamic_smem(kernel, staging);
-    require_resident(reinterpret_cast<const void*>(kernel), staging);
-    k.launch = [=, &k] {
-      launch_with_smem(kernel, blocks, threads, staging, k.stream, on_device, states_device, ctl,
-                       rec, heartbeat_pinned, epoch_ns);
-    };
+    depth = batch_depth(desc, room > staging ? room - staging : 0, /*staged=*/true);
+    smem = staging + size_t(depth > 1 ? depth : 0) * desc.rx.slot_bytes;
   }
+  k.batch_depth = depth;
+  kernel.allow_smem(smem);
+  require_resident(smem);
+  k.launch = [=, &k] {
+    // The kernels' parameters (engine_kernels.cuh), by address; the crew's take depth too.
+    const EngineDesc* a_descs = on_device;
+    EngineState* a_states = states_device;
+    KernelControl* a_ctl = ctl;
+    EpochRecord* a_rec = rec;
+    uint64_t* a_heartbeat = heartbeat_pinned;
+    uint64_t a_epoch_ns = epoch_ns;
+    uint32_t a_depth = depth;
+    void* args[] = {&a_descs, &a_states, &a_ctl, &a_rec, &a_heartbeat, &a_epoch_ns, &a_depth};
+    kernel.launch(blocks, threads, smem, k.stream, args);
+  };
   k.launch();  // on the caller's thread: a launch that fails says so here
   check_cuda(cudaGetLastError(), "engine_kernel launch");
   k.launched = true;

@@ -2,6 +2,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <stdexcept>
@@ -27,7 +28,18 @@ class CpuExecutor final : public Executor {
  public:
   CpuExecutor(std::vector<EngineDesc> descs, EngineState* states, int first_core)
       : descs_(std::move(descs)), states_(states), first_core_(first_core), loops_(descs_.size()) {}
-  ~CpuExecutor() override { halt(); }
+  // A thread still in its loop (stop() timed out: a user handler that never returns) is left
+  // running, detached: joining it would wait forever. The transceiver keeps its memory then.
+  ~CpuExecutor() override {
+    stop_.store(true, std::memory_order_release);
+    for (Loop& l : loops_) {
+      if (!l.thread.joinable()) continue;
+      if (l.done.load(std::memory_order_acquire))
+        l.thread.join();
+      else
+        l.thread.detach();
+    }
+  }
 
   void start() override {
     stop_.store(false);
@@ -40,6 +52,7 @@ class CpuExecutor final : public Executor {
         const int err = core >= 0 ? pin_to_core(core) : 0;
         p.set_value(err);
         if (err == 0) loop(q);
+        loops_[q].done.store(true, std::memory_order_release);
       });
     }
     for (uint32_t q = 0; q < loops_.size(); ++q) {
@@ -56,8 +69,23 @@ class CpuExecutor final : public Executor {
     running_ = true;
   }
 
-  void stop(double) override {
-    halt();
+  // Waits up to timeout_s for every loop to see the flag: a loop reads it between passes, so
+  // one that does not stop is inside a pass that does not end (a user handler's call).
+  void stop(double timeout_s) override {
+    stop_.store(true, std::memory_order_release);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    for (uint32_t q = 0; q < loops_.size(); ++q) {
+      Loop& l = loops_[q];
+      while (l.thread.joinable() && !l.done.load(std::memory_order_acquire)) {
+        if (std::chrono::steady_clock::now() > deadline)
+          throw std::runtime_error("the cpu executor's loop of queue " + std::to_string(q) +
+                                   " did not stop within " + std::to_string(timeout_s) +
+                                   " s: its thread has not come back from a pass");
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (l.thread.joinable()) l.thread.join();
+    }
     running_ = false;
   }
   bool running() const override { return running_; }
@@ -82,6 +110,7 @@ class CpuExecutor final : public Executor {
  private:
   struct Loop {
     std::thread thread;
+    std::atomic<bool> done{false};  // the thread's loop returned (set by the thread)
     Batch batch{};  // the thread's crew of one, read by stats() after the join
   };
 

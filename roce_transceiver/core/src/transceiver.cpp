@@ -65,10 +65,6 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   if (c.far_end != "cpu" && c.far_end != "gpu")
     throw std::invalid_argument("far_end='" + c.far_end + "': must be 'cpu' or 'gpu'");
   on_gpu_ = c.executor == "cuda";
-  if (c.handler == HandlerKind::kCustom && on_gpu_)
-    throw std::invalid_argument(
-        "handler 'custom' on executor 'cuda': the GPU path (the handler compiled by NVRTC into "
-        "the persistent kernel) is not built yet; run it on executor 'cpu'");
   if (c.far_end == "gpu" && !on_gpu_)
     throw std::invalid_argument("far_end='gpu' needs executor='cuda'");
   if (c.nic != "loopback" && c.nic != "socket")
@@ -77,6 +73,19 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     throw std::invalid_argument(
         "nic='socket' with far_end='gpu': the socket NIC is a CPU thread, its rings sit in "
         "host memory (far_end='cpu')");
+  if (c.frames_statistic && c.handler != HandlerKind::kFrames)
+    throw std::invalid_argument("frames_statistic: only for handler 'frames'");
+  // A user handler: the handler itself, or the frames stream's statistic.
+  const bool custom = c.handler == HandlerKind::kCustom || c.frames_statistic;
+  const char* custom_what = c.frames_statistic ? "frames_statistic" : "handler 'custom'";
+  if (custom && !on_gpu_ && c.custom_library.empty())
+    throw std::invalid_argument(std::string(custom_what) +
+                                " on executor 'cpu' needs its compiled handler (custom_library): "
+                                "Transceiver builds it");
+  if (custom && on_gpu_ && c.custom_kernel_image.empty())
+    throw std::invalid_argument(std::string(custom_what) +
+                                " on executor 'cuda' needs the engine's kernels compiled with it "
+                                "(custom_kernel_image): Transceiver builds them with NVRTC");
   wire_device_ = c.far_end == "gpu";
   std::string why;
   if (on_gpu_ && !cuda_usable(&why))
@@ -126,9 +135,6 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     throw std::invalid_argument("regions: at most " + std::to_string(kMaxRegions));
   if (c.handler == HandlerKind::kQec && c.qec_blob.empty())
     throw std::invalid_argument("handler 'qec' needs its table blob (qec_blob)");
-  if (c.handler == HandlerKind::kCustom && c.custom_library.empty())
-    throw std::invalid_argument(
-        "handler 'custom' needs its compiled handler (custom_library): Transceiver builds it");
 
   const uint32_t rx_log2 = log2_exact(c.rx_depth, "rx_depth");
   const uint32_t tx_log2 = log2_exact(c.tx_depth, "tx_depth");
@@ -188,7 +194,7 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   }
   // A user handler: its shared object stays loaded until the loop that calls it is gone.
   uint32_t custom_stride = 0;
-  if (c.handler == HandlerKind::kCustom) {
+  if (custom && !on_gpu_) {
     dlerror();
     custom_library_ = {dlopen(c.custom_library.c_str(), RTLD_NOW | RTLD_LOCAL), dlclose};
     if (!custom_library_)
@@ -208,17 +214,19 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
                                   ", this engine has " + std::to_string(kCustomAbiVersion) +
                                   " (rebuild it: clear the handler cache)");
     d.handler.custom.call = call;
+  }
+  if (custom) {
     // Each queue's state on its own 64-byte lines: the ABI promises 16-byte alignment, and
     // queues on different threads must not share a cache line.
     custom_stride = (c.custom_state_bytes + 63u) / 64u * 64u;
     if (custom_stride) {
-      custom_state_ = Buffer(Placement::kHost, size_t(custom_stride) * c.queues);
+      custom_state_ = Buffer(engine_private, size_t(custom_stride) * c.queues);
       d.handler.custom.state_bytes = c.custom_state_bytes;
     }
     if (!c.custom_params.empty()) {
-      custom_params_ = Buffer(Placement::kHost, c.custom_params.size());
+      custom_params_ = Buffer(engine_private, c.custom_params.size());
       custom_params_.write(0, c.custom_params.data(), c.custom_params.size());
-      d.handler.custom.params = custom_params_.host();
+      d.handler.custom.params = custom_params_.data();
       d.handler.custom.params_bytes = uint32_t(c.custom_params.size());
     }
   }
@@ -247,8 +255,9 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     const std::vector<uint32_t> ones(c.frames_pages, 1u);
     page_free_.write(0, ones.data(), ones.size() * sizeof(uint32_t));
     pages_per_queue = c.frames_pages / c.queues;
-    d.frames = FramesDesc{c.frames_region,   c.frames_page_bytes, pages_per_queue,
-                          c.frames_metadata, c.frames_check_crc,  nullptr};
+    d.frames = FramesDesc{c.frames_region,    c.frames_page_bytes,  pages_per_queue,
+                          c.frames_metadata,  c.frames_check_crc,   c.frames_statistic,
+                          nullptr};
   }
   d.msg_buf_bytes = c.msg_buf_bytes;
   d.reply_scratch_bytes = c.slot_bytes;
@@ -284,9 +293,9 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
           reinterpret_cast<uint32_t*>(on_gpu_ ? page_free_.device() : page_free_.host()) +
           hq.first_page;
     }
-    if (c.handler == HandlerKind::kCustom) {
+    if (custom) {
       qd.handler.custom.queue = uint16_t(q);
-      if (custom_stride) qd.handler.custom.state = custom_state_.host() + size_t(q) * custom_stride;
+      if (custom_stride) qd.handler.custom.state = custom_state_.data() + size_t(q) * custom_stride;
     }
     qd.msg_buf = hq.scratch.data();
     qd.reply_scratch = hq.scratch.data() + c.msg_buf_bytes;
@@ -344,10 +353,11 @@ void Transceiver::start() {
     nic_ = std::make_unique<SocketNic>(nc, steering_, std::move(rings));
   }
   if (on_gpu_)
-    executor_ = make_cuda_executor(
-        std::move(descs), reinterpret_cast<EngineState*>(state_.device()), wire_device_,
-        reinterpret_cast<uint64_t*>(heartbeat_.host()),
-        cuda::LaunchOptions{cfg_.cuda_epoch_us, cfg_.cuda_epochs_in_flight, cfg_.cuda_warps});
+    executor_ =
+        make_cuda_executor(std::move(descs), reinterpret_cast<EngineState*>(state_.device()),
+                           wire_device_, reinterpret_cast<uint64_t*>(heartbeat_.host()),
+                           cuda::LaunchOptions{cfg_.cuda_epoch_us, cfg_.cuda_epochs_in_flight,
+                                               cfg_.cuda_warps, cfg_.custom_kernel_image});
   else
     executor_ = make_cpu_executor(std::move(descs), reinterpret_cast<EngineState*>(state_.host()),
                                   cfg_.cpu_core);
@@ -407,8 +417,18 @@ void Transceiver::stop() {
     final_nic_stats_ = nic_->stats();
     final_nic_info_ = nic_->info();
   }
-  // Throws, keeping every buffer, if a loop will not stop.
-  if (started_ && executor_) executor_->stop(cfg_.stop_timeout_s);
+  // Throws, keeping every buffer, if a loop will not stop. A user handler that never returns
+  // is the likeliest reason then: the loop only reads its stop flag between calls.
+  if (started_ && executor_) {
+    try {
+      executor_->stop(cfg_.stop_timeout_s);
+    } catch (const std::runtime_error& e) {
+      if (cfg_.handler != HandlerKind::kCustom && !cfg_.frames_statistic) throw;
+      throw std::runtime_error(std::string(e.what()) +
+                               "; the loop runs a user handler (custom.entry): one that never "
+                               "returns keeps the loop from its stop flag");
+    }
+  }
   // The engines are stopped (a GPU far end saw the same flag): what runs in
   // other threads now ends by itself.
   wait_for_calls(cfg_.stop_timeout_s);

@@ -14,6 +14,8 @@ namespace rt {
 
 // The most teams a crew may have: the GPU's 1024-thread blocks.
 constexpr uint32_t kMaxTeams = 32;
+// The most warps the GPU's crew kernel has: its registers are bounded for them.
+constexpr uint32_t kMaxCrewWarps = 16;
 
 struct SoloCrew {
   using Team = SoloTeam;

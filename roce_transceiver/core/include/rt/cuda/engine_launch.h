@@ -20,13 +20,14 @@
 
 namespace rt::cuda {
 
-// The most warps a crew kernel has (its registers are bounded for them).
-constexpr uint32_t kMaxCrewWarps = 16;
-
 struct LaunchOptions {
   uint32_t epoch_us = 0;   // 0: one launch until stop()
   uint32_t in_flight = 1;  // launches queued at once: 2 hides the relaunch, if the driver lets it
   uint32_t warps = 1;      // 1: one warp (engine_step); more: a crew of warps (crew_step)
+  // A module with the engine's kernels (engine_kernels.cuh) that NVRTC compiled with a user
+  // handler (custom_handler.py): loaded with the driver API and launched instead of the
+  // built-in kernels. Empty: the built-in ones.
+  std::vector<uint8_t> kernel_image;
 };
 
 // What the epochs cost, measured on the GPU: from one epoch's end to the next one's start,

@@ -564,6 +564,12 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
   if (st.frames.pending) {
     const FrameState& fs = st.frames;
     const uint64_t n = pending_frame_bytes(d.frames, fs);
+    // The frame's statistic by the leader's team (frame_statistic); the leader has its result.
+    int result = kNoReply;
+    if (d.frames.statistic) {
+      if (c.team_index() == 0) result = frame_statistic(c.team(), d, st);
+      c.sync();
+    }
     if (fs.crc_valid && fs.crc_len == n) {  // folded from the packets: the page is not read
       if (c.leader()) {
         if (b.start_n != n) {
@@ -571,11 +577,11 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
           b.start_crc = crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu);
         }
         count(st.tally, Counter::kFramesCrcFolded);
-        record_frame<S>(d, st, ~(fs.crc_raw ^ b.start_crc));
+        record_frame<S>(d, st, ~(fs.crc_raw ^ b.start_crc), result);
       }
     } else {
       const uint32_t crc = crc32_crew(c, b, pending_frame_page(d, fs), n);
-      if (c.leader()) record_frame<S>(d, st, crc);
+      if (c.leader()) record_frame<S>(d, st, crc, result);
     }
   }
   if (c.leader()) {

@@ -48,6 +48,8 @@ struct FramesDesc {
   uint32_t pages;
   bool metadata;        // the end-of-frame packet carries the metadata record
   bool check_crc;       // compare the page's CRC with the record's (HSB's emulator sends 0)
+  bool statistic;       // a user handler (handler.custom) runs on each frame: its reply is
+                        // the record's result (custom.h, frame_statistic)
   uint32_t* page_free;  // host-visible, per page: 1 free, 0 held by the host
 };
 

@@ -718,8 +718,25 @@ RT_HD inline const uint8_t* pending_frame_page(const EngineDesc& d, const FrameS
 
 // Leader: the pending frame's record for the host, with its page's CRC. The
 // page is the host's from then until it is released.
+// Team-wide, at a frame's end: its statistic, a user handler (custom.h) given the frame's
+// bytes as the message and d.reply_scratch for its result (no reply leaves for the wire on
+// the frames stream). Returns the result's length, kNoReply or kHandlerError; kNoReply when
+// the stream has no statistic.
+template <class Team>
+RT_HD inline int frame_statistic(const Team& t, const EngineDesc& d, const EngineState& st) {
+  if (!d.frames.statistic) return kNoReply;
+  const FrameState& fs = st.frames;
+  const Message m{pending_frame_page(d, fs), uint32_t(pending_frame_bytes(d.frames, fs)), fs.imm,
+                  true, 0x2B};
+  const uint32_t half = completion_data_bytes(d.completions.slot_bytes);
+  const uint32_t room = half < d.reply_scratch_bytes ? half : d.reply_scratch_bytes;
+  return custom_team(t, d.handler.custom, m, d.reply_scratch, room);
+}
+
+// `result`: the frame's statistic (frame_statistic), in d.reply_scratch; kNoReply for none.
 template <Scope S>
-RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t crc) {
+RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t crc,
+                               int result = kNoReply) {
   FrameState& fs = st.frames;
   const FramesDesc& fd = d.frames;
   const bool meta = fd.metadata;
@@ -762,10 +779,18 @@ RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t cr
     CompletionRecord& c = *reinterpret_cast<CompletionRecord*>(slot);
     c = CompletionRecord{};
     c.request_len = uint32_t(sizeof(FrameRecord));
-    c.reply_len = kNoReply;
+    c.reply_len = result;
     c.imm = fs.imm;
     c.opcode = 0x2B;
     c.flags = kCompletionFrame | kCompletionHasImm;
+    if (result == kHandlerError) {
+      c.flags |= kCompletionHandlerError;
+      count(st.tally, Counter::kHandlerErrors);
+    }
+    // The statistic's result goes where a message's reply would (the slot's second half).
+    const uint32_t half = completion_data_bytes(d.completions.slot_bytes);
+    if (result > 0)
+      copy_bytes(slot + sizeof(CompletionRecord) + half, d.reply_scratch, uint32_t(result));
     c.psn = fs.end_psn;
     c.rx_timestamp_ns = fs.rx_last_ns;
     c.done_timestamp_ns = now_ns();
@@ -786,7 +811,8 @@ template <Scope S, class Team>
 RT_HD inline void finish_frame(const Team& t, const EngineDesc& d, EngineState& st) {
   const uint32_t crc =
       crc32_team(t, pending_frame_page(d, st.frames), pending_frame_bytes(d.frames, st.frames));
-  if (t.leader()) record_frame<S>(d, st, crc);
+  const int result = frame_statistic(t, d, st);
+  if (t.leader()) record_frame<S>(d, st, crc, result);
   t.sync();
 }
 

@@ -9,23 +9,51 @@
 
 namespace rt {
 
-// kCustom on the cpu executor: a team of one lane. The returned length is checked here, once,
-// for every user handler: more than the capacity (the handler wrote past what it was given, or
-// miscounted) or a negative value other than kNoReply is a handler error and nothing is sent.
-RT_HD inline int custom_handle(const CustomDesc& c, const Message& m, uint8_t* reply,
-                               uint32_t capacity) {
-#if RT_DEVICE_CODE
-  // c.call is a host address: the cuda executor refuses kCustom at start, so this never runs.
-  (void)c, (void)m, (void)reply, (void)capacity;
-  return kHandlerError;
-#else
-  const CustomCall call{m.data,   m.len,   m.imm,         m.has_imm, m.opcode,       c.queue, reply,
-                        capacity, c.state, c.state_bytes, c.params,  c.params_bytes, 0,       1};
-  const int n = c.call(&call);
+// A user handler's returned length, checked here, once, for every user handler: more than the
+// capacity (the handler wrote past what it was given, or miscounted) or a negative value other
+// than kNoReply is a handler error and nothing is sent.
+RT_HD inline int custom_checked(int n, uint32_t capacity) {
   if (n == kNoReply) return kNoReply;
   if (n < 0 || uint32_t(n) > capacity) return kHandlerError;
   return n;
+}
+
+// kCustom, called by one lane of `lanes` (the GPU's warp calls it on every lane).
+// On the host: the compiled shared object's trampoline. On the GPU: the entry NVRTC
+// compiled into this very kernel (custom_handler.py defines RT_CUSTOM_ENTRY before
+// including the engine); the built-in kernels have none and refuse kCustom at start.
+RT_HD inline int custom_handle(const CustomDesc& c, const Message& m, uint8_t* reply,
+                               uint32_t capacity, uint32_t lane = 0, uint32_t lanes = 1) {
+  const CustomCall call{m.data,   m.len,          m.imm,    m.has_imm, m.opcode,
+                        c.queue,  reply,          capacity, c.state,   c.state_bytes,
+                        c.params, c.params_bytes, lane,     lanes};
+#if RT_DEVICE_CODE
+#if defined(RT_CUSTOM_ENTRY)
+  return custom_checked(RT_CUSTOM_ENTRY(call), capacity);
+#else
+  (void)call;
+  return kHandlerError;
 #endif
+#else
+  return custom_checked(c.call(&call), capacity);
+#endif
+}
+
+// A user handler by a team: on the GPU every lane of the warp calls it, each told its lane
+// (custom.h); on the host the leader alone, as a team of one (the lanes of a host team are not
+// threads). The leader's return is every lane's.
+template <class Team>
+RT_HD inline int custom_team(const Team& t, const CustomDesc& c, const Message& m, uint8_t* reply,
+                             uint32_t capacity) {
+  int n = 0;
+#if RT_DEVICE_CODE
+  n = custom_handle(c, m, reply, capacity, t.lane(), t.size());
+#else
+  if (t.leader()) n = custom_handle(c, m, reply, capacity);
+#endif
+  n = int(t.from_leader(uint32_t(n)));
+  t.sync();
+  return n;
 }
 
 RT_HD inline int handle(const HandlerDesc& h, const Message& m, uint8_t* reply, uint32_t capacity) {
@@ -43,7 +71,9 @@ RT_HD inline int handle(const HandlerDesc& h, const Message& m, uint8_t* reply, 
 }
 
 // handle() by a team: the echo's copy is shared by the lanes (a byte each, so
-// any alignment); the others run on the leader. Every lane gets the result.
+// any alignment), a user handler runs on every lane of a warp; the others run on
+// the leader (a user handler too on the host: its lanes are not threads there).
+// Every lane gets the result.
 template <class Team>
 RT_HD inline int handle_team(const Team& t, const HandlerDesc& h, const Message& m, uint8_t* reply,
                              uint32_t capacity) {
@@ -56,6 +86,7 @@ RT_HD inline int handle_team(const Team& t, const HandlerDesc& h, const Message&
       return int(m.len);
     }
   }
+  if (h.kind == HandlerKind::kCustom) return custom_team(t, h.custom, m, reply, capacity);
   int n = 0;
   if (t.leader()) n = handle(h, m, reply, capacity);
   n = int(t.from_leader(uint32_t(n)));

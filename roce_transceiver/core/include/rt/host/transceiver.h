@@ -55,8 +55,13 @@ struct TransceiverConfig {
   std::vector<uint8_t> qec_blob;
   // handler kCustom: the shared object roce_transceiver/custom_handler.py built (its
   // rt_custom_call trampoline and rt_custom_abi_version), the state each queue keeps and the
-  // user's constant parameters.
+  // user's constant parameters. On executor 'cuda', the engine's kernels NVRTC compiled with
+  // the handler (a cubin, custom_kernel_image) instead of the shared object.
   std::string custom_library;
+  std::vector<uint8_t> custom_kernel_image;
+  // handler kFrames: the user handler above is the streams' statistic, run on each frame
+  // (its result is the frame's reply, FramesDesc::statistic).
+  bool frames_statistic = false;
   uint32_t custom_state_bytes = 0;
   std::vector<uint8_t> custom_params;
   std::vector<RegionConfig> regions;
@@ -148,6 +153,7 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("handler", NamedKey<HandlerKind>(c.handler, kHandlerKeyNames));
   key("qec_blob", c.qec_blob);
   key("custom_library", c.custom_library);
+  key("custom_kernel_image", c.custom_kernel_image);
   key("custom_state_bytes", c.custom_state_bytes);
   key("custom_params", c.custom_params);
   key("regions", c.regions);
@@ -156,6 +162,7 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("frames_pages", c.frames_pages);
   key("frames_metadata", c.frames_metadata);
   key("frames_check_crc", c.frames_check_crc);
+  key("frames_statistic", c.frames_statistic);
   key("cpu_core", c.cpu_core);
   key("stop_timeout_s", c.stop_timeout_s);
   key("cuda_epoch_us", c.cuda_epoch_us);

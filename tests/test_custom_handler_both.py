@@ -1,0 +1,319 @@
+"""handler custom on both executors: one source, the same answers, on the cpu executor (the
+host compiler's shared object) and on the cuda executor (NVRTC's engine kernel with the handler
+in it; @pytest.mark.gpu). Also the frames stream's statistic (handler frames with
+custom.source) and what a handler that never returns or faults does to the loop.
+
+Goal: every answer of both examples equals its Python oracle on each executor, with the far end
+on the CPU and (cuda) on the GPU; a handler with state keeps it across calls on its queue; the
+frames statistic's result arrives with each frame's record; a reply past its capacity is a
+handler error and the loop goes on; a handler that never returns makes stop() raise after
+stop_timeout_s naming the user handler (no hang); a faulting handler's CUDA error surfaces at
+the next call.
+
+Oracles: the repetition code's majority in Python; numpy's count of samples above the threshold;
+the call count a stateful handler returns is the request's place in the schedule (window 1).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_helpers import Peer, collect_n, receive_n, running, wait_counters
+from frames_helpers import PAGE, frames_config, send, sensor_for
+
+from roce_transceiver import _core
+from roce_transceiver.protocol import parse
+from roce_transceiver.transceiver import (
+    Transceiver,
+    TransceiverError,
+    custom_source,
+    engine_kernel_set,
+)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "handlers"
+MAJORITY = EXAMPLES / "majority_vote.cu"
+THRESHOLD = EXAMPLES / "threshold_count.cu"
+ECHO = EXAMPLES / "echo.cu"
+
+# (executor, far end); the cuda rows need a GPU. The engine's kernel is compiled once a
+# configuration (a cached module after that, in the user's cache as a deployment would).
+SETUPS = [
+    pytest.param(("cpu", "cpu"), id="cpu"),
+    pytest.param(("cuda", "cpu"), id="cuda", marks=pytest.mark.gpu),
+    pytest.param(("cuda", "gpu"), id="cuda-gpu-far-end", marks=pytest.mark.gpu),
+]
+EXECUTORS = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+]
+
+
+def _compile(args: tuple[bytes, str, str, tuple[Path, ...], str, int]) -> float:
+    from roce_transceiver import custom_handler as ch
+
+    text, name, entry, dirs, arch, kernels = args
+    built = ch.compile_engine(
+        text, name=name, entry=entry, arch=arch, kernels=kernels, include_dirs=dirs
+    )
+    return built.seconds
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine_modules():
+    """On a GPU machine, the engine kernels this file's GPU tests start, compiled at once in
+    parallel processes into the cache the transceivers then read (each is tens of seconds of
+    NVRTC alone). The same arguments as Transceiver's own build (transceiver.custom_source)."""
+    info = _core.cuda_runtime_info()
+    if not info["built"] or not info["gpus"]:
+        yield
+        return
+    major, minor = info["gpus"][0]["compute_capability"].split(".")
+    arch = f"sm_{major}{minor}"
+    jobs = []
+    for source, entry, far_ends, crew in (
+        (str(MAJORITY), "majority_vote", ("cpu", "gpu"), False),
+        (str(ECHO), "echo", ("cpu", "gpu"), False),
+        (COUNTER, "handle", ("cpu",), False),
+        (OVERLONG, "handle", ("cpu",), False),
+        (str(THRESHOLD), "threshold_count", ("cpu",), True),
+        (NEVER_RETURNS, "handle", ("cpu",), False),
+        (FAULTS, "handle", ("cpu",), False),
+    ):
+        src = custom_source({"source": source, "entry": entry})
+        for far_end in far_ends:
+            kernels = engine_kernel_set(
+                {
+                    "far_end": far_end,
+                    "handler": "frames" if crew else "custom",
+                    "cuda": {"warps": 0},
+                }
+            )
+            jobs.append((src.text, src.name, src.entry, src.include_dirs, arch, kernels))
+    ctx = multiprocessing.get_context("spawn")  # this process has CUDA: no fork
+    with ProcessPoolExecutor(
+        max_workers=min(len(jobs), os.cpu_count() or 1), mp_context=ctx
+    ) as pool:
+        list(pool.map(_compile, jobs))
+    yield
+
+
+def majority_correction(reading: bytes, d: int) -> bytes:
+    bits = [(reading[i // 8] >> (i % 8)) & 1 for i in range(d)]
+    majority = int(sum(bits) > d // 2)
+    out = bytearray((d + 7) // 8)
+    for i, b in enumerate(bits):
+        out[i // 8] |= (b ^ majority) << (i % 8)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+@pytest.mark.parametrize("distance", [5, 21])
+def test_majority_vote_answers_like_the_python_majority(setup, distance):
+    executor, far_end = setup
+    rng = np.random.default_rng(distance)
+    nbytes = (distance + 7) // 8
+    readings = [bytes(rng.integers(0, 256, nbytes, dtype=np.uint8)) for _ in range(400)]
+    expected = [majority_correction(r, distance) for r in readings]
+    custom = {"source": str(MAJORITY), "entry": "majority_vote", "params": [distance]}
+    with running(executor, "UC", far_end, handler="custom", custom=custom) as t:
+        r = t.roundtrip(payloads=readings, expected=expected, count=len(readings), timeout=60)
+        assert (r.status, r.received, r.wrong) == ("done", len(readings), 0)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_the_custom_echo_answers_like_the_built_in_one(setup):
+    executor, far_end = setup
+    custom = {"source": str(ECHO), "entry": "echo"}
+    with running(executor, "UC", far_end, handler="custom", custom=custom) as t:
+        for size in (1, 32, 333, 1024):
+            r = t.roundtrip(count=200, size=size, timeout=60)
+            assert (r.status, r.received, r.wrong) == ("done", 200, 0), size
+        # Stateless: the express path takes it, as it takes the built-in echo.
+        assert t.stats()["express"] > 0
+
+
+COUNTER = """
+#include "rt/handlers/custom.h"
+// Replies with how many calls this queue has had (state), from lane 0's count; every lane
+// adds its lane number to the reply's second word to show all of them ran.
+RT_HD int handle(const rt::CustomCall& call) {
+  if (call.state_bytes < 8 || call.reply_capacity < 8) return rt::kHandlerError;
+  uint32_t* calls = reinterpret_cast<uint32_t*>(call.state);
+  const uint32_t lanes = rt::custom_sum(call, call.lane);
+  rt::custom_sync(call);
+  if (call.lane == 0) {
+    calls[0] += 1;
+    uint32_t n = calls[0];
+    for (int i = 0; i < 4; ++i) call.reply[i] = uint8_t(n >> (8 * i));
+    for (int i = 0; i < 4; ++i) call.reply[4 + i] = uint8_t(lanes >> (8 * i));
+  }
+  rt::custom_sync(call);
+  return 8;
+}
+"""
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_state_is_kept_from_call_to_call_and_every_lane_runs(executor):
+    lanes = 32 if executor == "cuda" else 1
+    n = 300
+    payloads = [bytes([i & 0xFF]) for i in range(n)]
+    expected = [
+        (i + 1).to_bytes(4, "little") + (lanes * (lanes - 1) // 2).to_bytes(4, "little")
+        for i in range(n)
+    ]
+    custom = {"source": COUNTER, "state_bytes": 64}
+    with running(executor, "RC", handler="custom", custom=custom) as t:
+        r = t.roundtrip(payloads=payloads, expected=expected, count=n, timeout=60)
+        assert (r.status, r.received, r.wrong) == ("done", n, 0)
+
+
+OVERLONG = """
+#include "rt/handlers/custom.h"
+RT_HD int handle(const rt::CustomCall& call) {
+  if (call.request_len && call.request[0] % 2) return int(call.reply_capacity) + 1;
+  if (call.lane == 0) call.reply[0] = call.request[0];
+  rt::custom_sync(call);
+  return 1;
+}
+"""
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_reply_past_its_capacity_is_a_handler_error_and_the_loop_goes_on(executor):
+    with running(executor, "RC", handler="custom", custom={"source": OVERLONG}) as t:
+        peer = Peer(t)
+        for first in (1, 2, 3, 6):
+            assert t.inject(peer.next("SEND_ONLY", bytes([first]) + b"rest"))
+        replies = [p for p in map(parse, collect_n(t, 2)) if p.opcode & 0x1F == 0x04]
+        assert sorted(p.payload for p in replies) == [b"\x02", b"\x06"]
+        recs = receive_n(t, 4)
+        assert [c.handler_error for c in recs] == [True, False, True, False]
+        wait_counters(t, handler_errors=2, messages=4, replies=2)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_the_frames_statistic_comes_with_each_frame(executor):
+    threshold = 1000
+    rng = np.random.default_rng(11)
+    cfg = frames_config(executor, metadata=True, pages=4)
+    cfg["custom"] = {
+        "source": str(THRESHOLD),
+        "entry": "threshold_count",
+        "state_bytes": 8,
+        "params": threshold.to_bytes(2, "little").hex(),
+    }
+    with Transceiver(cfg) as t:
+        sensor = sensor_for(t, payload=1024)
+        for n, samples in enumerate([1, 512, 4000, PAGE // 2 - 64]):
+            frame = rng.integers(0, 2000, samples, dtype=np.uint16)
+            sent = sensor.frame(n, frame.astype("<u2").tobytes())
+            send(t, sent.packets)
+            got = t.frames(timeout=10.0)
+            assert len(got) == 1, t.stats()
+            f = got[0]
+            assert f.ok and f.data.tobytes() == sent.content
+            want = (
+                np.array([int((frame > threshold).sum()), frame.size], "<u4").tobytes()
+                + np.array([n + 1], "<u8").tobytes()
+            )
+            assert (f.result, f.result_error) == (want, False), n
+            f.release()
+        wait_counters(t, frames=4, handler_errors=0)
+
+
+def test_frames_without_a_statistic_have_no_result():
+    with Transceiver(frames_config("cpu", metadata=False)) as t:
+        sensor = sensor_for(t, payload=1024)
+        send(t, sensor.frame(0, bytes(3000)).packets)
+        (f,) = t.frames(timeout=10.0)
+        assert (f.result, f.result_error) == (None, False)
+
+
+# A handler that never returns, and one that faults: each run in a process of its own (a
+# faulted CUDA context and a loop that never ends are that process's for good).
+NEVER_RETURNS = """
+#include "rt/handlers/custom.h"
+RT_HD int handle(const rt::CustomCall& call) {
+  volatile uint32_t spin = 1;
+  while (spin) {}
+  return 0;
+}
+"""
+FAULTS = """
+#include "rt/handlers/custom.h"
+RT_HD int handle(const rt::CustomCall& call) {
+  *reinterpret_cast<volatile uint32_t*>(uintptr_t(8)) = call.request_len;
+  return 0;
+}
+"""
+SCRIPT = """
+import os, sys, time
+from roce_transceiver.transceiver import Transceiver, TransceiverError
+cfg = {{"executor": "{executor}", "handler": "custom", "stop_timeout_s": 2,
+        "custom": {{"source": {source!r}}}}}
+t = Transceiver(cfg).start()
+from engine_helpers import Peer
+t.inject(Peer(t).next("SEND_ONLY", b"hello"))
+deadline = time.monotonic() + 20
+try:
+    while time.monotonic() < deadline:
+        t.stats()
+        t._check()
+        time.sleep(0.01)
+    print("NO ERROR")
+except TransceiverError as e:
+    print("CHECK:", e)
+try:
+    t.stop()
+    print("STOPPED")
+except TransceiverError as e:
+    print("STOP:", e)
+sys.stdout.flush()
+os._exit(0)  # no teardown: a loop that never ends, or a faulted context, is left as it is
+"""
+
+
+def _run(executor: str, source: str, tmp_path: Path) -> str:
+    script = SCRIPT.format(executor=executor, source=source)
+    tests = Path(__file__).resolve().parent
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tests)},
+        check=False,
+    )
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_handler_that_never_returns_makes_stop_raise_naming_it(executor, tmp_path):
+    out = _run(executor, NEVER_RETURNS, tmp_path)
+    assert "NO ERROR" in out, out  # nothing faulted: the loop is only busy
+    assert "STOP:" in out and "did not stop within 2" in out, out
+    assert "user handler (custom.entry)" in out, out
+
+
+@pytest.mark.gpu
+def test_a_faulting_handler_surfaces_as_a_cuda_error(tmp_path):
+    out = _run("cuda", FAULTS, tmp_path)
+    assert "CHECK:" in out and "cuda" in out.lower(), out
+    assert "illegal" in out.lower() or "CUDA_ERROR" in out or "cudaError" in out, out
+
+
+def test_custom_source_on_the_frames_handler_needs_a_readable_file(tmp_path):
+    cfg = frames_config("cpu")
+    cfg["custom"] = {"source": str(tmp_path / "none.cu")}
+    with pytest.raises(TransceiverError, match=r"custom\.source: cannot read"):
+        Transceiver(cfg)
