@@ -1,7 +1,7 @@
 // The fixed-width integers and size_t, for each compiler of the data path's
 // headers: the C++ library's under g++ and nvcc; under NVRTC, which has no C++
 // standard library (but knows size_t), the same typedefs every CUDA target
-// has (and offsetof), so that a source that also includes a libcu++ header still compiles.
+// has, so that a source that also includes a libcu++ header still compiles.
 // No other include: custom.h, the user handlers' ABI, includes this.
 #pragma once
 
@@ -15,7 +15,6 @@ typedef short int16_t;
 typedef int int32_t;
 typedef long long int64_t;
 typedef unsigned long long uintptr_t;
-#define offsetof(type, member) __builtin_offsetof(type, member)
 #else
 #include <cstddef>
 #include <cstdint>

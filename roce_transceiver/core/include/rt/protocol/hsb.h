@@ -42,9 +42,11 @@ struct HsbFrameMetadata {
   uint8_t reserved[80];
 };
 static_assert(sizeof(HsbFrameMetadata) == 128, "HSB metadata record is 128 bytes");
+#if RT_HOST_FUNCTIONS  // NVRTC 13.0 has no offsetof; the host and nvcc builds check it
 static_assert(offsetof(HsbFrameMetadata, bytes_written) == 24, "hololink's layout");
 static_assert(offsetof(HsbFrameMetadata, frame_number) == 34, "hololink's layout");
 static_assert(offsetof(HsbFrameMetadata, meta_ptp_ns) == 44, "hololink's layout");
+#endif
 
 constexpr uint32_t kHsbMetadataBytes = sizeof(HsbFrameMetadata);
 constexpr uint32_t kHsbPageAlign = 128;  // HSB pads a frame to this before an appended record
