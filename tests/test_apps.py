@@ -299,3 +299,31 @@ def test_custom_handler_app_refuses_a_distance_the_handler_does_not_take(tmp_pat
     )
     assert proc.returncode == 2 and summary is None, proc.stdout + proc.stderr
     assert "transceiver.custom.params: the majority vote's distance is 4" in proc.stderr
+
+
+def test_custom_handler_app_qpu_peer_over_udp(tmp_path, monkeypatch):
+    from app_helpers import ROOT
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the user's cache untouched
+
+    udp = {
+        "transceiver.nic": "socket",
+        "transceiver.socket.mode": "udp",
+        "transceiver.local.ip": "127.0.0.1",
+        "transceiver.peer.ip": "127.0.0.2",
+        "peer.link": "udp",
+        "latency.floor": "false",
+    }
+    proc, summary = run_app(
+        "custom_handler",
+        tmp_path,
+        "--config",
+        str(ROOT / "configs" / "custom_handler.yaml"),
+        "--count",
+        "150",
+        *(arg for key, value in udp.items() for arg in ("--set", f"{key}={value}")),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(checks(summary).values()), summary["checks"]
+    assert summary["rows"]["executor / nic"] == "cpu / socket (udp)"
+    assert summary["counters"]["rx_packets"] == 150
