@@ -16,6 +16,8 @@ _WHERE = {
     "FrameStatisticOp": "frame_ops",
     "FrameUnpackOp": "frame_ops",
     "LatencyStatsOp": "latency_stats",
+    "MajorityVoteCheckerOp": "message_checkers",
+    "MessagePool": "peer_ops",
     "RoceTransceiverOp": "transceiver_op",
     "RoundTripPeerOp": "peer_ops",
     "RoundTripStep": "peer_ops",

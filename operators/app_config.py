@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from roce_transceiver.config import SCHEMA as TRANSCEIVER
-from roce_transceiver.config import ConfigError, load_config
+from roce_transceiver.config import ConfigError, absolute_source, load_config
 from roce_transceiver.config import reference_markdown as transceiver_reference
 from roce_transceiver.schema import (
     Field,
@@ -45,7 +45,13 @@ __all__ = [
 ]
 
 #: The applications ``roce-transceiver run`` knows, by ``app.name``.
-APPS = ("roundtrip_latency", "sensor_stream", "qec_loop", "sensor_stream_distributed")
+APPS = (
+    "roundtrip_latency",
+    "sensor_stream",
+    "qec_loop",
+    "sensor_stream_distributed",
+    "custom_handler",
+)
 
 APP_SCHEMA = Section(
     "An application's file: the app, its transceiver, its operators.",
@@ -70,7 +76,7 @@ APP_SCHEMA = Section(
                 "count": Field(
                     int,
                     10_000,
-                    "messages (roundtrip, qec) or frames (sensor) the peer sends",
+                    "messages (roundtrip, qec, custom_handler) or frames (sensor) the peer sends",
                     minimum=1,
                     maximum=10**9,
                 ),
@@ -165,18 +171,21 @@ APP_SCHEMA = Section(
                     minimum=0.001,
                     maximum=60.0,
                 ),
-                "seed": Field(int, 1, "seed of payloads, syndromes and faults", minimum=0),
+                "seed": Field(
+                    int, 1, "seed of payloads, syndromes, readings and faults", minimum=0
+                ),
                 "error_rate": Field(
                     float,
                     0.03,
-                    "qec: rate of X and of Z errors per data qubit",
+                    "qec: rate of X and of Z errors per data qubit; custom_handler: rate of "
+                    "flipped copies in a repetition code's readings",
                     minimum=0.0,
                     maximum=0.5,
                 ),
                 "pool": Field(
                     int,
                     4096,
-                    "qec: distinct error samples sent in turn",
+                    "qec, custom_handler: distinct error samples (readings) sent in turn",
                     minimum=1,
                     maximum=1 << 20,
                 ),
@@ -311,11 +320,17 @@ def load_app_config(
         load_yaml_with_lines(source) if isinstance(source, (str, Path)) else (source or {})
     )
     if overrides:
+        key = "transceiver.custom.source"
+        if key in overrides:  # a flag's path is the working directory's
+            overrides = {**overrides, key: absolute_source(overrides[key])}
         data = with_overrides(data, overrides)
     cfg = validate(APP_SCHEMA, data, source=origin)
-    # The transceiver's own rules (keys together, MAC auto, ...) with their lines.
+    # The transceiver's own rules (keys together, MAC auto, ...) with their lines. A relative
+    # custom.source is the file's folder's (a mapping's: the working directory's), made
+    # absolute: run_graph() gives Holoscan a copy of the file written elsewhere.
     section = data.get("transceiver") or {}
-    cfg["transceiver"] = load_config(section, origin=origin, prefix="transceiver.")
+    base = Path(source).parent if isinstance(source, (str, Path)) else Path.cwd()
+    cfg["transceiver"] = load_config(section, origin=origin, prefix="transceiver.", base_dir=base)
     _check_together(cfg, data, origin, app)
     return cfg
 
@@ -352,6 +367,7 @@ def _check_together(
         "qec_loop": "qec",
         "sensor_stream": "frames",
         "sensor_stream_distributed": "frames",
+        "custom_handler": "custom",
     }.get(app or name or "")
     if want and t["handler"] != want:
         raise fail(

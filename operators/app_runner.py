@@ -297,12 +297,14 @@ def peer_network(cfg: dict[str, Any]) -> Iterator[tuple[dict[str, Any], Any]]:
         raise ConfigError(f"'namespace': {e}", key="peer.link") from None
 
 
-def round_trip_graph(fragment: Any, *, title: str, qec: Any = None, namespace: Any = None) -> Any:
+def round_trip_graph(
+    fragment: Any, *, title: str, qec: Any = None, messages: Any = None, namespace: Any = None
+) -> Any:
     """The part of the graph the round-trip apps share, each operator from its section of the
-    fragment's config: ``roce`` (RoceTransceiverOp), ``qpu`` (RoundTripPeerOp, echo requests
-    or ``qec``'s syndromes) -> ``latency`` (LatencyStatsOp titled ``title``), and ``roce``'s
-    counters -> ``stats``. Returns ``roce``, for the app to connect its messages to its own
-    checker."""
+    fragment's config: ``roce`` (RoceTransceiverOp), ``qpu`` (RoundTripPeerOp, echo requests,
+    ``qec``'s syndromes or the MessagePool ``messages``) -> ``latency`` (LatencyStatsOp titled
+    ``title``), and ``roce``'s counters -> ``stats``. Returns ``roce``, for the app to connect
+    its messages to its own checker."""
     from roce_transceiver.operators import LatencyStatsOp, RoundTripPeerOp, StatsSinkOp
 
     app = app_section(fragment)
@@ -313,6 +315,7 @@ def round_trip_graph(fragment: Any, *, title: str, qec: Any = None, namespace: A
         transceiver_op=roce,
         count=app["count"],
         qec=qec,
+        messages=messages,
         progress_s=app["progress_s"],
         namespace=namespace,
         **fragment.kwargs("peer"),

@@ -1,6 +1,8 @@
-"""Checkers of the ``messages`` port's records: echoes, and QEC corrections.
+"""Checkers of the ``messages`` port's records: echoes, QEC corrections, majority votes.
 
-:class:`EchoCheckerOp`: every reply equals its request. :class:`QecCheckerOp`: every correction
+:class:`EchoCheckerOp`: every reply equals its request. :class:`MajorityVoteCheckerOp`: every
+reply is the repetition-code correction a Python majority vote gives (the reply format of
+examples/handlers/majority_vote.cu). :class:`QecCheckerOp`: every correction
 equals the lookup-table decoder's (the table the loop was given, decoded again in Python), and
 the first ``sample`` are decoded by pymatching too: a correction that differs from matching's
 by a logical operator is a *logical disagreement* (both fix the syndrome; they differ in what
@@ -23,7 +25,7 @@ from roce_transceiver.qec import (
 )
 from roce_transceiver.transceiver import Completion
 
-__all__ = ["EchoCheckerOp", "QecCheckerOp"]
+__all__ = ["EchoCheckerOp", "MajorityVoteCheckerOp", "QecCheckerOp", "majority_correction"]
 
 
 class _MessageChecker(Operator):
@@ -61,6 +63,37 @@ class EchoCheckerOp(_MessageChecker):
     def check(self, c: Completion) -> str | None:
         if c.reply != c.request:
             return f"reply {c.reply[:16].hex()} is not the request {c.request[:16].hex()}"
+        return None
+
+
+def majority_correction(reading: bytes, distance: int) -> bytes:
+    """A repetition code's correction, as examples/handlers/majority_vote.cu answers: the
+    ``distance`` copies' readings are bits (copy i is bit i % 8 of byte i // 8), and the
+    correction has a bit set for each copy that disagrees with the majority."""
+    bits = [(reading[i // 8] >> (i % 8)) & 1 for i in range(distance)]
+    majority = int(sum(bits) > distance // 2)
+    out = bytearray((distance + 7) // 8)
+    for i, b in enumerate(bits):
+        out[i // 8] |= (b ^ majority) << (i % 8)
+    return bytes(out)
+
+
+class MajorityVoteCheckerOp(_MessageChecker):
+    """Every record's reply is the majority-vote correction of its request
+    (:func:`majority_correction`, a code of ``distance`` copies)."""
+
+    def __init__(self, fragment: Fragment, *args: Any, distance: int, **kwargs: Any) -> None:
+        if distance < 1 or distance % 2 == 0:
+            raise ValueError(f"MajorityVoteCheckerOp: distance {distance} must be odd")
+        self.distance = distance
+        super().__init__(fragment, *args, **kwargs)
+
+    def check(self, c: Completion) -> str | None:
+        if len(c.request) < (self.distance + 7) // 8:
+            return f"request {c.request.hex()}: shorter than {self.distance} copies"
+        want = majority_correction(c.request, self.distance)
+        if c.reply != want:
+            return f"correction {c.reply.hex()} of {c.request.hex()}, the majority's {want.hex()}"
         return None
 
 

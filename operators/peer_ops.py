@@ -4,8 +4,9 @@ operator when they are done.
 
 - :class:`RoundTripPeerOp`: a QPU controller. Over the loopback NIC it is the transceiver's
   in-memory far end (``Transceiver.roundtrip``, timed in C++ or on the GPU clock); over UDP it
-  is :class:`~roce_transceiver.peers.QpuPeer`. Echo requests, or QEC syndromes from sampled
-  errors whose logical outcome it knows. Port ``results``: a :class:`RoundTripStep` per step.
+  is :class:`~roce_transceiver.peers.QpuPeer`. Echo requests, QEC syndromes from sampled
+  errors whose logical outcome it knows, or a :class:`MessagePool` of requests and the answers
+  they must get (a user's handler). Port ``results``: a :class:`RoundTripStep` per step.
 - :class:`SensorPeerOp`: an HSB-style camera (:class:`~roce_transceiver.peers.sensor.Sensor`),
   its packets injected into the loopback wire (lossless: it waits for room) or sent over UDP.
   Port ``sent``: the :class:`~roce_transceiver.peers.sensor.SentFrame` list of each step.
@@ -33,7 +34,7 @@ from roce_transceiver.peers.link import Link
 from roce_transceiver.peers.sensor import Faults, Sensor, SentFrame
 from roce_transceiver.qec import ErrorSample, logical_failures, pymatching_replies
 
-__all__ = ["RoundTripPeerOp", "RoundTripStep", "SensorPeerOp"]
+__all__ = ["MessagePool", "RoundTripPeerOp", "RoundTripStep", "SensorPeerOp"]
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,30 @@ class RoundTripStep:
     logical_failures: int = 0  # qec: answers whose correction left a logical error
 
 
+@dataclass(frozen=True)
+class MessagePool:
+    """Requests for a user's handler, sent in turn (all of one length), the answer each must
+    get, and, when the peer knows it, whether that answer leaves a logical error (1) or not
+    (0), counted in :attr:`RoundTripStep.logical_failures`."""
+
+    requests: list[bytes]
+    expected: list[bytes]
+    logical_failures: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.requests or len(self.requests) != len(self.expected):
+            raise ValueError("MessagePool: one expected answer per request, at least one")
+        if self.logical_failures is not None and len(self.logical_failures) != len(self.requests):
+            raise ValueError("MessagePool: one logical_failures entry per request")
+
+
 class RoundTripPeerOp(Operator):
     """``count`` requests in steps of ``chunk``; see the module docstring.
 
-    ``qec``: the errors to send syndromes of (sent in turn); None: echo requests of ``size``
-    bytes. The other keyword arguments are the ``peer`` keys (docs/configuration.md:
-    ``**self.kwargs("peer")`` or Python), validated as RoceTransceiverOp's are."""
+    ``qec``: the errors to send syndromes of (sent in turn); ``messages``: a pool of requests
+    for a user's handler (sent in turn); neither: echo requests of ``size`` bytes. The other
+    keyword arguments are the ``peer`` keys (docs/configuration.md: ``**self.kwargs("peer")``
+    or Python), validated as RoceTransceiverOp's are."""
 
     def __init__(
         self,
@@ -64,11 +83,15 @@ class RoundTripPeerOp(Operator):
         transceiver_op: RoceTransceiverOp,
         count: int,
         qec: ErrorSample | None = None,
+        messages: MessagePool | None = None,
         progress_s: float = 0.0,
         namespace: VethNamespace | None = None,
         **params: Any,
     ) -> None:
         p, holoscan = operator_parameters(fragment, PEER, params, "RoundTripPeerOp")
+        if qec is not None and messages is not None:
+            raise ValueError("RoundTripPeerOp: qec or messages, not both")
+        self.messages = messages
         self.transceiver_op = transceiver_op
         self.namespace = namespace
         self.count, self.size, self.window, self.rate = count, p["size"], p["window"], p["rate"]
@@ -93,13 +116,15 @@ class RoundTripPeerOp(Operator):
             self._fail = logical_failures(q.code, q.ex, q.ez, q.expected)
             reference = pymatching_replies(q.code, q.requests)
             self._fail_reference = logical_failures(q.code, q.ex, q.ez, reference)
+        if self.messages is not None:
+            self._fail = self.messages.logical_failures
         if self.link_kind != "loopback":
             cfg = self.transceiver_op.config
             self._link = _open(cfg, self.link_kind, self.namespace, own_port=4791)
-            pool = (self.qec.requests, self.qec.expected) if self.qec is not None else None
+            pool = self._pool()
             self._peer = QpuPeer(
                 self._link,
-                handler="qec" if self.qec is not None else "echo",
+                handler="qec" if self.qec else "custom" if self.messages else "echo",
                 size=self.size,
                 distance=cfg["qec"]["distance"],
                 first_psn=cfg["qp"]["rx_psn"],
@@ -149,10 +174,10 @@ class RoundTripPeerOp(Operator):
         t = self.transceiver_op.transceiver
         assert t is not None, "the transceiver's operator starts first"
         payloads = expected = None
-        if self.qec is not None:
-            pool = len(self.qec.requests)
-            payloads = [self.qec.requests[(first + i) % pool] for i in range(n)]
-            expected = [self.qec.expected[(first + i) % pool] for i in range(n)]
+        if (pool := self._pool()) is not None:
+            requests, answers = pool
+            payloads = [requests[(first + i) % len(requests)] for i in range(n)]
+            expected = [answers[(first + i) % len(requests)] for i in range(n)]
         start = time.perf_counter()
         rt = t.roundtrip(
             count=n,
@@ -173,6 +198,14 @@ class RoundTripPeerOp(Operator):
             time.perf_counter() - start,
             fails,
         )
+
+    def _pool(self) -> tuple[list[bytes], list[bytes]] | None:
+        """The requests sent in turn and their answers (qec or messages); None: echo."""
+        if self.qec is not None:
+            return self.qec.requests, self.qec.expected
+        if self.messages is not None:
+            return self.messages.requests, self.messages.expected
+        return None
 
 
 class SensorPeerOp(Operator):

@@ -49,7 +49,7 @@ from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpe
 from roce_transceiver.config import ConfigError, load_config
 from roce_transceiver.frames import Frame
 from roce_transceiver.operators.app_config import OPERATOR, ROCE_OP
-from roce_transceiver.operators.params import locate, validated
+from roce_transceiver.operators.params import Located, locate, validated
 from roce_transceiver.schema import validate
 from roce_transceiver.transceiver import Completion, Transceiver, TransceiverError
 
@@ -293,7 +293,8 @@ def roce_parameters(
         op = validate(ROCE_OP, where.data, prefix=where.prefix, source=where.source)
         t = op.pop("transceiver")
         if isinstance(t, Mapping):
-            return load_config(t, origin=where.source, prefix=f"{where.prefix}transceiver."), op
+            prefix = f"{where.prefix}transceiver."
+            return load_config(t, origin=where.source, prefix=prefix, base_dir=_folder(where)), op
         return load_config(t), op
     op, _ = validated(fragment, OPERATOR, params, name=name, what=what)
     if transceiver is None or isinstance(transceiver, (str, Path)):
@@ -307,5 +308,14 @@ def roce_parameters(
         )
     section = locate(fragment, transceiver)
     if section is not None:
-        return load_config(section.data, origin=section.source, prefix=section.prefix), op
+        cfg = load_config(
+            section.data, origin=section.source, prefix=section.prefix, base_dir=_folder(section)
+        )
+        return cfg, op
     return load_config(dict(transceiver), origin=what, prefix="transceiver."), op
+
+
+def _folder(where: Located) -> Path:
+    """The folder of the file a section is in: a relative custom.source is read from it, as
+    from any YAML file's (roce_transceiver.config.load_config)."""
+    return Path(where.source).parent

@@ -10,8 +10,10 @@ file and line for YAML.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +42,11 @@ __all__ = [
     "SCHEMA",
     "TO_CORE",
     "ConfigError",
+    "ParamsError",
+    "absolute_source",
     "core_config",
     "load_config",
+    "pack_params",
     "reference_markdown",
     "rx_path",
 ]
@@ -118,12 +123,111 @@ def _regions(v: list[Any]) -> str | None:
 #: custom.params at most: constant data for every call, not a table (a table goes in the source).
 MAX_CUSTOM_PARAMS = 4096
 
+_MEMBER_NAME = re.compile(r"[A-Za-z_]\w*")
+_INT32, _UINT32 = (-(2**31), 2**31 - 1), (0, 2**32 - 1)
+
+
+class ParamsError(ValueError):
+    """A member of a custom.params mapping that cannot be packed: ``member`` is its place under
+    custom.params (``threshold``, ``weights[2]``), the message what is wrong."""
+
+    def __init__(self, member: str, message: str) -> None:
+        super().__init__(f"{member}: {message}")
+        self.member, self.message = member, message
+
+
+def _kind(v: Any) -> str:
+    """What a value is, for messages: 'an int', 'a float', 'a boolean', 'a list' ..."""
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, Mapping):
+        return "a mapping"
+    name = {int: "int", float: "float", str: "string", list: "list", tuple: "list"}.get(
+        type(v), type(v).__name__
+    )
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _pack_scalar(v: Any, member: str) -> bytes:
+    """One 4-byte little-endian member: an int as int32 (uint32 above int32's range), a float
+    as float32."""
+    if isinstance(v, bool):
+        raise ParamsError(member, f"{v!r} is a boolean: write 0 or 1 (an int32)")
+    if isinstance(v, int):
+        if _INT32[0] <= v <= _INT32[1]:
+            return struct.pack("<i", v)
+        if _UINT32[0] <= v <= _UINT32[1]:
+            return struct.pack("<I", v)
+        raise ParamsError(member, f"{quote(v)} fits neither int32 nor uint32 (members are 4 bytes)")
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ParamsError(member, f"{v!r}: must be a finite number")
+        try:
+            return struct.pack("<f", v)
+        except OverflowError:
+            raise ParamsError(member, f"{v!r} is outside float32's range") from None
+    if isinstance(v, str):
+        try:
+            float(v)
+        except ValueError:
+            hint = ""
+        else:  # YAML 1.1 reads 1e3 (no dot) as a string
+            hint = f" (YAML reads {v} as one: write it with a dot, e.g. 1.0e3)"
+        raise ParamsError(member, f"{quote(v)} is a string{hint}: members are ints or floats")
+    if isinstance(v, Mapping):
+        raise ParamsError(member, "a nested mapping: members are ints, floats or lists of them")
+    if v is None:
+        raise ParamsError(member, "null: a member needs a value, an int or a float")
+    raise ParamsError(member, f"{quote(v)} is {_kind(v)}: members are ints or floats")
+
+
+def _pack_member(v: Any, member: str) -> bytes:
+    """A scalar member, or a list of ints / of floats as a contiguous array of them."""
+    if not isinstance(v, (list, tuple)):
+        return _pack_scalar(v, member)
+    if not v:
+        raise ParamsError(member, "an empty list: an array needs at least one value")
+    out = bytearray()
+    for i, item in enumerate(v):
+        if isinstance(item, (list, tuple, Mapping)):
+            raise ParamsError(
+                f"{member}[{i}]", f"{_kind(item)} in a list: an array holds ints or floats"
+            )
+        if i and (type(item) is not type(v[0])) and not isinstance(item, bool):
+            raise ParamsError(
+                f"{member}[{i}]",
+                f"{quote(item)} is {_kind(item)}, [0] {_kind(v[0])}: a list is all ints "
+                "(int32) or all floats (float32)",
+            )
+        out += _pack_scalar(item, f"{member}[{i}]")
+    return bytes(out)
+
+
+def pack_params(mapping: Mapping[str, Any]) -> bytes:
+    """custom.params as a mapping: a C struct of its members in the order written, each 4
+    bytes little-endian (no padding): an int is an int32 (a uint32 above int32's range), a
+    float a float32, a list of ints or of floats an array of them. ParamsError names the
+    member."""
+    out = bytearray()
+    for name, value in mapping.items():
+        if not isinstance(name, str) or _MEMBER_NAME.fullmatch(name) is None:
+            raise ParamsError(_key_name(name), "not a member name (a C identifier)")
+        out += _pack_member(value, name)
+    return bytes(out)
+
+
+def _key_name(name: Any) -> str:
+    return name if isinstance(name, str) and name.isprintable() and len(name) <= 60 else quote(name)
+
 
 def custom_params_bytes(v: Any) -> bytes:
     """custom.params as the bytes the handler gets: a list of byte values, a string of hex
-    digits (whitespace ignored) or, from Python, bytes. ValueError says what is wrong."""
+    digits (whitespace ignored), a mapping packed as a C struct (pack_params) or, from Python,
+    bytes. ValueError (ParamsError for a mapping's member) says what is wrong."""
     if isinstance(v, (bytes, bytearray)):
         return bytes(v)
+    if isinstance(v, Mapping):
+        return pack_params(v)
     if isinstance(v, str):
         digits = "".join(v.split())
         try:
@@ -139,6 +243,10 @@ def custom_params_bytes(v: Any) -> bytes:
 
 
 def _custom_params(v: Any) -> str | None:
+    """byte values, hex digits, or a mapping of 4-byte members (docs/handlers.md); at most
+    4096 bytes."""
+    if isinstance(v, Mapping):
+        return None  # _check_together packs it, naming the member and its line
     try:
         n = len(custom_params_bytes(v))
     except ValueError as e:
@@ -300,8 +408,9 @@ SCHEMA = Section(
                 "source": Field(
                     str,
                     None,
-                    "the handler's CUDA C++: a file (relative to the working directory), or the "
-                    "source itself when the text holds a newline",
+                    "the handler's CUDA C++: a file (in a YAML file relative to the file's "
+                    "folder, else to the working directory), or the source itself when the "
+                    "text holds a newline",
                     nullable=True,
                 ),
                 "entry": Field(
@@ -319,10 +428,12 @@ SCHEMA = Section(
                     maximum=1 << 20,
                 ),
                 "params": Field(
-                    (list, str, bytes),
+                    (list, str, dict, bytes),
                     "",
                     "constant data for every call (CustomCall::params): byte values [3], hex "
-                    "digits '03', or bytes from Python",
+                    "digits '03', a mapping {threshold: 1000, gains: [0.5, 2.0]} packed as a C "
+                    "struct of 4-byte little-endian members (int32, float32, arrays of them), "
+                    "or bytes from Python",
                     check=_custom_params,
                 ),
             },
@@ -598,22 +709,60 @@ SCHEMA = Section(
 )
 
 
+def absolute_source(value: Any) -> Any:
+    """A ``custom.source`` naming a file, made absolute against the working directory (the
+    folder a command line's paths are relative to); anything else (the source text, None, a
+    wrong type for the schema to name) as it is."""
+    if isinstance(value, str) and value and "\n" not in value and "\0" not in value:
+        return os.path.abspath(value)
+    return value
+
+
+def _resolve_source(
+    cfg: dict[str, Any], data: Mapping[str, Any], source: str | None, base_dir: Path
+) -> None:
+    """A ``custom.source`` file read from ``base_dir`` (a YAML file's folder): made absolute, so
+    that it names the same file wherever the configuration goes next (Holoscan's copy of it
+    is written elsewhere); with ``handler: custom``, a file that is not there is an error
+    naming the key and its line."""
+    given = cfg["custom"]["source"]
+    if given is None or "\n" in given:
+        return
+    path = Path(os.path.abspath(base_dir / given))  # an absolute path stays itself
+    cfg["custom"]["source"] = str(path)
+    if cfg["handler"] == "custom" and not path.is_file():
+        what = "is not a file" if path.exists() else "no such file"
+        raise ConfigError(
+            f"{quote(given)}: {what} ({path}: a relative path is read from the folder of the "
+            "YAML file that gives it)",
+            key="custom.source",
+            source=source,
+            line=line_of(data, "custom.source"),
+        )
+
+
 def load_config(
     source: Mapping[str, Any] | str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
     *,
     origin: str | None = None,
     prefix: str = "",
+    base_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Validated configuration with every default filled in.
 
     ``source`` is a mapping, a YAML path or None (all defaults). A YAML file
     may hold the keys at its top level or under ``transceiver:``.
     ``overrides`` are dotted keys applied on top (CLI flags). ``origin`` and ``prefix``
-    name a mapping that is a section of a bigger file, for the error messages.
+    name a mapping that is a section of a bigger file, for the error messages;
+    ``base_dir`` is that file's folder, which a relative ``custom.source`` is read from
+    (for a YAML path: its folder; for a mapping without it: the working directory, as the
+    compiler reads it). An override's ``custom.source`` is the working directory's.
     """
     if isinstance(source, (str, Path)):
         origin = str(source)
+        if base_dir is None:
+            base_dir = Path(source).parent
         data: Mapping[str, Any] = load_yaml_with_lines(source)
         if "transceiver" in data:
             section = data["transceiver"]
@@ -628,10 +777,14 @@ def load_config(
     else:
         data = source or {}
     if overrides:
+        if "custom.source" in overrides:
+            overrides = {**overrides, "custom.source": absolute_source(overrides["custom.source"])}
         data = with_overrides(data, overrides)
     cfg = validate(SCHEMA, data, source=origin, prefix=prefix)
     try:
         _check_together(cfg, data, origin)
+        if base_dir is not None:
+            _resolve_source(cfg, data, origin, Path(base_dir))
     except ConfigError as e:
         if not prefix:
             raise
@@ -664,6 +817,17 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("the pages run past the end of the 64-bit address space", "frames.va")
     if cfg["handler"] == "custom" and cfg["custom"]["source"] is None:
         raise fail("handler 'custom' needs its source (a file or the text)", "custom.source")
+    params = cfg["custom"]["params"]
+    if isinstance(params, Mapping):
+        try:
+            n = len(pack_params(params))
+        except ParamsError as e:
+            line = line_of(data, f"custom.params.{e.member.split('[')[0]}")
+            raise ConfigError(
+                e.message, key=f"custom.params.{e.member}", source=source, line=line
+            ) from None
+        if n > MAX_CUSTOM_PARAMS:
+            raise fail(f"{n} bytes packed, at most {MAX_CUSTOM_PARAMS}", "custom.params")
     if cfg["executor"] == "cuda" and cfg["cpu_core"] is not None:
         raise fail("pins the cpu executor's thread; executor 'cuda' has none", "cpu_core")
     if cfg["executor"] == "cpu" and cfg["cuda"]["device"]:

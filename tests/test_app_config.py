@@ -79,6 +79,20 @@ def test_shipped_config_is_the_embedded_default(name):
     assert from_file == load_app_config(module.DEFAULTS, app=name)
 
 
+def test_custom_handler_config_is_the_embedded_default_and_the_same_source():
+    """The file names the checkout's example from its folder, the embedded default the
+    package's copy (installed beside it for runs without a checkout): the same text."""
+    from roce_transceiver.apps import custom_handler
+
+    from_file = load_app_config(CONFIGS / "custom_handler.yaml", app="custom_handler")
+    embedded = load_app_config(custom_handler.DEFAULTS, app="custom_handler")
+    file_source = Path(from_file["transceiver"]["custom"].pop("source"))
+    embedded_source = Path(embedded["transceiver"]["custom"].pop("source"))
+    assert from_file == embedded
+    assert file_source == ROOT / "examples" / "handlers" / "majority_vote.cu"
+    assert embedded_source.read_bytes() == file_source.read_bytes()
+
+
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_config_validates(path):
     cfg = load_app_config(path)

@@ -1,16 +1,20 @@
-"""The three Holoscan apps end to end on the CPU, as a user runs them.
+"""The Holoscan apps end to end on the CPU, as a user runs them.
 
 Goal: each app runs its graph to the end and its checks are real: the round trips are all
 answered and echoed, every sensor frame is byte-exact (or damaged exactly as the sensor damaged
-it), every QEC correction is the table's and no heavier than pymatching's. Oracles: the peers'
-own records (what was sent), the Python decoders, the files the apps write (PNG decoded by
-Pillow, histogram counts summed, the floor in the histogram's JSON). Negative cases: faults
-without ``allow_loss`` fail the run (exit 1), bad configuration is exit 2 with the key and line.
+it), every QEC correction is the table's and no heavier than pymatching's, every majority vote
+of the user's handler (custom_handler, from its YAML) the Python majority's. Oracles: the
+peers' own records (what was sent), the Python decoders and majority vote, the files the apps
+write (PNG decoded by Pillow, histogram counts summed, the floor in the histogram's JSON).
+Negative cases: faults without ``allow_loss`` fail the run (exit 1), bad configuration is exit 2
+with the key and line.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 from app_helpers import checks, run_app
@@ -214,3 +218,112 @@ def test_qpu_peer_across_a_namespace(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert all(checks(summary).values())
     assert summary["counters"]["rx_packets"] == 200
+
+
+def test_custom_handler_app_from_its_yaml(tmp_path):
+    """``roce-transceiver run configs/custom_handler.yaml`` from another folder: the handler's
+    source is found from the file's folder, compiled, and every reply is the majority's."""
+    from app_helpers import ROOT
+    from cli_helpers import CLI
+
+    proc = subprocess.run(
+        [
+            *CLI,
+            "run",
+            str(ROOT / "configs" / "custom_handler.yaml"),
+            "--count",
+            "400",
+            "--output-dir",
+            str(tmp_path),
+            "--set",
+            "latency.floor=false",
+            "--set",
+            "peer.error_rate=0.2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "custom_handler_summary.json").read_text())
+    assert all(checks(summary).values()), summary["checks"]
+    assert "400 records: 0 not the majority's, 0 without a reply" in proc.stdout
+    assert "400/400 answered, 0 lost, 0 wrong" in proc.stdout
+    assert summary["latency_us"]["count"] == 400 and summary["distance"] == 5
+    assert summary["counters"]["handler_errors"] == 0
+    # At 20 % flips some readings have 3 of 5 copies wrong: corrected, to the wrong bit.
+    assert summary["logical_failures"] > 0
+    source = summary["config"]["transceiver"]["custom"]["source"]
+    assert source == str(ROOT / "examples" / "handlers" / "majority_vote.cu")
+    assert list((tmp_path / "cache").rglob("*.so")), "the handler was not compiled for this run"
+
+
+def test_custom_handler_app_missing_source_is_one_line_naming_file_and_key(tmp_path):
+    from cli_helpers import CLI
+
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "app:\n  name: custom_handler\n  count: 10\ntransceiver:\n  handler: custom\n"
+        "  custom:\n    source: decoder.cu\n"
+    )
+    proc = subprocess.run(
+        [*CLI, "run", str(path), "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert lines == [
+        f"custom_handler: error: {path}:7: transceiver.custom.source: 'decoder.cu': no such "
+        f"file ({tmp_path / 'decoder.cu'}: a relative path is read from the folder of the YAML "
+        "file that gives it)"
+    ], proc.stderr
+    assert not (tmp_path / "custom_handler_summary.json").exists()
+
+
+def test_custom_handler_app_refuses_a_distance_the_handler_does_not_take(tmp_path):
+    from app_helpers import ROOT
+
+    proc, summary = run_app(
+        "custom_handler",
+        tmp_path,
+        "--config",
+        str(ROOT / "configs" / "custom_handler.yaml"),
+        "--set",
+        "transceiver.custom.params={distance: 4}",
+    )
+    assert proc.returncode == 2 and summary is None, proc.stdout + proc.stderr
+    assert "transceiver.custom.params: the majority vote's distance is 4" in proc.stderr
+
+
+def test_custom_handler_app_qpu_peer_over_udp(tmp_path, monkeypatch):
+    from app_helpers import ROOT
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the user's cache untouched
+
+    udp = {
+        "transceiver.nic": "socket",
+        "transceiver.socket.mode": "udp",
+        "transceiver.local.ip": "127.0.0.1",
+        "transceiver.peer.ip": "127.0.0.2",
+        "peer.link": "udp",
+        "latency.floor": "false",
+    }
+    proc, summary = run_app(
+        "custom_handler",
+        tmp_path,
+        "--config",
+        str(ROOT / "configs" / "custom_handler.yaml"),
+        "--count",
+        "150",
+        *(arg for key, value in udp.items() for arg in ("--set", f"{key}={value}")),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(checks(summary).values()), summary["checks"]
+    assert summary["rows"]["executor / nic"] == "cpu / socket (udp)"
+    assert summary["counters"]["rx_packets"] == 150

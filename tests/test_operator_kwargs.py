@@ -183,3 +183,48 @@ def test_the_projects_app_runs_the_holoscan_way(tmp_path):
     assert ops["echo_check"].records == 40 and ops["echo_check"].ok
     assert ops["latency"].received == 40
     assert not [k for k, v in vars(app).items() if v in ops.values()]
+
+
+CUSTOM_FILE = """\
+roce:
+  transceiver:
+    executor: cpu
+    handler: custom
+    custom:
+      source: handlers/vote.cu
+      entry: team::vote
+      state_bytes: 16
+      params: {distance: 7, gains: [0.5, 2.0]}
+"""
+
+
+class CustomApp(Application):
+    def compose(self):
+        roce = RoceTransceiverOp(self, name="roce", **self.kwargs("roce"))
+        self.add_flow(roce, EchoCheckerOp(self, name="echo"), {("messages", "messages")})
+
+
+def test_the_operator_takes_the_whole_custom_section_source_from_the_files_folder(tmp_path):
+    folder = tmp_path / "conf"
+    (folder / "handlers").mkdir(parents=True)
+    (folder / "handlers" / "vote.cu").write_text("// a handler\n")
+    path = folder / "my_app.yaml"
+    path.write_text(CUSTOM_FILE)
+    app = CustomApp()
+    app.config(str(path))
+    app.compose_graph()
+    roce = next(op for op in app.graph.get_nodes() if op.name == "roce")
+    assert roce.config["custom"] == {
+        "source": str(folder / "handlers" / "vote.cu"),
+        "entry": "team::vote",
+        "state_bytes": 16,
+        "params": {"distance": 7, "gains": [0.5, 2.0]},
+    }
+    # A source that is not there: the file, the line and the key from the top of the file.
+    path.write_text(CUSTOM_FILE.replace("handlers/vote.cu", "handlers/gone.cu"))
+    app = CustomApp()
+    app.config(str(path))
+    with pytest.raises(ConfigError) as e:
+        app.compose_graph()
+    assert (e.value.key, e.value.line) == ("roce.transceiver.custom.source", 6), str(e.value)
+    assert str(e.value).startswith(f"{path}:6: roce.transceiver.custom.source: 'handlers/gone")

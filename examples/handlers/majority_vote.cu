@@ -2,7 +2,9 @@
 // "Your own handler"). Runs on the cpu executor (configs/custom_handler.yaml);
 // `roce-transceiver check-handler` compiles it for the GPU.
 //
-//   params   1 byte: the code distance d, odd, 1 .. 255 (3 when absent)
+//   params   the code distance d, odd: 1 byte (1 .. 255; params: [5]), or 4
+//            bytes, uint32 little-endian (params: {distance: 5}; at most
+//            65535); 3 when absent
 //   request  ceil(d / 8) bytes: the d copies' readings, bit i = copy i
 //   reply    ceil(d / 8) bytes: the correction, bit i set = flip copy i
 //            (the copies that disagree with the majority)
@@ -12,8 +14,13 @@
 #include "rt/handlers/custom.h"
 
 RT_HD int majority_vote(const rt::CustomCall& call) {
-  const uint32_t d = call.params_bytes >= 1 ? call.params[0] : 3;
-  if (d % 2 == 0) return rt::kHandlerError;
+  uint32_t d = call.params_bytes >= 1 ? call.params[0] : 3;
+  if (call.params_bytes >= 4) {
+    d = 0;
+    for (int i = 3; i >= 0; --i) d = d << 8 | call.params[i];
+  }
+  // At most 65535 copies: keeps (d + 7) / 8 from wrapping and the work bounded.
+  if (d % 2 == 0 || d > 0xffff) return rt::kHandlerError;
   const uint32_t bytes = (d + 7) / 8;
   if (call.request_len < bytes || call.reply_capacity < bytes) return rt::kHandlerError;
 

@@ -67,7 +67,8 @@ class QpuPeer:
     ``write_to`` = (va, rkey): send each request as an RDMA WRITE Only with Immediate into
     that registered region of the transceiver (the immediate is the request number) instead
     of a SEND Only; the transceiver answers the written bytes the same way.
-    ``pool`` = (requests, answers): qec requests to send in turn instead of sampled ones.
+    ``pool`` = (requests, answers): qec requests to send in turn instead of sampled ones;
+    with ``handler`` ``custom`` (a user's handler) the requests to send, which it must have.
     """
 
     def __init__(
@@ -82,8 +83,10 @@ class QpuPeer:
         syndromes: str = "random",
         pool: tuple[list[bytes], list[bytes]] | None = None,
     ) -> None:
-        if handler not in ("echo", "qec"):
-            raise ValueError(f"handler {handler!r}: must be 'echo' or 'qec'")
+        if handler not in ("echo", "qec", "custom"):
+            raise ValueError(f"handler {handler!r}: must be 'echo', 'qec' or 'custom'")
+        if handler == "custom" and pool is None:
+            raise ValueError("handler 'custom': the peer needs its pool of (requests, answers)")
         if handler == "echo" and not 4 <= size <= 4096:
             raise ValueError(f"size {size}: must be 4 to 4096 bytes")
         self.link = link
@@ -91,7 +94,9 @@ class QpuPeer:
         self.size = size
         self.psn = first_psn
         self.write_to = write_to
-        if handler == "qec":
+        if handler == "custom":
+            self._requests, self._expected = pool or ([], [])  # pool: checked above
+        elif handler == "qec":
             if pool is not None:
                 self._requests, self._expected = pool
             elif syndromes == "stim":  # a circuit sampled by stim, answered by the decoder
@@ -109,7 +114,7 @@ class QpuPeer:
 
     def request(self, i: int) -> tuple[bytes, bytes]:
         """Request ``i`` and the answer it must get."""
-        if self.handler == "qec":
+        if self.handler != "echo":
             k = i % len(self._requests)
             return self._requests[k], self._expected[k]
         payload = struct.pack("<I", i & 0xFFFFFFFF) + self._requests[0][4:]
