@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -108,10 +109,43 @@ def _mac_bytes(mac: str) -> bytes:
     return bytes.fromhex(mac.replace(":", ""))
 
 
+def _custom_serve_keys(custom: Mapping[str, Any], executor: str) -> dict[str, Any]:
+    """The serve loop's keys for a user handler (the custom section, checked as the
+    transceiver's): its shared object, state and parameters. The cpu executor's serve loop runs
+    it; the cuda executor's serve kernel is built in (docs/verbs_mode.md)."""
+    from roce_transceiver import custom_handler as ch
+    from roce_transceiver.config import custom_params_bytes, load_config
+    from roce_transceiver.schema import ConfigError
+    from roce_transceiver.transceiver import custom_source
+
+    if executor != "cpu":
+        raise VerbsModeError(
+            "handler custom in Verbs mode runs on the cpu executor: the cuda executor's serve "
+            "kernel is built in (GPUNetIO's device API), with echo and qec only"
+        )
+    try:
+        section = load_config({"handler": "custom", "custom": dict(custom)})["custom"]
+    except ConfigError as e:
+        raise VerbsModeError(str(e)) from None
+    src = custom_source(section)
+    try:
+        built = ch.build_host_handler(
+            src.text, name=src.name, entry=src.entry, include_dirs=src.include_dirs
+        )
+    except (ch.HandlerCompileError, ch.HostCompilerUnavailable, ValueError) as e:
+        raise VerbsModeError(f"custom: {e}") from None
+    return {
+        "custom_library": str(built.library),
+        "custom_state_bytes": section["state_bytes"],
+        "custom_params": custom_params_bytes(section["params"]),
+    }
+
+
 class VerbsLoopback:
     """Verbs mode with a peer in the same process; ``start()`` / ``stop()`` or ``with``.
 
-    ``handler`` is ``echo`` or ``qec`` (``distance`` picks the code); ``slots`` requests of up to
+    ``handler`` is ``echo``, ``qec`` (``distance`` picks the code) or ``custom`` (``custom``:
+    the transceiver's custom section; the cpu executor only); ``slots`` requests of up to
     ``slot_bytes - 8`` bytes may be outstanding (the requester here keeps one); a reply whose
     completion does not come within ``completion_timeout`` seconds ends the loop with an error.
     ``nic_handler``: who rings our queue pair's doorbell (``doca.nic_handler``'s values).
@@ -130,9 +164,14 @@ class VerbsLoopback:
         nic_handler: str = "auto",
         veth: VethNamespace | None = None,
         capture: str = "",
+        custom: Mapping[str, Any] | None = None,
     ) -> None:
-        if handler not in ("echo", "qec"):
-            raise VerbsModeError(f"handler {handler!r}: Verbs mode answers with echo or qec")
+        if handler not in ("echo", "qec", "custom"):
+            raise VerbsModeError(
+                f"handler {handler!r}: Verbs mode answers with echo, qec or custom"
+            )
+        if (handler == "custom") != (custom is not None):
+            raise VerbsModeError("custom: the user handler's section, with handler 'custom' only")
         if not 1 <= slots <= MAX_SLOTS:
             raise VerbsModeError(f"slots {slots}: must be 1..{MAX_SLOTS}")
         if not SLOT_HEADER_BYTES < slot_bytes <= MAX_SLOT_BYTES or slot_bytes % SLOT_ALIGN:
@@ -208,9 +247,13 @@ class VerbsLoopback:
             "local_bytes": -(-(ring + 8 * slots) // 4096) * 4096,
             "gpu": gpu,
         }
+        custom_keys: dict[str, Any] = {}
+        if custom is not None:
+            custom_keys = _custom_serve_keys(custom, self.executor)
         self._serve_config = {
             "handler": handler,
             "qec_blob": self._qec_blob,
+            **custom_keys,
             "request_region": 0,
             "signal_region": 1,
             "slots": slots,

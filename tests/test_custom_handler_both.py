@@ -317,3 +317,35 @@ def test_custom_source_on_the_frames_handler_needs_a_readable_file(tmp_path):
     cfg["custom"] = {"source": str(tmp_path / "none.cu")}
     with pytest.raises(TransceiverError, match=r"custom\.source: cannot read"):
         Transceiver(cfg)
+
+
+# -- Verbs mode -------------------------------------------------------------------------------
+
+
+def test_verbs_mode_runs_the_majority_vote_on_the_cpu_serve_loop():
+    from roce_transceiver.verbs_mode import VerbsLoopback
+
+    distance = 9
+    rng = np.random.default_rng(3)
+    readings = [bytes(rng.integers(0, 256, 2, dtype=np.uint8)) for _ in range(200)]
+    expected = [majority_correction(r, distance) for r in readings]
+    custom = {"source": str(MAJORITY), "entry": "majority_vote", "params": [distance]}
+    with VerbsLoopback("custom", executor="cpu", custom=custom) as v:
+        r = v.roundtrip(payloads=readings, expected=expected, count=len(readings), timeout=30)
+        assert (r.status, r.received, r.wrong) == ("done", len(readings), 0)
+
+
+def test_verbs_mode_keeps_a_handlers_state_and_names_what_it_cannot_run():
+    from roce_transceiver.verbs_mode import VerbsLoopback, VerbsModeError
+
+    n = 50
+    expected = [(i + 1).to_bytes(4, "little") + bytes(4) for i in range(n)]
+    with VerbsLoopback(
+        "custom", executor="cpu", custom={"source": COUNTER, "state_bytes": 64}
+    ) as v:
+        r = v.roundtrip(payloads=[b"x"] * n, expected=expected, count=n, timeout=30)
+        assert (r.status, r.received, r.wrong) == ("done", n, 0)
+    with pytest.raises(VerbsModeError, match="with handler 'custom' only"):
+        VerbsLoopback("echo", executor="cpu", custom={"source": COUNTER})
+    with pytest.raises(VerbsModeError, match=r"custom\.params"):
+        VerbsLoopback("custom", executor="cpu", custom={"source": COUNTER, "params": [300]})

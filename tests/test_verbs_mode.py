@@ -176,7 +176,7 @@ def test_a_request_longer_than_its_slot_is_refused_before_it_is_sent():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"handler": "sink"}, "echo or qec"),
+        ({"handler": "sink"}, "echo, qec or custom"),
         ({"slots": 0}, "slots 0: must be 1..64"),
         ({"slots": 65}, "slots 65"),
         ({"slot_bytes": 12}, "slot_bytes 12"),

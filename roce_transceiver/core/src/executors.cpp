@@ -111,7 +111,7 @@ class CpuExecutor final : public Executor {
   struct Loop {
     std::thread thread;
     std::atomic<bool> done{false};  // the thread's loop returned (set by the thread)
-    Batch batch{};  // the thread's crew of one, read by stats() after the join
+    Batch batch{};                  // the thread's crew of one, read by stats() after the join
   };
 
   void loop(uint32_t q) {

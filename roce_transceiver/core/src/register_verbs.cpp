@@ -242,8 +242,9 @@ void only_keys(const pb::dict& d, const char* what, std::initializer_list<const 
 
 host::VerbsServeConfig serve_config(const pb::dict& d) {
   only_keys(d, "VerbsServer",
-            {"handler", "qec_blob", "request_region", "signal_region", "slots", "slot_bytes",
-             "peer_ring", "peer_ring_rkey", "peer_signal", "peer_signal_rkey", "max_requests",
+            {"handler", "qec_blob", "custom_library", "custom_state_bytes", "custom_params",
+             "request_region", "signal_region", "slots", "slot_bytes", "peer_ring",
+             "peer_ring_rkey", "peer_signal", "peer_signal_rkey", "max_requests",
              "completion_timeout_s", "stop_timeout_s"});
   host::VerbsServeConfig c;
   if (d.contains("handler")) {
@@ -252,16 +253,24 @@ host::VerbsServeConfig serve_config(const pb::dict& d) {
       c.handler = HandlerKind::kEcho;
     else if (h == "qec")
       c.handler = HandlerKind::kQec;
+    else if (h == "custom")
+      c.handler = HandlerKind::kCustom;
     else
-      throw std::invalid_argument("VerbsServer: handler '" + h + "': echo or qec");
+      throw std::invalid_argument("VerbsServer: handler '" + h + "': echo, qec or custom");
   }
   if (d.contains("qec_blob")) {
     const std::string blob = d["qec_blob"].cast<pb::bytes>();
     c.qec_blob.assign(blob.begin(), blob.end());
   }
+  if (d.contains("custom_params")) {
+    const std::string params = d["custom_params"].cast<pb::bytes>();
+    c.custom_params.assign(params.begin(), params.end());
+  }
   const auto set = [&](const char* k, auto& field) {
     if (d.contains(k)) field = d[k].cast<std::decay_t<decltype(field)>>();
   };
+  set("custom_library", c.custom_library);
+  set("custom_state_bytes", c.custom_state_bytes);
   set("request_region", c.request_region);
   set("signal_region", c.signal_region);
   set("slots", c.slots);

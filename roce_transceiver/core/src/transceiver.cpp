@@ -1,6 +1,5 @@
 #include "rt/host/transceiver.h"
 
-#include <dlfcn.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -195,25 +194,8 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   // A user handler: its shared object stays loaded until the loop that calls it is gone.
   uint32_t custom_stride = 0;
   if (custom && !on_gpu_) {
-    dlerror();
-    custom_library_ = {dlopen(c.custom_library.c_str(), RTLD_NOW | RTLD_LOCAL), dlclose};
-    if (!custom_library_)
-      throw std::invalid_argument("custom_library '" + c.custom_library +
-                                  "': does not load: " + dlerror());
-    const auto abi =
-        reinterpret_cast<uint32_t (*)()>(dlsym(custom_library_.get(), "rt_custom_abi_version"));
-    const auto call =
-        reinterpret_cast<CustomTrampoline>(dlsym(custom_library_.get(), "rt_custom_call"));
-    if (!abi || !call)
-      throw std::invalid_argument("custom_library '" + c.custom_library +
-                                  "': not a compiled handler (no rt_custom_call / "
-                                  "rt_custom_abi_version)");
-    if (abi() != kCustomAbiVersion)
-      throw std::invalid_argument("custom_library '" + c.custom_library +
-                                  "': compiled against handler ABI " + std::to_string(abi()) +
-                                  ", this engine has " + std::to_string(kCustomAbiVersion) +
-                                  " (rebuild it: clear the handler cache)");
-    d.handler.custom.call = call;
+    custom_library_ = std::make_unique<CustomLibrary>(c.custom_library);
+    d.handler.custom.call = custom_library_->call();
   }
   if (custom) {
     // Each queue's state on its own 64-byte lines: the ABI promises 16-byte alignment, and
@@ -255,9 +237,9 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     const std::vector<uint32_t> ones(c.frames_pages, 1u);
     page_free_.write(0, ones.data(), ones.size() * sizeof(uint32_t));
     pages_per_queue = c.frames_pages / c.queues;
-    d.frames = FramesDesc{c.frames_region,    c.frames_page_bytes,  pages_per_queue,
-                          c.frames_metadata,  c.frames_check_crc,   c.frames_statistic,
-                          nullptr};
+    d.frames =
+        FramesDesc{c.frames_region,    c.frames_page_bytes, pages_per_queue, c.frames_metadata,
+                   c.frames_check_crc, c.frames_statistic,  nullptr};
   }
   d.msg_buf_bytes = c.msg_buf_bytes;
   d.reply_scratch_bytes = c.slot_bytes;

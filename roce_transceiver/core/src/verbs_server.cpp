@@ -35,8 +35,14 @@ const char* serve_state_name(uint64_t state) {
 
 VerbsServer::VerbsServer(VerbsPort& port, const VerbsServeConfig& cfg) : port_(port), cfg_(cfg) {
   const VerbsPortConfig& pc = port.config();
-  require(cfg.handler == HandlerKind::kEcho || cfg.handler == HandlerKind::kQec,
-          "the handler must answer every request (echo or qec)");
+  require(cfg.handler == HandlerKind::kEcho || cfg.handler == HandlerKind::kQec ||
+              cfg.handler == HandlerKind::kCustom,
+          "the handler must answer every request (echo, qec or custom)");
+  // The GPU's serve kernel is built in (GPUNetIO's device API, compiled with the extension):
+  // no user handler is compiled into it.
+  require(cfg.handler != HandlerKind::kCustom || !port.config().gpu,
+          "handler custom: Verbs mode runs a user handler on the cpu executor's serve loop; the "
+          "cuda executor's serve kernel is built in, with echo and qec only");
   require(cfg.slots >= 1 && cfg.slots <= verbs::kMaxServeSlots,
           "slots must be 1.." + std::to_string(verbs::kMaxServeSlots));
   require(cfg.slot_bytes > verbs::kSlotHeaderBytes && cfg.slot_bytes <= verbs::kMaxServeSlotBytes &&
@@ -68,6 +74,22 @@ VerbsServer::VerbsServer(VerbsPort& port, const VerbsServeConfig& cfg) : port_(p
     qec_table_ = Buffer(gpu ? Placement::kDevice : Placement::kHost, cfg.qec_blob.size());
     qec_table_.write(0, cfg.qec_blob.data(), cfg.qec_blob.size());
     qec_table_relocate(&desc_.handler.qec, qec_table_.data());
+  }
+  if (cfg.handler == HandlerKind::kCustom) {
+    custom_library_ = std::make_unique<CustomLibrary>(cfg.custom_library);
+    CustomDesc& cd = desc_.handler.custom;
+    cd.call = custom_library_->call();
+    if (cfg.custom_state_bytes) {
+      custom_state_ = Buffer(Placement::kHost, cfg.custom_state_bytes);
+      cd.state = custom_state_.host();
+      cd.state_bytes = cfg.custom_state_bytes;
+    }
+    if (!cfg.custom_params.empty()) {
+      custom_params_ = Buffer(Placement::kHost, cfg.custom_params.size());
+      custom_params_.write(0, cfg.custom_params.data(), cfg.custom_params.size());
+      cd.params = custom_params_.host();
+      cd.params_bytes = uint32_t(cfg.custom_params.size());
+    }
   }
   const auto at = [](const Buffer& b) { return b.device() ? b.device() : b.host(); };
   desc_.requests = at(port.region(cfg.request_region));

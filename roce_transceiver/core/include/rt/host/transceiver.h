@@ -16,6 +16,7 @@
 #include "rt/engine/batch.h"
 #include "rt/engine/engine.h"
 #include "rt/engine/far_end.h"
+#include "rt/host/custom_library.h"
 #include "rt/host/executor.h"
 #include "rt/host/far_end_templates.h"
 #include "rt/host/memory.h"
@@ -323,8 +324,8 @@ class Transceiver {
   Buffer qec_;            // the QEC table blob
   Buffer custom_state_;   // handler kCustom: each queue's state, one stride a queue
   Buffer custom_params_;  // handler kCustom: the user's parameters
-  // handler kCustom: the dlopen() handle of the compiled handler, closed after the loop ends.
-  std::unique_ptr<void, int (*)(void*)> custom_library_{nullptr, nullptr};
+  // a user handler on the cpu executor: its shared object, closed after the loop ends.
+  std::unique_ptr<CustomLibrary> custom_library_;
   Buffer page_free_;  // frames handler: per page, 1 free / 0 held by the host
   // Shared with the PageMemory of every frame the host holds: stop() lets go of its
   // share, and a region goes when the last frame over it does.

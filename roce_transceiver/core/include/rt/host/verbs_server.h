@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rt/handlers/handler.h"
+#include "rt/host/custom_library.h"
 #include "rt/host/memory.h"
 #include "rt/host/verbs_port.h"
 #include "rt/verbs/serve_loop.h"
@@ -23,8 +24,13 @@ class ServeKernel;
 namespace rt::host {
 
 struct VerbsServeConfig {
-  HandlerKind handler = HandlerKind::kEcho;  // echo or qec
+  HandlerKind handler = HandlerKind::kEcho;  // echo, qec or custom
   std::vector<uint8_t> qec_blob;             // qec: the decoder's table blob
+  // custom (the cpu executor's serve loop): the user handler's shared object, its state and
+  // constant parameters (as TransceiverConfig's)
+  std::string custom_library;
+  uint32_t custom_state_bytes = 0;
+  std::vector<uint8_t> custom_params;
   uint32_t request_region = 0;  // regions of the port: the request ring, then the signal word
   uint32_t signal_region = 1;
   uint32_t slots = 16;
@@ -57,7 +63,9 @@ class VerbsServer {
  private:
   VerbsPort& port_;
   VerbsServeConfig cfg_;
-  Buffer qec_table_;  // the handler's table where the loop reads it
+  Buffer qec_table_;                               // the handler's table where the loop reads it
+  std::unique_ptr<CustomLibrary> custom_library_;  // handler custom: the user's shared object
+  Buffer custom_state_, custom_params_;            // handler custom: its state and parameters
   verbs::ServeDesc desc_{};
   std::unique_ptr<cuda::ServeKernel> kernel_;
   verbs::ServeShared cpu_shared_{};
