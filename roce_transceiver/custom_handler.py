@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 __all__ = [
+    "ALL_ENGINE_KERNELS",
     "DEFAULT_ARCH",
     "DEFAULT_ENTRY",
     "ENGINE_KERNELS",
@@ -51,7 +52,6 @@ __all__ = [
     "compile_engine_file",
     "compile_handler",
     "compile_handler_file",
-    "engine_kernel_set",
     "example_path",
     "include_dir",
     "nvrtc_status",
@@ -373,13 +373,17 @@ ENGINE_KERNELS = {
 }
 
 # What the engine's kernels are compiled with besides -arch, the kernel set and the include
-# paths: nvcc's build (C++17, device code optimised, no debug information).
-_ENGINE_OPTIONS = ("-std=c++17",)
+# paths: nvcc's build (C++17, device code optimised, no debug information), on every core
+# (NVRTC's split compilation: the four kernels' code generation in parallel).
+_ENGINE_OPTIONS = ("-std=c++17", "-split-compile=0")
 
 
-def engine_kernel_set(*, crew: bool, far_end_on_gpu: bool) -> int:
-    """The one kernel a transceiver launches, as an RT_ENGINE_KERNEL_SET mask."""
-    return ENGINE_KERNELS[(crew, "device" if far_end_on_gpu else "system")]
+#: What a transceiver's module holds: all four kernels, though it launches one. LLVM's inliner
+#: decides by how many callers a function has: with one kernel alone it made the engine's step
+#: a call whose registers are saved around it each pass (twice the local-memory traffic, +1.0
+#: to 1.8 us a round trip on the H200, measured); with the four it decides as for the built-in
+#: module (the same SASS, instruction for instruction), and the handler costs what it does.
+ALL_ENGINE_KERNELS = 15
 
 
 def compile_engine(
@@ -388,7 +392,7 @@ def compile_engine(
     name: str,
     entry: str = DEFAULT_ENTRY,
     arch: str = DEFAULT_ARCH,
-    kernels: int = ENGINE_KERNELS[(False, "system")],
+    kernels: int = ALL_ENGINE_KERNELS,
     include_dirs: tuple[Path, ...] = (),
     cache: Path | None = None,
     on_compile: Callable[[], None] | None = None,
@@ -441,7 +445,7 @@ def compile_engine_file(
     *,
     entry: str = DEFAULT_ENTRY,
     arch: str = DEFAULT_ARCH,
-    kernels: int = ENGINE_KERNELS[(False, "system")],
+    kernels: int = ALL_ENGINE_KERNELS,
     cache: Path | None = None,
 ) -> EngineKernels:
     """compile_engine() on a file: errors name it as given; its folder is on the include path.

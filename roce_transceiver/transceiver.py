@@ -152,16 +152,6 @@ def custom_source(custom: Mapping[str, Any]) -> CustomSource:
     return CustomSource(text, source, entry, (Path(source).resolve().parent,))
 
 
-def engine_kernel_set(config: Mapping[str, Any]) -> int:
-    """The engine kernel a configuration's cuda executor launches (custom_handler's mask)."""
-    from roce_transceiver import custom_handler as ch
-    from roce_transceiver.config import cuda_warps
-
-    return ch.engine_kernel_set(
-        crew=cuda_warps(dict(config)) > 1, far_end_on_gpu=config["far_end"] == "gpu"
-    )
-
-
 def _build_custom(config: Mapping[str, Any], executor: str) -> dict[str, Any]:
     """custom.source compiled for the executor, as the core's keys: on the cpu executor a shared
     object (custom_handler.build_host_handler), on the cuda executor the engine's kernel with the
@@ -181,7 +171,6 @@ def _build_custom(config: Mapping[str, Any], executor: str) -> dict[str, Any]:
             name=src.name,
             entry=src.entry,
             arch=arch,
-            kernels=engine_kernel_set(config),
             include_dirs=src.include_dirs,
             on_compile=lambda: log.info(
                 "custom handler %s: compiling the engine's kernel with it for %s (NVRTC, tens of "

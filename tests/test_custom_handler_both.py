@@ -35,7 +35,6 @@ from roce_transceiver.transceiver import (
     Transceiver,
     TransceiverError,
     custom_source,
-    engine_kernel_set,
 )
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "handlers"
@@ -56,13 +55,11 @@ EXECUTORS = [
 ]
 
 
-def _compile(args: tuple[bytes, str, str, tuple[Path, ...], str, int]) -> float:
+def _compile(args: tuple[bytes, str, str, tuple[Path, ...], str]) -> float:
     from roce_transceiver import custom_handler as ch
 
-    text, name, entry, dirs, arch, kernels = args
-    built = ch.compile_engine(
-        text, name=name, entry=entry, arch=arch, kernels=kernels, include_dirs=dirs
-    )
+    text, name, entry, dirs, arch = args
+    built = ch.compile_engine(text, name=name, entry=entry, arch=arch, include_dirs=dirs)
     return built.seconds
 
 
@@ -78,25 +75,18 @@ def engine_modules():
     major, minor = info["gpus"][0]["compute_capability"].split(".")
     arch = f"sm_{major}{minor}"
     jobs = []
-    for source, entry, far_ends, crew in (
-        (str(MAJORITY), "majority_vote", ("cpu", "gpu"), False),
-        (str(ECHO), "echo", ("cpu", "gpu"), False),
-        (COUNTER, "handle", ("cpu",), False),
-        (OVERLONG, "handle", ("cpu",), False),
-        (str(THRESHOLD), "threshold_count", ("cpu",), True),
-        (NEVER_RETURNS, "handle", ("cpu",), False),
-        (FAULTS, "handle", ("cpu",), False),
+    for source, entry in (
+        (str(MAJORITY), "majority_vote"),
+        (str(ECHO), "echo"),
+        (COUNTER, "handle"),
+        (TEAM, "handle"),
+        (OVERLONG, "handle"),
+        (str(THRESHOLD), "threshold_count"),
+        (NEVER_RETURNS, "handle"),
+        (FAULTS, "handle"),
     ):
         src = custom_source({"source": source, "entry": entry})
-        for far_end in far_ends:
-            kernels = engine_kernel_set(
-                {
-                    "far_end": far_end,
-                    "handler": "frames" if crew else "custom",
-                    "cuda": {"warps": 0},
-                }
-            )
-            jobs.append((src.text, src.name, src.entry, src.include_dirs, arch, kernels))
+        jobs.append((src.text, src.name, src.entry, src.include_dirs, arch))
     ctx = multiprocessing.get_context("spawn")  # this process has CUDA: no fork
     with ProcessPoolExecutor(
         max_workers=min(len(jobs), os.cpu_count() or 1), mp_context=ctx
@@ -142,8 +132,8 @@ def test_the_custom_echo_answers_like_the_built_in_one(setup):
 
 COUNTER = """
 #include "rt/handlers/custom.h"
-// Replies with how many calls this queue has had (state), from lane 0's count; every lane
-// adds its lane number to the reply's second word to show all of them ran.
+// Replies with how many calls this queue has had (state), from lane 0's count, and the sum of
+// the lanes' numbers over the team.
 RT_HD int handle(const rt::CustomCall& call) {
   if (call.state_bytes < 8 || call.reply_capacity < 8) return rt::kHandlerError;
   uint32_t* calls = reinterpret_cast<uint32_t*>(call.state);
@@ -159,21 +149,55 @@ RT_HD int handle(const rt::CustomCall& call) {
   return 8;
 }
 """
+# Stateless: which team called it (lanes, and the sum of the lanes' numbers), and the request.
+TEAM = """
+#include "rt/handlers/custom.h"
+RT_HD int handle(const rt::CustomCall& call) {
+  if (call.reply_capacity < 8 + call.request_len) return rt::kHandlerError;
+  const uint32_t sum = rt::custom_sum(call, call.lane);
+  for (uint32_t i = call.lane; i < call.request_len; i += call.lanes)
+    call.reply[8 + i] = call.request[i];
+  if (call.lane == 0)
+    for (int i = 0; i < 4; ++i) {
+      call.reply[i] = uint8_t(call.lanes >> (8 * i));
+      call.reply[4 + i] = uint8_t(sum >> (8 * i));
+    }
+  rt::custom_sync(call);
+  return int(8 + call.request_len);
+}
+"""
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_state_is_kept_from_call_to_call_and_every_lane_runs(executor):
-    lanes = 32 if executor == "cuda" else 1
+def test_state_is_kept_from_call_to_call(executor):
+    # A handler with state takes the general path (after the ICRC check), where the GPU runs
+    # it as a team of one lane (docs/handlers.md, "The team"): lanes 1, their sum 0.
     n = 300
     payloads = [bytes([i & 0xFF]) for i in range(n)]
-    expected = [
-        (i + 1).to_bytes(4, "little") + (lanes * (lanes - 1) // 2).to_bytes(4, "little")
-        for i in range(n)
-    ]
+    expected = [(i + 1).to_bytes(4, "little") + bytes(4) for i in range(n)]
     custom = {"source": COUNTER, "state_bytes": 64}
     with running(executor, "RC", handler="custom", custom=custom) as t:
         r = t.roundtrip(payloads=payloads, expected=expected, count=n, timeout=60)
         assert (r.status, r.received, r.wrong) == ("done", n, 0)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_the_express_path_calls_a_stateless_handler_on_every_lane_of_the_warp(executor):
+    # The express path's team is the warp on the GPU (32 lanes, their numbers summing to 496),
+    # one lane on the CPU; the first request, before the path has its prediction, takes the
+    # general path (one lane on either), and so may a stray other.
+    lanes = 32 if executor == "cuda" else 1
+    n = 300
+    payloads = [bytes([i & 0xFF, 7, 9]) for i in range(n)]
+    team = lanes.to_bytes(4, "little") + (lanes * (lanes - 1) // 2).to_bytes(4, "little")
+    expected = [team + p for p in payloads]
+    with running(executor, "UC", handler="custom", custom={"source": TEAM}) as t:
+        r = t.roundtrip(payloads=payloads, expected=expected, count=n, timeout=60)
+        stats = t.stats()
+    assert (r.status, r.received) == ("done", n)
+    general = n - stats["express"]
+    assert r.wrong == (general if executor == "cuda" else 0), (r.wrong, stats["express"])
+    assert stats["express"] >= n - 5 and stats["handler_errors"] == 0
 
 
 OVERLONG = """
@@ -244,7 +268,11 @@ NEVER_RETURNS = """
 #include "rt/handlers/custom.h"
 RT_HD int handle(const rt::CustomCall& call) {
   volatile uint32_t spin = 1;
-  while (spin) {}
+  while (spin) {
+#if defined(__CUDA_ARCH__)
+    __nanosleep(1000);  // a side effect the compiler keeps
+#endif
+  }
   return 0;
 }
 """
@@ -262,14 +290,14 @@ cfg = {{"executor": "{executor}", "handler": "custom", "stop_timeout_s": 2,
         "custom": {{"source": {source!r}}}}}
 t = Transceiver(cfg).start()
 from engine_helpers import Peer
-t.inject(Peer(t).next("SEND_ONLY", b"hello"))
+print("INJECTED", t.inject(Peer(t).next("SEND_ONLY", b"hello")))
 deadline = time.monotonic() + 20
 try:
     while time.monotonic() < deadline:
         t.stats()
         t._check()
         time.sleep(0.01)
-    print("NO ERROR")
+    print("NO ERROR", {{k: v for k, v in t.stats().items() if k in ("rx_packets", "messages")}})
 except TransceiverError as e:
     print("CHECK:", e)
 try:

@@ -1,7 +1,7 @@
 """The cuda executor's build of handler custom: the engine's kernel compiled by NVRTC with the
 user's handler in it (custom_handler.compile_engine). No GPU: NVRTC needs none.
 
-Goal: the module holds exactly the kernel asked for, by the name the executor looks up
+Goal: the module holds exactly the kernels asked for, by the name the executor looks up
 (engine_kernels.cuh's kEngineKernelNames); a second start takes it from the cache (no compile,
 milliseconds) and anything that changes the module (source, kernel set) is another entry; an
 entry named like one of the engine's own functions (handle, the default) is still the user's;
@@ -56,9 +56,9 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def built(cache) -> ch.EngineKernels:
-    """One compile of the message kernel with rings in pinned memory (the cpu far end's)."""
-    kernels = ch.engine_kernel_set(crew=False, far_end_on_gpu=False)
-    return ch.compile_engine(HANDLE_ECHO, name="echo.cu", kernels=kernels, cache=cache)
+    """One compile of the warp's kernel with rings in pinned memory (the cpu far end's)."""
+    # The warp's kernel alone: a quarter of the compile (a transceiver's module has all four).
+    return ch.compile_engine(HANDLE_ECHO, name="echo.cu", kernels=2, cache=cache)
 
 
 def test_the_module_holds_the_kernel_asked_for_by_its_name(built):
@@ -91,7 +91,7 @@ def test_what_changes_the_module_changes_its_cache_entry(built, cache, monkeypat
     monkeypatch.setattr(ch, "_nvrtc_compile", no_compile)
     for change in (
         {"source": HANDLE_ECHO + b"\n"},
-        {"kernels": ch.engine_kernel_set(crew=False, far_end_on_gpu=True)},
+        {"kernels": ch.ALL_ENGINE_KERNELS},
         {"entry": "other"},
     ):
         args = {"source": HANDLE_ECHO, "name": "echo.cu", "kernels": 2, "cache": cache, **change}
