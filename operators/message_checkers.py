@@ -23,9 +23,10 @@ from roce_transceiver.qec import (
     pymatching_replies,
     unpack_correction,
 )
+from roce_transceiver.repetition import majority_correction
 from roce_transceiver.transceiver import Completion
 
-__all__ = ["EchoCheckerOp", "MajorityVoteCheckerOp", "QecCheckerOp", "majority_correction"]
+__all__ = ["EchoCheckerOp", "MajorityVoteCheckerOp", "QecCheckerOp"]
 
 
 class _MessageChecker(Operator):
@@ -64,18 +65,6 @@ class EchoCheckerOp(_MessageChecker):
         if c.reply != c.request:
             return f"reply {c.reply[:16].hex()} is not the request {c.request[:16].hex()}"
         return None
-
-
-def majority_correction(reading: bytes, distance: int) -> bytes:
-    """A repetition code's correction, as examples/handlers/majority_vote.cu answers: the
-    ``distance`` copies' readings are bits (copy i is bit i % 8 of byte i // 8), and the
-    correction has a bit set for each copy that disagrees with the majority."""
-    bits = [(reading[i // 8] >> (i % 8)) & 1 for i in range(distance)]
-    majority = int(sum(bits) > distance // 2)
-    out = bytearray((distance + 7) // 8)
-    for i, b in enumerate(bits):
-        out[i // 8] |= (b ^ majority) << (i % 8)
-    return bytes(out)
 
 
 class MajorityVoteCheckerOp(_MessageChecker):

@@ -1046,9 +1046,11 @@ COMPUTED: dict[str, Computed] = {
     "custom_params": Computed(
         ("custom.params",), lambda cfg, ex, blob: custom_params_bytes(cfg["custom"]["params"])
     ),
-    # The compiled handler: Transceiver builds it (custom.source, BY_PYTHON) and sets this.
+    # The compiled handler: Transceiver builds it from custom.source and custom.entry (a shared
+    # object for the cpu executor, the engine's kernels for the cuda executor) and sets these.
     "custom_library": Computed((), lambda cfg, ex, blob: ""),
     "custom_kernel_image": Computed((), lambda cfg, ex, blob: b""),
+    # custom.source with the frames handler: the handler is the stream's statistic.
     "frames_statistic": Computed(
         ("handler", "custom.source"),
         lambda cfg, ex, blob: cfg["handler"] == "frames" and cfg["custom"]["source"] is not None,
@@ -1065,10 +1067,9 @@ BY_PYTHON: dict[str, str] = {
     "gets as executor",
     "qec.distance": "transceiver.Transceiver builds the decoder's lookup table for it, which "
     "the core gets as qec_blob",
-    "custom.source": "transceiver.Transceiver compiles it for the cpu executor "
-    "(custom_handler.build_host_handler), a shared object the core gets as custom_library",
-    "custom.entry": "transceiver.Transceiver compiles a trampoline calling it into the shared "
-    "object the core gets as custom_library",
+    "custom.entry": "transceiver.Transceiver compiles it with custom.source: for the cpu "
+    "executor a shared object the core gets as custom_library, for the cuda executor the "
+    "engine's kernels it gets as custom_kernel_image",
 }
 
 #: Schema keys that do not reach the engine, and why.

@@ -169,6 +169,7 @@ ALTERNATIVE: dict[str, Any] = {
     "socket.capture": "x.pcap",
     "vlan": 5,
     "custom.params": [5],
+    "custom.source": "/stat.cu",  # with the frames handler (base()): its statistic
     "cpu_core": min(allowed_cores()),
     "regions": [{"va": 0, "rkey": 1, "length": 64}],
 }

@@ -31,6 +31,7 @@ from frames_helpers import PAGE, frames_config, send, sensor_for
 
 from roce_transceiver import _core
 from roce_transceiver.protocol import parse
+from roce_transceiver.repetition import majority_correction
 from roce_transceiver.transceiver import (
     Transceiver,
     TransceiverError,
@@ -93,15 +94,6 @@ def engine_modules():
     ) as pool:
         list(pool.map(_compile, jobs))
     yield
-
-
-def majority_correction(reading: bytes, d: int) -> bytes:
-    bits = [(reading[i // 8] >> (i % 8)) & 1 for i in range(d)]
-    majority = int(sum(bits) > d // 2)
-    out = bytearray((d + 7) // 8)
-    for i, b in enumerate(bits):
-        out[i // 8] |= (b ^ majority) << (i % 8)
-    return bytes(out)
 
 
 @pytest.mark.parametrize("setup", SETUPS)

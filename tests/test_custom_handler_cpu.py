@@ -22,6 +22,7 @@ from roce_transceiver import _core
 from roce_transceiver.config import core_config, load_config
 from roce_transceiver.custom_handler import build_host_handler, cache_dir
 from roce_transceiver.protocol import parse
+from roce_transceiver.repetition import majority_correction
 from roce_transceiver.schema import ConfigError
 from roce_transceiver.transceiver import HandlerBuildError, Transceiver, TransceiverError
 
@@ -34,15 +35,6 @@ THRESHOLD = EXAMPLES / "threshold_count.cu"
 def own_cache(tmp_path, monkeypatch):
     """Every test compiles into its own cache: none sees another's (or the user's) libraries."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
-def majority_correction(reading: bytes, d: int) -> bytes:
-    bits = [(reading[i // 8] >> (i % 8)) & 1 for i in range(d)]
-    majority = int(sum(bits) > d // 2)
-    out = bytearray((d + 7) // 8)
-    for i, b in enumerate(bits):
-        out[i // 8] |= (b ^ majority) << (i % 8)
-    return bytes(out)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
