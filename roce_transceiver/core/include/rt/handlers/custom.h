@@ -23,8 +23,8 @@ constexpr uint32_t kCustomAbiVersion = 1;
 // One call: one message in, at most one reply out. Every pointer is valid only
 // during the call. On the GPU's express path the calling team is one warp and
 // every lane calls the entry with the same CustomCall except `lane`; on its
-// general path and on the CPU the team is one lane. The engine sends the leader's (lane 0's) return
-// value; every lane must return it.
+// general path and on the CPU the team is one lane. The engine sends the
+// leader's (lane 0's) return value; every lane must return it.
 struct CustomCall {
   // The message: the payload of one SEND or WRITE (all its packets), or one
   // frame's record on the frames stream.
