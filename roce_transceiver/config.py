@@ -532,6 +532,12 @@ SCHEMA = Section(
                 "sequence_check": Field(
                     bool, True, "ask the bridge to refuse requests out of sequence"
                 ),
+                "take_over": Field(
+                    bool,
+                    False,
+                    "program the sensor even when its registers send to another host (that "
+                    "host's stream ends); false: refuse, naming the host",
+                ),
                 "packet_bytes": Field(
                     int,
                     None,
