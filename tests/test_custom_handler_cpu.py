@@ -12,6 +12,9 @@ schedule (window 1: in order).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +187,59 @@ def test_the_core_wants_the_build_its_executor_runs():
         _core.Transceiver(core_config(cfg, "cpu", None))
     with pytest.raises(ValueError, match=r"executor 'cuda' needs the engine's kernels"):
         _core.Transceiver(core_config(cfg, "cuda", None))
+
+
+# The loop is abandoned by stop() (it never returns); the process then exits as any does, with
+# its atexit handlers, collection and the loader's clean-up: the handler's code must still be
+# there for the thread that runs in it until the last moment.
+# Host code (the cpu executor's build): it says it has been called by creating a file in the
+# working directory, then never returns.
+ENTERS_AND_SPINS = """#include <cstdio>
+RT_HD int handle(const rt::CustomCall&) {
+  std::fclose(std::fopen("entered", "w"));
+  volatile int x = 1;
+  while (x) {
+  }
+  return 0;
+}
+"""
+ABANDONED = """
+import sys, time
+from pathlib import Path
+from engine_helpers import Peer
+from roce_transceiver.transceiver import Transceiver, TransceiverError
+source = {source!r}
+cfg = {{"executor": "cpu", "handler": "custom", "stop_timeout_s": 1,
+       "custom": {{"source": source}}}}
+t = Transceiver(cfg).start()
+assert t.inject(Peer(t).next("SEND_ONLY", b"hello"))
+deadline = time.monotonic() + 10
+while not Path("entered").exists():  # the loop is in the handler now
+    assert time.monotonic() < deadline, "the handler was not called within 10 s"
+    time.sleep(0.001)
+try:
+    t.stop()
+    print("STOPPED")
+except TransceiverError as e:
+    print("STOP:", e)
+del t
+sys.exit(0)
+"""
+
+
+def test_a_process_that_abandoned_a_never_returning_handler_exits_cleanly(tmp_path):
+    tests = Path(__file__).resolve().parent
+    proc = subprocess.run(
+        [sys.executable, "-c", ABANDONED.format(source=ENTERS_AND_SPINS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tests)},
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert "STOP:" in out and "did not stop within 1" in out, out
+    # A negative status is the signal that ended it: SIGSEGV when the handler's shared object
+    # was unmapped under the abandoned thread.
+    assert proc.returncode == 0, f"exit status {proc.returncode}: {out}"

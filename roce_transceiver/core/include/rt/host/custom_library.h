@@ -1,6 +1,7 @@
 // A user handler compiled for the host (roce_transceiver/custom_handler.py's shared object):
 // loaded, its ABI version checked, its trampoline found. What the cpu executor's loop and
-// Verbs mode's CPU serve loop call; it stays loaded as long as this object lives.
+// Verbs mode's CPU serve loop call; its code stays loaded for the process's life (a loop
+// abandoned by a stop() that timed out may still run in it).
 #pragma once
 
 #include <memory>
