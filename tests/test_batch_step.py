@@ -13,10 +13,14 @@ batch's frames are classified and placed by different warps at once.
 - a queue whose pages are all held by the host (every later packet refused, counted);
 - batches that end early: an echo script with express off (SEND Onlys, a two-packet SEND,
   immediates, an ICRC error, a PSN gap, a wrong QP) on UC and RC, and RC WRITEs with ACK
-  requests, duplicates and a gap, where an ACK waits for its data.
+  requests, duplicates and a gap, where an ACK waits for its data;
+- WRITEs and then, on the same bytes, FETCH_ADDs, COMPARE_SWAPs (RC) and WRITEs with
+  Immediate: each must see the WRITEs before it, though a batch places them only later.
 
-Oracles: the one-frame-at-a-time run of the same frames, and, for the stream, zlib over
-what the sensor sent (every frame that came whole is recorded with its CRC).
+Oracles: the one-frame-at-a-time run of the same frames; for the stream, zlib over what the
+sensor sent (every frame that came whole is recorded with its CRC); for the WRITEs and
+atomics on the same bytes, a Python model of RDMA's order (rdma_model): the region's bytes,
+each atomic's value before, each immediate's message.
 """
 
 from __future__ import annotations
@@ -216,9 +220,109 @@ def echo_script(peer: Peer) -> list[bytes]:
     return frames
 
 
-def write_script(peer: Peer) -> list[bytes]:
-    """RC/UC WRITEs into the first region: some ask for an ACK, one is repeated, one skips."""
+#: Where the overlapping operations land: past write_script's WRITEs (region bytes 0..12 287).
+OVERLAP = 12288
+
+
+def overlap_ops(transport: str, seed: int = 26) -> list[tuple[Any, ...]]:
+    """Operations on the same bytes, each right after the one it must see: a WRITE Only and
+    then a FETCH_ADD of its word, a COMPARE_SWAP that matches only what the WRITE wrote (and
+    one that matches only what was there before it), a WRITE with Immediate over part of a
+    WRITE, an atomic on a word a WRITE with Immediate wrote. Atomics are RC's alone. Random
+    bytes: a WRITE placed late or not at all shows in every word it covers.
+    ``("write" | "write_imm", offset, payload[, imm])``, ``("fetch_add", offset, add)``,
+    ``("compare_swap", offset, compare, swap)``; offsets from the region's start."""
+    rng = random.Random(seed)
+    word = [int.from_bytes(rng.randbytes(8), "little") for _ in range(8)]
+    at = [OVERLAP + 256 * k for k in range(8)]
+    ops: list[tuple[Any, ...]] = []
+    rc = transport == "RC"
+    ops.append(("write", at[0], word[0].to_bytes(8, "little")))
+    if rc:
+        ops.append(("fetch_add", at[0], 5))
+        ops.append(("fetch_add", at[0], 2**64 - 1))  # another at once: sees the first's
+    ops.append(("write", at[1], rng.randbytes(64)))  # the word in the middle of a WRITE
+    if rc:
+        ops.append(("fetch_add", at[1] + 24, 1 << 40))
+    ops.append(("write", at[2], rng.randbytes(16) + word[2].to_bytes(8, "little")))
+    if rc:
+        ops.append(("compare_swap", at[2] + 16, word[2], word[3]))  # matches the WRITE's
+    ops.append(("write", at[4], word[4].to_bytes(8, "little")))
+    if rc:
+        ops.append(("compare_swap", at[4], 0, word[5]))  # matches what was there before
+    ops.append(("write", at[5], rng.randbytes(128)))
+    ops.append(("write_imm", at[5] + 32, rng.randbytes(48), 0x2600_0001))  # over part of it
+    ops.append(("write", at[6], rng.randbytes(64)))
+    ops.append(("write_imm", at[6], rng.randbytes(64), 0x2600_0002))  # over all of it
+    ops.append(("write_imm", at[7], word[7].to_bytes(8, "little"), 0x2600_0003))
+    if rc:
+        ops.append(("fetch_add", at[7], 3))
+    ops.append(("write", at[7] + 8, rng.randbytes(32)))  # right after it, not over it
+    return ops
+
+
+def overlap_frames(peer: Peer, ops: list[tuple[Any, ...]]) -> list[bytes]:
+    """``ops`` as the peer's frames, one PSN each."""
     frames: list[bytes] = []
+    for op in ops:
+        kind, offset = op[0], op[1]
+        if kind in ("write", "write_imm"):
+            fields: dict[str, Any] = {"va": VA + offset, "rkey": RKEY, "dma_len": len(op[2])}
+            if kind == "write":
+                frames.append(peer.frame("RDMA_WRITE_ONLY", op[2], psn=peer.take(), **fields))
+            else:
+                name = "RDMA_WRITE_ONLY_WITH_IMMEDIATE"
+                frames.append(peer.frame(name, op[2], psn=peer.take(), imm=op[3], **fields))
+        elif kind == "fetch_add":
+            frames.append(
+                peer.frame("FETCH_ADD", psn=peer.take(), va=VA + offset, rkey=RKEY, swap_add=op[2])
+            )
+        else:
+            frames.append(
+                peer.frame(
+                    "COMPARE_SWAP",
+                    psn=peer.take(),
+                    va=VA + offset,
+                    rkey=RKEY,
+                    compare=op[2],
+                    swap_add=op[3],
+                )
+            )
+    return frames
+
+
+def rdma_model(ops: list[tuple[Any, ...]], first_psn: int, length: int) -> dict[str, Any]:
+    """What RDMA's ordering makes of ``ops``, one after another (IBA 9.4): the region's bytes
+    (zero before), each atomic's value before (its ATOMIC ACKNOWLEDGE's, by PSN) and each
+    WRITE with Immediate's message (the bytes it wrote, its immediate, its PSN). The words
+    are little-endian, as the engine's atomics keep them (test_engine_atomics.py)."""
+    mem = bytearray(length)
+    originals: list[tuple[int, int]] = []
+    delivered: list[tuple[bytes, int, int]] = []
+    psn = first_psn
+    for op in ops:
+        kind, offset = op[0], op[1]
+        if kind in ("write", "write_imm"):
+            mem[offset : offset + len(op[2])] = op[2]
+            if kind == "write_imm":
+                delivered.append((op[2], op[3], psn))
+        else:
+            before = int.from_bytes(mem[offset : offset + 8], "little")
+            if kind == "fetch_add":
+                after = (before + op[2]) % 2**64
+            else:
+                after = op[3] if before == op[2] else before
+            mem[offset : offset + 8] = after.to_bytes(8, "little")
+            originals.append((psn, before))
+        psn = psn_add(psn, 1)
+    return {"region": bytes(mem), "originals": originals, "delivered": delivered}
+
+
+def write_script(peer: Peer) -> list[bytes]:
+    """RC/UC WRITEs into the first region: the overlapping operations first (overlap_ops:
+    WRITEs, then atomics and WRITEs with Immediate on the same bytes), then WRITE Onlys of
+    which some ask for an ACK, one is repeated, one skips."""
+    frames = overlap_frames(peer, overlap_ops(peer.transport))
     for n in range(24):
         payload = content(n, 512)
         fields: dict[str, Any] = {"va": VA + 512 * n, "rkey": RKEY, "dma_len": 512}
@@ -274,6 +378,43 @@ def test_batches_that_end_early_give_the_same_replies_acks_and_counters(
         assert [parse(f) for f in run["sent"]] == [parse(f) for f in runs[0]["sent"]]
     assert_same(runs, ("sent", "messages", "region", "stats"))
     assert runs[0]["stats"]["rx_packets"] > 20
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_atomics_and_immediates_see_the_writes_before_them_in_a_batch(
+    executor: str, transport: str
+) -> None:
+    """A WRITE's placement waits for a batch's execute phase; an atomic reads and writes its
+    word in the commit, and a WRITE with Immediate places its own bytes there (the handler
+    reads them). So a batch ends before either when a placement is pending: else the
+    FETCH_ADD adds to the word before the WRITE (its answer the old value) and the WRITE then
+    lands over the sum, and an earlier WRITE lands over the immediate's bytes. Every shape,
+    the batch of 1 too, must give what RDMA's order gives (rdma_model)."""
+    ops = overlap_ops(transport)
+    first_psn: list[int] = []  # the peer's, as each run's script starts
+
+    def script(peer: Peer) -> list[bytes]:
+        first_psn.append(peer.psn)
+        return overlap_frames(peer, ops)
+
+    for shape in shapes(executor):
+        run = script_run(executor, transport, shape, script)
+        want = rdma_model(ops, first_psn[-1], REGIONS[0]["length"])
+        acks = [parse(f) for f in run["sent"]]
+        originals = [(p.psn, p.atomic_ack_orig) for p in acks if p.opcode == 0x12]
+        assert originals == want["originals"], shape
+        delivered = [(m[0], m[4], m[3]) for m in run["messages"]]
+        assert delivered == want["delivered"], shape
+        if run["region"] != want["region"]:
+            wrong = [
+                i
+                for i in range(0, len(want["region"]), 8)
+                if run["region"][i : i + 8] != want["region"][i : i + 8]
+            ]
+            raise AssertionError(f"{shape}: region words at offsets {wrong} are not RDMA's")
+        atomics = sum(op[0] in ("fetch_add", "compare_swap") for op in ops)
+        assert run["stats"]["atomics"] == atomics and run["stats"]["naks_sent"] == 0, shape
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
