@@ -244,20 +244,23 @@ def _nvrtc_compile(
     )
     try:
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
+        # NVRTC writes into the buffers it is given: each is a new bytearray, never a bytes
+        # object (immutable, and shared: `b" " * 1` is CPython's one cached b" ", which the
+        # empty log's NUL then overwrote for the whole process, scapy's dissection included).
         (size,) = _ok(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        buf = bytearray(size)
         _ok(nvrtc, nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-        log = buf.rstrip(b"\0").decode(errors="replace").strip()
+        log = bytes(buf).rstrip(b"\0").decode(errors="replace").strip()
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             message, file, line = _one_line(log, name, entry)
             raise HandlerCompileError(message, log, file, line)
         if cubin:
             (n,) = _ok(nvrtc, nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            code = b" " * n
+            code = bytearray(n)
             _ok(nvrtc, nvrtc.nvrtcGetCUBIN(prog, code), "nvrtcGetCUBIN")
         else:  # compute_XX: PTX, for the driver to finish
             (n,) = _ok(nvrtc, nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-            code = b" " * n
+            code = bytearray(n)
             _ok(nvrtc, nvrtc.nvrtcGetPTX(prog, code), "nvrtcGetPTX")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

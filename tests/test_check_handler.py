@@ -84,6 +84,24 @@ def test_a_good_handler_compiles_to_a_cubin(tmp_path):
     assert (compiled.entry, compiled.arch) == ("echo", "sm_90")
 
 
+def corrupted_one_byte_objects() -> list[int]:
+    """The byte values whose one-byte bytes object (CPython keeps one per value, shared by the
+    whole process) no longer holds its own value."""
+    return [i for i in range(256) if bytes([i])[0] != i]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_90", "compute_90"])
+def test_a_compile_writes_into_no_python_object(tmp_path, arch):
+    # An empty log is one byte (its NUL): NVRTC wrote it into b" " * 1, which is CPython's
+    # cached b" ", and every b" " of the process read b"\0" after (scapy's dissection went
+    # wrong in a later test module).
+    assert corrupted_one_byte_objects() == []
+    compiled = custom_handler.compile_handler_file(write(tmp_path, GOOD), entry="echo", arch=arch)
+    assert compiled.log == "", "the case this checks: an empty log"
+    assert corrupted_one_byte_objects() == []
+
+
 @needs_nvrtc
 def test_compute_arch_gives_ptx_naming_the_architecture(tmp_path):
     compiled = custom_handler.compile_handler_file(
