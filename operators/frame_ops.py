@@ -145,19 +145,80 @@ class FrameCheckerOp(Operator):
         )
 
 
+# The statistic's GPU kernel: the sum of a frame's bytes, a grid-stride loop of fixed shape
+# (one launch configuration, so the module loaded up front is the only one it ever needs).
+_BYTE_SUM_SOURCE = r"""
+extern "C" __global__ void rt_byte_sum(const unsigned char* data, unsigned long long n,
+                                       unsigned long long* sum) {
+  unsigned long long s = 0;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    s += data[i];
+  for (int d = 16; d > 0; d /= 2) s += __shfl_down_sync(0xffffffffu, s, d);
+  if ((threadIdx.x & 31) == 0 && s) atomicAdd(sum, s);
+}
+"""
+_BYTE_SUM_GRID, _BYTE_SUM_BLOCK = 64, 256
+
+
+class _GpuByteSum:
+    """The byte sum on the GPU, its module compiled and loaded when made.
+
+    A CUDA module load waits for the device to go idle, which a persistent kernel running with
+    ``cuda.epoch_us: 0`` never lets happen (docs/gpu_sharing.md): an operator that loaded its
+    kernel at its first frame would wait there until the transceiver stopped. Made when the
+    graph is composed, before any operator starts, the load is over before the loop begins.
+    """
+
+    def __init__(self) -> None:
+        import cupy
+
+        self._cupy = cupy
+        self._kernel = cupy.RawKernel(_BYTE_SUM_SOURCE, "rt_byte_sum")
+        self._kernel.compile()  # NVRTC, then the module load: both before the loop runs
+        self._sum = cupy.zeros(1, dtype=cupy.uint64)
+
+    def mean(self, tensor: Any) -> float:
+        cupy = self._cupy
+        data = cupy.asarray(tensor).reshape(-1)
+        if data.dtype != cupy.uint8:
+            raise TypeError(f"frame statistic: a frame of uint8, not {data.dtype}")
+        if data.size == 0:
+            return float("nan")
+        self._sum.fill(0)  # a memset: no kernel of its own
+        args = (data, np.uint64(data.size), self._sum)
+        self._kernel((_BYTE_SUM_GRID,), (_BYTE_SUM_BLOCK,), args)
+        return int(self._sum.get()[0]) / data.size
+
+
+def _gpu_byte_sum() -> _GpuByteSum | None:
+    """The GPU statistic where cupy sees a GPU; None elsewhere (frames come as host tensors)."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None
+    except Exception:  # no cupy, no driver, no device: the host path is the only one used
+        return None
+    return _GpuByteSum()
+
+
 class FrameStatisticOp(Operator):
     """The processing step of the sensor app: each frame's mean byte value, computed where the
-    frame lies (cupy on a device tensor, numpy on a host one), without a copy.
+    frame lies (a GPU kernel on a device tensor, numpy on a host one), without a copy.
 
-    Its GPU kernel is compiled and loaded at its first frame, while the persistent kernel runs,
-    as most GPU operators do: the cuda executor's epochs let that load through
-    (docs/gpu_sharing.md).
+    Its GPU kernel is compiled and loaded when the operator is made, while the graph is
+    composed and before the transceiver's persistent kernel starts: it runs with every
+    ``cuda.epoch_us``, 0 (one launch) included. A GPU operator that loads a kernel at its first
+    frame instead waits for the next epoch boundary, and with ``epoch_us: 0`` until the
+    transceiver stops (docs/gpu_sharing.md).
     """
 
     def __init__(self, fragment: Fragment, *args: Any, **kwargs: Any) -> None:
         self.frames = 0
         self.on_gpu = 0
         self.means: list[float] = []
+        self._gpu = _gpu_byte_sum()
         super().__init__(fragment, *args, **kwargs)
 
     def setup(self, spec: OperatorSpec) -> None:
@@ -166,9 +227,9 @@ class FrameStatisticOp(Operator):
     def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
         tensor = op_input.receive("frames")["frame"]
         if on_device(tensor):
-            import cupy
-
-            mean = float(cupy.asarray(tensor).mean(dtype=cupy.float64))
+            if self._gpu is None:  # a device tensor where cupy saw no GPU when composed
+                self._gpu = _GpuByteSum()
+            mean = self._gpu.mean(tensor)
             self.on_gpu += 1
         else:
             mean = float(np.asarray(tensor).mean(dtype=np.float64))

@@ -47,7 +47,8 @@ def test_preload_stops_at_the_rings_depth_and_refuses_an_oversized_frame() -> No
 
 def test_bench_ingest_on_the_cpu_executor(tmp_path) -> None:
     path = tmp_path / "ingest.json"
-    r = ingest.run("cpu", (1024,), json_path=str(path))
+    r = ingest.run("cpu", (1024,), json_path=str(path), latency_frames=0)
+    assert r["frame_to_host"] is None
     assert [(row["payload"], row["metadata"]) for row in r["rows"]] == [(1024, False), (1024, True)]
     for row in r["rows"]:
         assert row["frames_whole"] == row["frames"] > 1 and row["frames_dropped"] == 0
@@ -69,7 +70,7 @@ def test_bench_ingest_cli_rejects_a_crew_it_cannot_run(capsys, warps: str) -> No
 def test_bench_ingest_reports_the_cpu_crews_batches(tmp_path) -> None:
     # The cpu executor's crew of one takes the preloaded stream in batches: their depth
     # and count are in the row's profile; it has no cycle clock, so no cycles.
-    r = ingest.run("cpu", (1024,), json_path=str(tmp_path / "ingest.json"))
+    r = ingest.run("cpu", (1024,), json_path=str(tmp_path / "ingest.json"), latency_frames=0)
     for row in r["rows"]:
         prof = row["profile"]
         assert prof["batch_depth"] == 32 and prof["batches"] > 0, prof
@@ -78,7 +79,26 @@ def test_bench_ingest_reports_the_cpu_crews_batches(tmp_path) -> None:
 
 @pytest.mark.gpu
 def test_bench_ingest_on_the_gpu_with_device_memory_rings(tmp_path) -> None:
-    r = ingest.run("cuda", (4096,), json_path=str(tmp_path / "ingest.json"))
+    r = ingest.run("cuda", (4096,), json_path=str(tmp_path / "ingest.json"), latency_frames=20)
     for row in r["rows"]:
         assert row["frames_whole"] == row["frames"] and row["packets_per_s"] > 0
         assert row["floor"]["copy_one_warp_gbit_per_s"] > 0
+    # Issue 26: every epoch length, one launch included, records every frame.
+    lat = r["frame_to_host"]
+    assert [row["epoch_us"] for row in lat["rows"]] == [10_000, 1_000, 0]
+    for row in lat["rows"]:
+        assert row["frames_whole"] == row["frames"] == 20 and row["latency"]["count"] == 20
+    assert lat["floor"]["pinned_pingpong"]["p50"] > 0
+
+
+def test_bench_ingest_reports_the_frame_end_to_host_latency(tmp_path) -> None:
+    """Each frame sent alone and awaited: a latency per frame, next to the floor of the run."""
+    path = tmp_path / "ingest.json"
+    r = ingest.run("cpu", (4096,), json_path=str(path), latency_frames=8)
+    lat = r["frame_to_host"]
+    (row,) = lat["rows"]
+    assert row["epoch_us"] is None and row["frames_whole"] == row["frames"] == 8
+    assert row["latency"]["count"] == 8 and 0 < row["latency"]["p50"] <= row["latency"]["max"]
+    assert row["latency"]["unit"] == "us"
+    assert lat["floor"]["cpu_thread_pingpong"]["p50"] > 0
+    assert json.loads(path.read_text())["frame_to_host"] == lat

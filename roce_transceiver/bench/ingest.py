@@ -18,6 +18,10 @@ The floor, in the same run: a device-to-device copy of the same payload bytes by
 resources (one warp, the crew's warps, one whole SM of 1024 threads; a block of each per
 queue), timed with CUDA events (cupy); on the cpu executor, one thread's memcpy of the same
 bytes (numpy).
+
+Then the frame-end-to-host latency (frame_latency.py): frames one at a time on the loopback
+wire, from the last packet's arrival to the record on the host, per ``cuda.epoch_us``, next to
+the pinned ping-pong of the same run.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from roce_transceiver.bench import frame_latency
 from roce_transceiver.bench.machine import machine_info
 from roce_transceiver.config import load_config
 from roce_transceiver.peers.link import Addresses
@@ -247,9 +252,11 @@ def run(
     out: TextIO = sys.stdout,
     warps: Sequence[int] = WARPS,
     queues: Sequence[int] = (1,),
+    latency_frames: int = 200,
 ) -> dict[str, Any]:
     """One row per payload size, metadata mode, queue count and crew (cuda), each with the
-    copy floor of its bytes by the same resources."""
+    copy floor of its bytes by the same resources; then, unless ``latency_frames`` is 0, the
+    frame-end-to-host latency of that many frames (bench/frame_latency.py)."""
     if executor == "auto":
         from roce_transceiver import _core
 
@@ -295,12 +302,17 @@ def run(
             f"{r['frames_whole']:>4}/{r['frames']:<5}  {floor};{cycles}",
             file=out,
         )
+    latency = None
+    if latency_frames:
+        print("frame end to host (one frame at a time, 64 KiB in 4 KiB WRITEs):", file=out)
+        latency = frame_latency.run(executor, latency_frames, out)
     result = {
         "benchmark": "ingest",
         "executor": executor,
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "frame_bytes": FRAME_BYTES,
         "rows": rows,
+        "frame_to_host": latency,
         "machine": machine_info(),
     }
     if json_path:

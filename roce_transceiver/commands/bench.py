@@ -239,6 +239,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="queues (queues.count) to run each row with: a stream a queue, on its own QP, "
         "a block (an SM) or thread a queue (default 1)",
     )
+    ingest.add_argument(
+        "--latency-frames",
+        type=integer(0, 100_000),
+        default=200,
+        dest="latency_frames",
+        metavar="N",
+        help="frames sent one at a time for the frame-end-to-host latency, per cuda.epoch_us "
+        "(default 200; 0 leaves it out)",
+    )
     ingest.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     ingest.set_defaults(run=run_ingest)
 
@@ -396,11 +405,17 @@ def run_ingest(args: argparse.Namespace) -> int:
 
     try:
         r = ingest.run(
-            args.executor, args.payloads, json_path=args.json, warps=args.warps, queues=args.queues
+            args.executor,
+            args.payloads,
+            json_path=args.json,
+            warps=args.warps,
+            queues=args.queues,
+            latency_frames=args.latency_frames,
         )
     except (TransceiverError, RuntimeError, ValueError, ImportError) as e:
         raise CommandError(f"bench ingest: {e}") from None
-    return 0 if all(row["frames_whole"] == row["frames"] for row in r["rows"]) else 1
+    rows = r["rows"] + (r["frame_to_host"] or {}).get("rows", [])
+    return 0 if all(row["frames_whole"] == row["frames"] for row in rows) else 1
 
 
 def run_share(args: argparse.Namespace) -> int:
