@@ -184,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser(NAME, __doc__.splitlines()[0]).parse_args(ours)
     _quiet_holoscan()
     try:
-        cfg = load_app_config(args.config or dict(DEFAULTS), _overrides(args), app=NAME)
+        overrides, flags = _overrides(args)
+        cfg = load_app_config(args.config or dict(DEFAULTS), overrides, app=NAME, flags=flags)
         out_dir = Path(cfg["app"]["output_dir"])
         out_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from roce_transceiver.config import SCHEMA as TRANSCEIVER
-from roce_transceiver.config import ConfigError, absolute_source, load_config
+from roce_transceiver.config import ConfigError, load_config
 from roce_transceiver.config import reference_markdown as transceiver_reference
 from roce_transceiver.schema import (
     Field,
@@ -311,19 +311,20 @@ def load_app_config(
     overrides: Mapping[str, Any] | None = None,
     *,
     app: str | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole file validated, every default filled in. ``overrides`` are dotted keys
-    (``{"app.count": 100, "transceiver.executor": "cpu"}``) applied on top; ``app`` is the app
+    (``{"app.count": 100, "transceiver.executor": "cpu"}``) applied on top, ``flags`` the
+    command-line flag that gave each (``{"app.count": "--count 100"}``): an error in one names
+    its flag, not the file's line of the value it replaced, and a relative
+    ``transceiver.custom.source`` given by one is the working directory's. ``app`` is the app
     that reads the file (an ``app.name`` naming another one is an error)."""
     origin = str(source) if isinstance(source, (str, Path)) else None
     data: Mapping[str, Any] = (
         load_yaml_with_lines(source) if isinstance(source, (str, Path)) else (source or {})
     )
     if overrides:
-        key = "transceiver.custom.source"
-        if key in overrides:  # a flag's path is the working directory's
-            overrides = {**overrides, key: absolute_source(overrides[key])}
-        data = with_overrides(data, overrides)
+        data = with_overrides(data, overrides, flags)
     cfg = validate(APP_SCHEMA, data, source=origin)
     # The transceiver's own rules (keys together, MAC auto, ...) with their lines. A relative
     # custom.source is the file's folder's (a mapping's: the working directory's), made

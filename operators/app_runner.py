@@ -139,25 +139,30 @@ def _parser(name: str, doc: str) -> argparse.ArgumentParser:
     return p
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """The dotted keys the command line sets, and the flag that sets each, as it was given
+    (``--set app.count=0``, ``--count 0``): errors name the flag (load_app_config)."""
     from roce_transceiver.schema import parse_yaml_value, quote
 
     out: dict[str, Any] = {}
+    flags: dict[str, str] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {quote(item)}: expected KEY=VALUE", key=key or "(--set)")
         # The file's loader, limits and all: a flag is as hostile as a file can be.
         out[key] = parse_yaml_value(value, key=f"--set {key}")
-    for key, value in (
-        ("app.count", args.count),
-        ("transceiver.executor", args.executor),
-        ("app.scheduler", args.scheduler),
-        ("app.output_dir", args.output_dir),
+        flags[key] = f"--set {item}" if len(item) <= 100 else f"--set {key}=..."
+    for key, flag, value in (
+        ("app.count", "--count", args.count),
+        ("transceiver.executor", "--executor", args.executor),
+        ("app.scheduler", "--scheduler", args.scheduler),
+        ("app.output_dir", "--output-dir", args.output_dir),
     ):
         if value is not None:
             out[key] = value
-    return out
+            flags[key] = f"{flag} {value}"
+    return out, flags
 
 
 def _quiet_holoscan() -> None:
@@ -185,7 +190,8 @@ def main_for(
     _quiet_holoscan()
     with _stop_signals_noted():
         try:
-            cfg = load_app_config(args.config or dict(defaults), _overrides(args), app=name)
+            overrides, flags = _overrides(args)
+            cfg = load_app_config(args.config or dict(defaults), overrides, app=name, flags=flags)
             if cfg["transceiver"]["nic"] == "doca":  # say what is missing before any graph
                 from roce_transceiver.doca import missing
 

@@ -26,6 +26,7 @@ from roce_transceiver.schema import (
     ConfigError,
     Field,
     Section,
+    given_by_flag,
     line_of,
     load_yaml_with_lines,
     quote,
@@ -43,7 +44,6 @@ __all__ = [
     "TO_CORE",
     "ConfigError",
     "ParamsError",
-    "absolute_source",
     "core_config",
     "load_config",
     "pack_params",
@@ -715,32 +715,25 @@ SCHEMA = Section(
 )
 
 
-def absolute_source(value: Any) -> Any:
-    """A ``custom.source`` naming a file, made absolute against the working directory (the
-    folder a command line's paths are relative to); anything else (the source text, None, a
-    wrong type for the schema to name) as it is."""
-    if isinstance(value, str) and value and "\n" not in value and "\0" not in value:
-        return os.path.abspath(value)
-    return value
-
-
 def _resolve_source(
     cfg: dict[str, Any], data: Mapping[str, Any], source: str | None, base_dir: Path
 ) -> None:
-    """A ``custom.source`` file read from ``base_dir`` (a YAML file's folder): made absolute, so
-    that it names the same file wherever the configuration goes next (Holoscan's copy of it
-    is written elsewhere); with ``handler: custom``, a file that is not there is an error
-    naming the key and its line."""
+    """A ``custom.source`` file read from ``base_dir`` (a YAML file's folder), or from the
+    working directory when a command-line flag gave it (the folder a command line's paths are
+    relative to): made absolute, so that it names the same file wherever the configuration
+    goes next (Holoscan's copy of it is written elsewhere); with ``handler: custom``, a file
+    that is not there is an error naming the key and its line (or flag)."""
     given = cfg["custom"]["source"]
     if given is None or "\n" in given:
         return
-    path = Path(os.path.abspath(base_dir / given))  # an absolute path stays itself
+    flag = given_by_flag(data, "custom.source")
+    path = Path(os.path.abspath((Path.cwd() if flag else base_dir) / given))  # absolute: itself
     cfg["custom"]["source"] = str(path)
     if cfg["handler"] == "custom" and not path.is_file():
         what = "is not a file" if path.exists() else "no such file"
+        rule = "the working directory" if flag else "the folder of the YAML file that gives it"
         raise ConfigError(
-            f"{quote(given)}: {what} ({path}: a relative path is read from the folder of the "
-            "YAML file that gives it)",
+            f"{quote(given)}: {what} ({path}: a relative path is read from {rule})",
             key="custom.source",
             source=source,
             line=line_of(data, "custom.source"),
@@ -763,7 +756,8 @@ def load_config(
     name a mapping that is a section of a bigger file, for the error messages;
     ``base_dir`` is that file's folder, which a relative ``custom.source`` is read from
     (for a YAML path: its folder; for a mapping without it: the working directory, as the
-    compiler reads it). An override's ``custom.source`` is the working directory's.
+    compiler reads it). An override's ``custom.source`` is the working directory's, and an
+    error in an override names the override (schema.with_overrides), not the file's line.
     """
     if isinstance(source, (str, Path)):
         origin = str(source)
@@ -783,8 +777,6 @@ def load_config(
     else:
         data = source or {}
     if overrides:
-        if "custom.source" in overrides:
-            overrides = {**overrides, "custom.source": absolute_source(overrides["custom.source"])}
         data = with_overrides(data, overrides)
     cfg = validate(SCHEMA, data, source=origin, prefix=prefix)
     try:

@@ -23,6 +23,7 @@ __all__ = [
     "Field",
     "LinedDict",
     "Section",
+    "given_by_flag",
     "line_of",
     "load_yaml_with_lines",
     "parse_yaml_value",
@@ -34,12 +35,18 @@ __all__ = [
 
 
 class ConfigError(ValueError):
-    """A configuration value that cannot be used; the message names key, file and line."""
+    """A configuration value that cannot be used; the message names key, file and line.
+    ``line`` is the file's line of the key, or, for a value a command-line flag gave on top of
+    the file, that flag (``--set app.count=0``, see :func:`with_overrides`): the message then
+    names the flag where it would name file and line, since the file's line says otherwise."""
 
     def __init__(
-        self, message: str, *, key: str, source: str | None = None, line: int | None = None
+        self, message: str, *, key: str, source: str | None = None, line: int | str | None = None
     ) -> None:
-        where = f"{source}:{line}: " if source and line else f"{source}: " if source else ""
+        if isinstance(line, str):
+            where = f"{line}: "
+        else:
+            where = f"{source}:{line}: " if source and line else f"{source}: " if source else ""
         super().__init__(f"{where}{key}: {message}")
         self.key = key
         self.source = source
@@ -286,11 +293,12 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 
 class LinedDict(dict):  # type: ignore[type-arg]
-    """A dict that also knows the YAML line of each key."""
+    """A dict that also knows the YAML line of each key, or the flag that gave it (a str:
+    :func:`with_overrides`)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.lines: dict[Any, int] = {}
+        self.lines: dict[Any, int | str] = {}
 
 
 def _read_text(p: Path) -> str:
@@ -388,28 +396,56 @@ def _copy(data: Mapping[str, Any]) -> LinedDict:
     return out
 
 
-def with_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> LinedDict:
+def with_overrides(
+    data: Mapping[str, Any], overrides: Mapping[str, Any], flags: Mapping[str, str] | None = None
+) -> LinedDict:
     """A copy of ``data`` (its line numbers kept) with dotted keys set on top (command-line
-    flags: ``{"queues.rx_depth": 64}``); sections a key names are made where missing."""
+    flags: ``{"queues.rx_depth": 64}``); sections a key names are made where missing. Each key
+    set (and each key of a mapping set) is located by its flag, ``flags[dotted]``
+    (``"--set queues.rx_depth=64"``; default ``"override queues.rx_depth=64"``), in place of
+    the file's line, which holds the value it replaced: errors name the flag (ConfigError), and
+    :func:`given_by_flag` tells a path given there, which is the working directory's."""
     merged = _copy(data)
     for dotted, value in overrides.items():
+        label = (flags or {}).get(dotted) or f"override {dotted}={quote(value, 60)}"
         node = merged
         *parents, leaf = dotted.split(".")
         for i, part in enumerate(parents):
             if node.get(part) is None:
                 node[part] = LinedDict()
+                node.lines[part] = label
             elif not isinstance(node[part], Mapping):
                 where = ".".join(parents[: i + 1])
                 raise ConfigError(
-                    f"is {quote(node[part])}, not a mapping: cannot set {dotted}", key=where
+                    f"is {quote(node[part])}, not a mapping: cannot set {dotted}",
+                    key=where,
+                    line=label,
                 )
             node = node[part]
-        node[leaf] = value
+        node[leaf] = _given(value, label)
+        node.lines[leaf] = label
     return merged
 
 
-def line_of(data: Mapping[str, Any], dotted: str) -> int | None:
-    """The YAML line of a dotted key, when the mapping came from a file."""
+def _given(value: Any, label: str) -> Any:
+    """A value a flag gave: a mapping's keys (all the way down) located by the flag."""
+    if not isinstance(value, Mapping):
+        return value
+    out = LinedDict()
+    for k, v in value.items():
+        out[k] = _given(v, label)
+        out.lines[k] = label
+    return out
+
+
+def given_by_flag(data: Mapping[str, Any], dotted: str) -> bool:
+    """Whether a dotted key's value came from a flag (:func:`with_overrides`), not the file."""
+    return isinstance(line_of(data, dotted), str)
+
+
+def line_of(data: Mapping[str, Any], dotted: str) -> int | str | None:
+    """The YAML line of a dotted key, when the mapping came from a file; the flag that gave
+    it, when one did (:func:`with_overrides`)."""
     *parents, leaf = dotted.split(".")
     node: Any = data
     for part in parents:
@@ -422,7 +458,7 @@ def _type_name(t: type | tuple[type, ...]) -> str:
     return " or ".join(x.__name__ for x in types)
 
 
-def _check_leaf(f: Field, value: Any, key: str, source: str | None, line: int | None) -> Any:
+def _check_leaf(f: Field, value: Any, key: str, source: str | None, line: int | str | None) -> Any:
     def fail(msg: str) -> ConfigError:
         return ConfigError(msg, key=key, source=source, line=line)
 
@@ -468,7 +504,7 @@ def validate(
         raise ConfigError(
             f"must be a mapping, not {type(data).__name__}", key=prefix or "(top)", source=source
         )
-    lines: dict[Any, int] = getattr(data, "lines", {})
+    lines: dict[Any, int | str] = getattr(data, "lines", {})
     out: dict[str, Any] = {}
     for key in data:
         if key not in section.keys:

@@ -185,3 +185,100 @@ def test_sensor_payload_whose_packets_a_slot_cannot_hold_names_the_key_and_the_m
     assert e.value.key == "peer.payload" and e.value.line == 7, str(e.value)
     assert "more than transceiver.queues.slot_bytes 2048" in str(e.value)
     assert "at most 1968 fit" in str(e.value)
+
+
+# A value a flag gave replaced the file's: errors name the flag, never the file's line (which
+# holds the value it replaced), and a relative path a flag gave is the working directory's.
+FILE_WITH_COUNT = "app:\n  name: roundtrip_latency\n  count: 10000\n"  # count: line 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "flags", "message"),
+    [
+        (
+            {"app.count": 0},
+            {"app.count": "--set app.count=0"},
+            "--set app.count=0: app.count: 0 is below the minimum 1",
+        ),
+        ({"app.count": 0}, None, "override app.count=0: app.count: 0 is below the minimum 1"),
+        (
+            {"app.cuont": 5},
+            {"app.cuont": "--set app.cuont=5"},
+            "--set app.cuont=5: app.cuont: unknown key",
+        ),
+        (
+            {"transceiver.queues": {"rx_depth": 3}},
+            {"transceiver.queues": "--set transceiver.queues={rx_depth: 3}"},
+            "--set transceiver.queues={rx_depth: 3}: transceiver.queues.rx_depth: 3: must be a "
+            "power of two",
+        ),
+        (
+            {"peer.link": "udp"},
+            {"peer.link": "--set peer.link=udp"},
+            "--set peer.link=udp: peer.link: peer.link 'udp' needs transceiver.nic 'socket'",
+        ),
+    ],
+    ids=["set", "no-flag-named", "unknown-key", "inside-a-mapping", "keys-together"],
+)
+def test_an_error_in_an_override_names_the_flag_not_the_files_line(
+    tmp_path, overrides, flags, message
+):
+    path = write(tmp_path, FILE_WITH_COUNT + "transceiver:\n  queues: {rx_depth: 64}\n")
+    with pytest.raises(ConfigError) as e:
+        load_app_config(path, overrides, flags=flags)
+    assert str(e.value).startswith(message), str(e.value)
+    assert str(path) not in str(e.value)
+
+
+def test_an_error_in_the_file_beside_an_override_still_names_its_line(tmp_path):
+    path = write(tmp_path, FILE_WITH_COUNT + "peer:\n  size: 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_app_config(path, {"app.count": 5}, flags={"app.count": "--count 5"})
+    assert str(e.value).startswith(f"{path}:5: peer.size: 2 is below the minimum"), str(e.value)
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"transceiver.custom.source": "mine.cu"},
+        {"transceiver.custom": {"source": "mine.cu", "entry": "majority_vote"}},
+        {"transceiver": {"handler": "custom", "custom": {"source": "mine.cu"}}},
+    ],
+    ids=["dotted", "a-mapping", "the-section"],
+)
+def test_a_relative_source_a_flag_gives_is_the_working_directorys(tmp_path, monkeypatch, override):
+    folder, work = tmp_path / "configs", tmp_path / "work"
+    folder.mkdir()
+    work.mkdir()
+    (folder / "mine.cu").write_text("// the YAML folder's: not the one the flag means\n")
+    (work / "mine.cu").write_text("// the working directory's\n")
+    path = folder / "app.yaml"
+    path.write_text("app:\n  name: custom_handler\ntransceiver:\n  handler: custom\n")
+    monkeypatch.chdir(work)
+    cfg = load_app_config(path, override, app="custom_handler")
+    assert cfg["transceiver"]["custom"]["source"] == str(work / "mine.cu")
+    (work / "mine.cu").unlink()
+    with pytest.raises(ConfigError) as e:
+        load_app_config(path, override, app="custom_handler", flags=dict.fromkeys(override, "-s"))
+    assert str(e.value) == (
+        f"-s: transceiver.custom.source: 'mine.cu': no such file ({work / 'mine.cu'}: a "
+        "relative path is read from the working directory)"
+    )
+
+
+def test_run_names_the_flag_of_a_bad_value(tmp_path):
+    path = write(tmp_path, FILE_WITH_COUNT)
+    for flag, says in (
+        (["--set", "app.count=0"], "--set app.count=0: app.count: 0 is below the minimum 1"),
+        (["--count", "0"], "--count 0: app.count: 0 is below the minimum 1"),
+    ):
+        proc = subprocess.run(
+            [*CLI, "run", str(path), *flag],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        errors = [line for line in proc.stderr.splitlines() if "error" in line]
+        assert errors == [f"roundtrip_latency: error: {says}"], proc.stderr
