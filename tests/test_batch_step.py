@@ -11,6 +11,9 @@ batch's frames are classified and placed by different warps at once.
   duplicated and corrupted inside batches, frame ends in the middle of batches, ends lost
   and whole frames vanished;
 - a queue whose pages are all held by the host (every later packet refused, counted);
+- page CRCs folded from the packets (2 and 4 KiB, random bytes) while packets come
+  swapped, late, reversed, twice, not at all, or in PSN order to places out of order: the
+  CRC is the page's, in page order, and a whole frame's is zlib's of what was sent;
 - batches that end early: an echo script with express off (SEND Onlys, a two-packet SEND,
   immediates, an ICRC error, a PSN gap, a wrong QP) on UC and RC, and RC WRITEs with ACK
   requests, duplicates and a gap, where an ACK waits for its data;
@@ -35,7 +38,7 @@ from engine_helpers import EXECUTORS, TRANSPORTS, WAIT_S, Peer, make, wait_count
 from frames_helpers import frames_config, sensor_for
 
 from roce_transceiver.peers.sensor import Faults
-from roce_transceiver.protocol import parse, psn_add
+from roce_transceiver.protocol import icrc, parse, psn_add
 from roce_transceiver.transceiver import Transceiver
 
 RING = 4096
@@ -191,6 +194,105 @@ def test_a_page_crc_comes_from_its_packets_when_they_came_in_order(
         assert all(r["crc_ok"] for r in records), shape
         want = foldable if batched(shape) else 0
         assert stats["frames_crc_folded"] == want, (shape, stats["frames_crc_folded"], want)
+
+
+# A frame's data packets as the wire delivers them: what each fault does to their order
+# (indexes into the frame's data packets before its end), and how many are lost.
+FOLD_FAULTS: dict[str, tuple[list[int], int]] = {
+    "in_order": ([0, 1, 2, 3, 4, 5], 0),
+    "swap_middle": ([0, 2, 1, 3, 4, 5], 0),
+    "swap_first": ([1, 0, 2, 3, 4, 5], 0),  # the first to arrive lands at one packet in
+    "late_by_three": ([0, 2, 3, 4, 1, 5], 0),
+    "reversed": ([5, 4, 3, 2, 1, 0], 0),
+    "duplicate_next": ([0, 1, 2, 2, 3, 4, 5], 0),
+    "duplicate_late": ([0, 1, 2, 3, 1, 4, 5], 0),
+    "duplicate_first": ([0, 0, 1, 2, 3, 4, 5], 0),
+    "lost_middle": ([0, 1, 3, 4, 5], 1),
+    "lost_first": ([1, 2, 3, 4, 5], 1),
+    "swapped_and_lost": ([0, 2, 1, 3, 5], 1),
+    # In PSN order, but the sensor wrote its second and third packets' places the other way
+    # round: a stream run whose offsets do not follow on.
+    "written_out_of_order": ([0, 2, 1, 3, 4, 5], 0),
+}
+
+
+def with_psn(packet: bytes, psn: int) -> bytes:
+    """``packet`` (IPv4) with BTH PSN ``psn`` and its ICRC made right again."""
+    assert packet[12:14] == b"\x08\x00", "an IPv4 frame"
+    bth = 14 + (packet[14] & 0xF) * 4 + 8
+    out = bytearray(packet)
+    out[bth + 9 : bth + 12] = psn.to_bytes(3, "big")
+    out[-4:] = icrc(bytes(out)).to_bytes(4, "little")
+    return bytes(out)
+
+
+def fold_stream(
+    executor: str, shape: dict[str, Any], metadata: bool, payload: int
+) -> dict[str, Any]:
+    """Frames of random bytes in packets of ``payload`` bytes (2 KiB or more: the fold's
+    size), each fault of FOLD_FAULTS in one frame, an undamaged frame before each and at the
+    end; the rx ring filled before the loop starts, so batches hold whole stretches."""
+    rng = random.Random(payload * 2 + metadata)
+    pages = 2 * len(FOLD_FAULTS) + 1  # a page each: none is held when its frame comes
+    queues = {"rx_depth": RING, "slot_bytes": payload + 256}
+    config = merged(frames_config(executor, metadata, pages=pages), {"queues": queues})
+    t = Transceiver(merged(config, shape))
+    sensor = sensor_for(t, payload=payload)
+    # Seven data packets: the first six take the fault; the seventh (512 bytes or a whole
+    # one: the frame's end without metadata) and the record packet come after them.
+    sent: list[Any] = []
+    lost: dict[int, int] = {}
+    packets: list[bytes] = []
+    faults = [f for name in FOLD_FAULTS for f in ("in_order", name)] + ["in_order"]
+    for n, fault in enumerate(faults):
+        tail = (512, payload)[n % 2]
+        frame = sensor.frame(n, rng.randbytes(6 * payload + tail))
+        order, lost[n] = FOLD_FAULTS[fault]
+        data, end = frame.packets[:6], frame.packets[6:]
+        arrival = [data[i] for i in order]
+        if fault == "written_out_of_order":  # each keeps the PSN of its place in the order
+            arrival = [with_psn(p, parse(data[k]).psn) for k, p in enumerate(arrival)]
+        packets += arrival + end
+        sent.append(frame)
+    for p in packets:
+        assert t.inject(p), "the script is longer than the rx ring"
+    with t:
+        records = drain_frames(t, len(packets))
+        stats = t.stats()
+    return {"records": records, "stats": stats, "sent": sent, "lost": lost, "faults": faults}
+
+
+@pytest.mark.parametrize("payload", [2048, 4096])
+@pytest.mark.parametrize("metadata", [True, False], ids=["metadata", "no_metadata"])
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_page_crc_is_the_pages_when_its_packets_came_out_of_order_twice_or_not_at_all(
+    executor: str, metadata: bool, payload: int
+) -> None:
+    """The page CRC folded from the packets (batch.h's commit, frames.h fold_page_crc) is the
+    CRC of the bytes in page order: a packet placed at its offset out of arrival order, or
+    written twice, must not fold in as it came, whatever the batch. Random content: a
+    packet's bytes at another packet's offset change the CRC. Every frame's CRC is the
+    page's; a whole frame's is zlib's of what the sensor sent, and it is ok; a frame that
+    lost a packet has it in ``packets_lost`` and is not ok."""
+    runs = []
+    for shape in shapes(executor):
+        run = fold_stream(executor, shape, metadata, payload)
+        by_page = {f.page: f for f in run["sent"]}
+        assert len(run["records"]) == len(run["sent"]), (shape, run["stats"])
+        for r in run["records"]:
+            frame = by_page[r["page"]]
+            why = (shape, run["faults"][frame.frame_number])
+            assert r["crc32"] == r["payload_crc"], why  # the page's bytes
+            lost = run["lost"][frame.frame_number]
+            assert (r["packets_lost"], r["ok"]) == (lost, lost == 0), why
+            if lost == 0:
+                assert r["crc32"] == zlib.crc32(frame.content), why
+            elif metadata:
+                assert not r["crc_ok"], why
+        if batched(shape):  # the fold ran: the undamaged frames had their CRC from it
+            assert run["stats"]["frames_crc_folded"] > 0, (shape, run["stats"])
+        runs.append(run)
+    assert_same(runs, ("records", "stats"))
 
 
 # ------------------------------------------------------------- batches that end early

@@ -2,7 +2,9 @@
 
 Goal: what a sensor sent is accounted for exactly, frame by frame, on both executors:
 - a frame whose first packets were lost has them in ``packets_lost`` (the PSNs after the
-  previous frame's end are its own), and is not ``ok``, with or without metadata;
+  previous frame's end are its own), and is not ``ok``, with or without metadata; also when
+  the first to arrive is its short last packet or its record packet, where the offset it
+  landed at would give another count;
 - a frame whose end never came is closed as incomplete by the first packet for another page
   (``frames_incomplete``), not merged into the next one; frames of which nothing came are
   ``frames_missing`` (metadata frame numbers; without metadata, the page sequence);
@@ -79,6 +81,42 @@ def test_lost_first_packet_of_the_first_frame_is_estimated_from_where_the_rest_l
         send(t, sent.packets[2:])  # nothing came before: the first two are gone
         f = one_frame(t)
         assert (f.packets, f.packets_lost, f.ok) == (4, 2, False)
+
+
+# The first packets lost and the first to arrive not a whole data packet: the frame's short
+# last packet (100 bytes at offset 2 048: where it landed would say 21 packets came before it
+# in packets of its size) or, with metadata, its record packet (no data: where it landed says
+# nothing). The PSNs after the previous frame's end say how many were lost.
+LOST_LEADS = {
+    # name: (metadata, data packets lost, kept: indexes of the packets that arrive)
+    "short_last_packet": (True, 2, [2, 3]),
+    "record_packet": (True, 3, [3]),
+    "short_last_packet_is_the_end": (False, 2, [2]),
+}
+
+
+@pytest.mark.parametrize("case", list(LOST_LEADS))
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_lost_first_packets_are_counted_from_the_psn_not_where_the_first_to_arrive_landed(
+    executor: str, case: str
+) -> None:
+    metadata, lost, kept = LOST_LEADS[case]
+    with Transceiver(frames_config(executor, metadata)) as t:
+        sensor = sensor_for(t, payload=1024)
+        whole = sensor.frame(0, content(0, 3 * 1024))
+        send(t, whole.packets)
+        f0 = one_frame(t)
+        assert f0.ok and f0.packets_lost == 0
+        f0.release()
+        damaged = sensor.frame(1, content(1, 2 * 1024 + 100))  # 1 024, 1 024, 100 (, record)
+        assert len(damaged.packets) == 3 + metadata
+        send(t, [damaged.packets[i] for i in kept])
+        f1 = one_frame(t)
+        assert (f1.packets, f1.packets_lost, f1.ok) == (len(kept), lost, False)
+        assert f1.psn_first == parse(damaged.packets[0]).psn  # right after frame 0's end
+        assert f1.psn_last == parse(damaged.packets[-1]).psn
+        # Frames: both recorded, none missing or dropped.
+        wait_counters(t, frames=2, frames_dropped=0, frames_missing=0, frames_incomplete=0)
 
 
 # ------------------------------------------------------------- ends lost, frames missing
