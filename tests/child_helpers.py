@@ -1,13 +1,14 @@
-"""A transceiver in a child process, asked over its stdin for its counters (the socket NIC's
-drop tests stop it with SIGSTOP while they flood it, so it must be a process of its own).
-
-The child prints one JSON line per request: ``stats`` for the counters so far, ``stop`` for
-the final ones.
+"""Children of the tests. A transceiver in a child process, asked over its stdin for its
+counters (the socket NIC's drop tests stop it with SIGSTOP while they flood it, so it must be
+a process of its own): the child prints one JSON line per request, ``stats`` for the counters
+so far, ``stop`` for the final ones. And :func:`default_sigint`, for every child a test stops
+with SIGINT.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 
@@ -37,3 +38,11 @@ def final_once_accounted(proc: subprocess.Popen, sent: int, timeout: float) -> d
     final = ask(proc, "stop")
     proc.wait(timeout=timeout)
     return final
+
+
+def default_sigint() -> None:
+    """In the child, before exec: SIGINT at its default, which Python makes KeyboardInterrupt.
+    A test run from a background job (``pytest &``, some CI runners) has SIGINT ignored, the
+    child inherits that, and Python leaves an ignored SIGINT ignored: a test that stops its
+    child with SIGINT would then wait for nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

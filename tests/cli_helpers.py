@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from child_helpers import default_sigint
 
 __all__ = ["CLI", "started"]
 
@@ -20,8 +21,15 @@ CLI = [sys.executable, "-m", "roce_transceiver"]
 @contextmanager
 def started(args: list[str], banner: str, timeout: float = 30.0) -> Iterator[subprocess.Popen]:
     """``args`` running, once its first stderr line holds ``banner``; killed on the way out
-    if it is still running then."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if it is still running then. Its SIGINT is at the default (child_helpers.default_sigint),
+    wherever the test was started from."""
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
     try:
         sel = selectors.DefaultSelector()
         sel.register(proc.stderr, selectors.EVENT_READ)

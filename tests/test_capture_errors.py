@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from child_helpers import default_sigint
 from cli_helpers import CLI
 
 from roce_transceiver.config import load_config
@@ -76,7 +77,9 @@ def test_echo_with_an_unwritable_capture_is_one_line_exit_2(tmp_path: Path) -> N
 
 
 def limit_file_size() -> None:
-    """In the child, before exec: files stop growing at LIMIT bytes (EFBIG, not SIGXFSZ)."""
+    """In the child, before exec: files stop growing at LIMIT bytes (EFBIG, not SIGXFSZ); and
+    SIGINT, which stops it, at its default whatever the test was started from."""
+    default_sigint()
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
 
