@@ -8,46 +8,52 @@ and exit status 2; a traceback means a bug in this package.
 
 from __future__ import annotations
 
-import argparse
-import os
+# Nothing but this module's own definitions runs before main()'s try: the console script
+# imports this module and calls main(), and the imports of the commands take about 0.2 s, in
+# which a Ctrl-C must end the command as it does later (one line, status 130), not as a
+# KeyboardInterrupt traceback. So every import is inside main() (or the functions it calls),
+# and the module itself imports only what the interpreter has loaded before any code runs.
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
 
-from roce_transceiver import __version__
-from roce_transceiver.commands import (
-    CommandError,
-    bench,
-    check_handler,
-    craft,
-    decode,
-    doctor,
-    echo,
-    hsb,
-    info,
-    listen,
-    peer,
-    plot,
-    run,
-)
-from roce_transceiver.commands.running import stop_signals
-from roce_transceiver.pcap import PcapError
+TYPE_CHECKING = False  # typing's flag without importing typing (25 ms) out here
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from typing import NoReturn
 
 __all__ = ["PROG", "build_parser", "main"]
 
 PROG = "roce-transceiver"
 EXIT_OK = 0
 EXIT_ERROR = 2  # usage errors and unreadable input, as argparse uses for usage errors
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: argparse's usage block would bury the message."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_ERROR, f"{PROG}: error: {message} (see: {self.prog} --help)\n")
+EXIT_INTERRUPTED = 130  # the shell's status for SIGINT; a traceback would say nothing useful
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
+    from roce_transceiver import __version__
+    from roce_transceiver.commands import (
+        bench,
+        check_handler,
+        craft,
+        decode,
+        doctor,
+        echo,
+        hsb,
+        info,
+        listen,
+        peer,
+        plot,
+        run,
+    )
+
+    class _Parser(argparse.ArgumentParser):
+        """argparse with one-line errors: argparse's usage block would bury the message."""
+
+        def error(self, message: str) -> NoReturn:
+            self.exit(EXIT_ERROR, f"{PROG}: error: {message} (see: {self.prog} --help)\n")
+
     parser = _Parser(
         prog=PROG,
         description="GPU RoCEv2 transceiver for Holoscan: decode and craft RoCEv2 captures, "
@@ -78,8 +84,28 @@ def _error(message: str) -> int:
     return EXIT_ERROR
 
 
+def _interrupted(e: KeyboardInterrupt) -> int:
+    # A Stopped (SIGTERM, SIGHUP) carries its signal's name; Ctrl-C's KeyboardInterrupt none.
+    print(f"{PROG}: interrupted ({e.args[0] if e.args else 'SIGINT'})", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit status. A Ctrl-C
+    from the first instruction on (the imports included) is one line and status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as e:  # SIGTERM and SIGHUP too, once stop_signals() has them
+        return _interrupted(e)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    import os
+
+    from roce_transceiver.commands import CommandError
+    from roce_transceiver.commands.running import stop_signals
+    from roce_transceiver.pcap import PcapError
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -90,8 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             status: int = args.run(args)
     except (CommandError, PcapError) as e:
         return _error(str(e))
-    except KeyboardInterrupt:  # SIGTERM and SIGHUP too (stop_signals)
-        return 130  # the shell's status for SIGINT; a traceback would say nothing useful
     except BrokenPipeError:
         # The reader went away (`decode | head`): stop quietly, and keep Python from
         # complaining again when it flushes stdout at exit.

@@ -1,4 +1,5 @@
-"""SIGTERM and SIGHUP stop ``echo``, ``listen`` and ``run`` as Ctrl-C (SIGINT) does.
+"""SIGTERM and SIGHUP stop ``echo``, ``listen`` and ``run`` as Ctrl-C (SIGINT) does; a
+Ctrl-C while a command is still starting ends it with one line and status 130.
 
 Goal: how systemd, docker and Kubernetes stop a service (SIGTERM), and a closed terminal
 (SIGHUP), end each long-running command cleanly: the transceiver stopped, the summary printed,
@@ -11,6 +12,13 @@ Oracles: the command's own summary (counters as JSON) against the capture read b
 ``roce_transceiver.pcap.read_pcap``, which refuses a file cut inside a record: the capture holds
 every frame the NIC moved (``nic_rx_frames + nic_tx_frames``), each a RoCE frame with a good
 ICRC (``roce_transceiver.protocol.parse``). SIGINT runs alongside as the reference.
+
+A command's first 0.2 s are imports: there the child interrupts itself (``signal.raise_signal``
+from an audit hook) at the k-th module import from the first one the package's code makes, for
+k spread over all of them, through both entry points (the console script, ``python -m``).
+Deterministic, where a signal sent after a delay would land at random, often in Python's own
+start-up (site, the editable install's finder), which no code of the package can handle. The
+oracle: status 130 and stderr exactly ``roce-transceiver: interrupted (SIGINT)``.
 """
 
 from __future__ import annotations
@@ -22,12 +30,14 @@ import select
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import IO
 
 import pytest
 import yaml
+from child_helpers import default_sigint
 from cli_helpers import CLI, started
 
 from roce_transceiver.config import load_config
@@ -184,7 +194,11 @@ def test_run_stops_the_app_cleanly_on_the_signal(tmp_path: Path, sig: signal.Sig
     args = [f"--set={k}={v}" for k, v in sets.items()]
     config = Path(__file__).parents[1] / "configs" / "roundtrip_udp.yaml"
     proc = subprocess.Popen(
-        [*CLI, "run", str(config), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*CLI, "run", str(config), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     try:
         read_lines(proc.stderr, 1, "round trips:")  # the graph runs, requests go on the wire
@@ -202,3 +216,73 @@ def test_run_stops_the_app_cleanly_on_the_signal(tmp_path: Path, sig: signal.Sig
     assert failed == ["answers"], summary["checks"]
     assert "Forcing exit" not in err  # Holoscan's own handling would end the process
     assert_capture_whole(capture, summary["counters"])
+
+
+# The child of test_ctrl_c_while_starting: the command as its entry point runs it, SIGINT
+# raised by the child itself at the k-th import from the first one the package's own code makes
+# (argv: package folder, k (0: none), file for the count of those imports, entry, command...).
+INTERRUPT_AT_IMPORT = r"""
+import atexit, os, runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal's foreground
+package, at, count_file, entry, *command = sys.argv[1:]
+at, seen = int(at), 0
+
+def importer_is_ours():
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen"):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(package + os.sep)
+
+def hook(event, args):
+    global seen
+    if event != "import" or not (seen or importer_is_ours()):
+        return
+    seen += 1
+    if seen == at:
+        signal.raise_signal(signal.SIGINT)
+
+atexit.register(lambda: open(count_file, "w").write(str(seen)))
+sys.addaudithook(hook)
+if entry == "module":
+    sys.argv = ["roce-transceiver", *command]
+    runpy.run_module("roce_transceiver", run_name="__main__", alter_sys=True)
+else:
+    sys.argv = [entry, *command]
+    runpy.run_path(entry, run_name="__main__")
+"""
+
+INTERRUPTED = "roce-transceiver: interrupted (SIGINT)\n"
+
+
+def entry_points() -> list[str]:
+    """The console script beside this Python (where the package is installed), and -m."""
+    script = Path(sys.executable).with_name("roce-transceiver")
+    return [str(script) if script.exists() else "(no console script)", "module"]
+
+
+@pytest.mark.parametrize("entry", entry_points(), ids=["console-script", "python-m"])
+def test_ctrl_c_while_starting_is_one_line_and_130(tmp_path: Path, entry: str) -> None:
+    if not Path(entry).exists() and entry != "module":
+        pytest.skip(f"{entry}: the package is not installed with its console script here")
+    import roce_transceiver
+
+    package = str(Path(roce_transceiver.__file__).parent)
+    count = tmp_path / "imports"
+
+    def child(at: int) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", INTERRUPT_AT_IMPORT, package, str(at), str(count), entry]
+        return subprocess.run(
+            [*argv, "info"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
+
+    done = child(0)  # not interrupted: how many imports there are to interrupt
+    assert done.returncode == 0, done.stderr
+    imports = int(count.read_text())
+    assert imports > 50, f"{imports} imports: the hook does not see the package's code"
+    points = sorted({1, 2, 3, *range(4, imports + 1, max(1, imports // 12)), imports})
+    wrong = []
+    for at in points:
+        done = child(at)
+        if (done.returncode, done.stderr) != (130, INTERRUPTED):
+            wrong.append(f"import {at}/{imports}: status {done.returncode}, {done.stderr[-800:]}")
+    assert not wrong, "\n".join(wrong)
