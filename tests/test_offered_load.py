@@ -195,7 +195,7 @@ def test_bench_qec_at_a_rate_with_queues_prints_and_writes_what_it_measured(tmp_
     assert r["late_us"] == 20.0 and r["late"] <= r["sent"]
     assert (r["late"] > 0) == (r["max_lag_us"] > r["late_us"]), (r["late"], r["max_lag_us"])
     assert sum(q["late"] for q in r["per_queue"]) == r["late"]
-    assert f"{r['late']} late" in text
+    assert f"sustained; {r['late']} late (max lag" in text
     # Open loop: request i is due i / rate after the start and none goes out early, so the
     # run lasts at least (count - 1) intervals: sustained at most count / that, and above 0.
     assert 0 < r["rate_sustained"] <= 2000 / (1999 / 50000), r["rate_sustained"]
