@@ -17,8 +17,9 @@ sequence that is not one more than the last it took). The reply is the command +
 flags, the sequence, the status byte, a reserved byte, the ``address, value`` pairs and the
 latched sequence. :class:`Ecb` sends one request at a time (the bridge executes one at a
 time), matches the reply by command and sequence, resends on silence up to ``retries`` times
-without the sequence check (the first try may have been executed, its reply lost), and turns
-every status but success into :class:`EcbStatusError` naming the status.
+without the sequence check (the first try may have been executed, its reply lost), turns
+every status but success into :class:`EcbStatusError` naming the status, and a successful
+reply without the pairs asked for into :class:`EcbError` saying how short it was.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "BOARDS",
     "CONTROL_PORT",
     "ENUMERATION_PORT",
+    "SEQUENCE_CHECK_FAIL",
     "STATUS",
     "Announcement",
     "Ecb",
@@ -90,6 +92,7 @@ STATUS: dict[int, tuple[str, str]] = {
 }
 #: Statuses that say "not now" rather than "no": the request is sent again.
 RETRYABLE = frozenset({0x07, 0x0A})
+SEQUENCE_CHECK_FAIL = 0x0B
 
 
 def status_name(code: int) -> str:
@@ -232,6 +235,13 @@ class Ecb:
         self.close()
 
     # -- requests ---------------------------------------------------------------
+    def relatch(self) -> None:
+        """Send the next request without the sequence check, so that it latches this
+        client's sequence again: after SEQUENCE_CHECK_FAIL, when another host has spoken to
+        the bridge since (the refused request was not executed, so it may be sent again)."""
+        with self._lock:
+            self._latched = False
+
     def read(self, address: int) -> int:
         """The 32-bit register at ``address``."""
         reply = self._execute(READ_DWORD, [(_address(address), None)], f"read {address:#x}")
@@ -252,11 +262,6 @@ class Ecb:
         for chunk in _chunks([_address(a) for a in addresses]):
             what = f"read block {chunk[0]:#x}+{len(chunk)}"
             reply = self._execute(READ_BLOCK, [(a, 0) for a in chunk], what)
-            if len(reply) < HEADER_BYTES + 8 * len(chunk):
-                raise EcbError(
-                    f"ECB {what} at {self.where}: the reply has {len(reply)} bytes, "
-                    f"{HEADER_BYTES + 8 * len(chunk)} needed for {len(chunk)} registers"
-                )
             for m, a in enumerate(chunk):
                 got, value = struct.unpack_from(">II", reply, HEADER_BYTES + 8 * m)
                 if got != a:
@@ -316,7 +321,7 @@ class Ecb:
             status = reply[4]
             self._latched = True
             if status == 0:
-                return reply
+                return self._whole(reply, len(pairs), what)
             statuses.append(status)
             if status in RETRYABLE and attempt + 1 < tries:
                 check = False
@@ -336,6 +341,19 @@ class Ecb:
             f"ECB {what} at {self.where}: no reply to {tries} tries of {self.timeout:g} s "
             f"(sequence {sequence:#06x}){busy}{extra}; is the bridge up, is it {self.ip}?"
         )
+
+    def _whole(self, reply: bytes, pairs: int, what: str) -> bytes:
+        """``reply`` if it holds the header and the ``pairs`` (address, value) pairs that a
+        successful reply echoes (the bridge's reply format; a read's values are in them)."""
+        need = HEADER_BYTES + 8 * pairs
+        if len(reply) < need:
+            raise EcbError(
+                f"ECB {what} at {self.where}: the reply (status 0x00 SUCCESS) has "
+                f"{len(reply)} bytes, {need} needed: the {HEADER_BYTES}-byte header and "
+                f"{pairs} address, value pair{'s' if pairs != 1 else ''} of 8 bytes "
+                f"(short by {need - len(reply)} bytes; is it a bridge?)"
+            )
+        return reply
 
     def _await(self, command: int, sequence: int) -> bytes | None:
         """The reply to (command, sequence) within one try's timeout, or None."""

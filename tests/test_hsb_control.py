@@ -4,10 +4,12 @@
 Goal: the ECB client reads and writes what the bridge holds (single and block, blocks split
 at 511), names every status the bridge answers, rides out lost requests and replies with
 bounded retries, and gives up on a silent bridge in bounded time with an error saying what
-it tried; the bridge refuses what a bridge refuses (sequence, length, flags, command, block
-size); enumeration lists the bridge and says at which offset a datagram is not an
-announcement; the checks before streaming each name the key and the fix; streams that would
-mix (one QP, one rkey, one sensor for two) are caught.
+it tried; it asks for the sequence check on every request but its first, ignores a late
+reply to an earlier request, and turns a successful reply too short for its pairs into an
+error saying how short (not a struct.error); the bridge refuses what a bridge refuses
+(sequence, length, flags, command, block size); enumeration lists the bridge and says at
+which offset a datagram is not an announcement; the checks before streaming each name the
+key and the fix; streams that would mix (one QP, one rkey, one sensor for two) are caught.
 Oracles: the bridge's own registers and request log; HSB's user guide for the formats.
 """
 
@@ -29,6 +31,7 @@ from roce_transceiver.hsb_control import (
     RETRYABLE,
     STATUS,
     Ecb,
+    EcbError,
     EcbStatusError,
     EcbTimeout,
     EnumerationError,
@@ -159,6 +162,61 @@ def test_a_bridge_that_stops_answering_is_a_bounded_timeout_naming_the_tries(
         took = time.monotonic() - start
     assert 0.35 < took < 2.0
     assert "no reply to 4 tries of 0.1 s" in str(err.value) and "write 0x1000" in str(err.value)
+
+
+def test_every_request_after_the_first_asks_for_the_sequence_check(
+    bridge: SoftwareBridge,
+) -> None:
+    """The first request latches the client's sequence (unchecked); every later one is
+    checked, one more than the last."""
+    with client(bridge, first_sequence=0x4242) as e:
+        e.read(0x80)
+        e.write(0x1000, 1)
+        e.write_block([(0x1004, 2), (0x1008, 3)])
+        e.read_block([0x1000, 0x1004])
+        e.read(0x84)
+    flags = [r.flags & 0x02 for r in bridge.requests]
+    assert flags == [0, 0x02, 0x02, 0x02, 0x02]
+    assert [r.sequence for r in bridge.requests] == [0x4242 + i for i in range(5)]
+    assert all(r.status == 0 for r in bridge.requests)
+    with client(bridge, sequence_check=False) as e:
+        e.read(0x80)
+        e.read(0x80)
+    assert [r.flags & 0x02 for r in bridge.requests[5:]] == [0, 0]
+
+
+@pytest.mark.parametrize("bridge", [BridgeFaults(late={0: 2})], indirect=True)
+def test_a_late_reply_to_an_earlier_request_is_ignored(bridge: SoftwareBridge) -> None:
+    """The reply to the first try of request A comes only after the host gave up on that
+    try, retried A (answered at once) and sent request B: it is counted and ignored, and B
+    gets its own reply."""
+    with client(bridge, timeout=0.2, retries=2) as e:
+        assert e.read(0x80) == 0x2602  # HSB_IP_VERSION, by its second try
+        assert e.read(0x84) == 0x20261201  # FPGA_DATE, not A's late reply
+    assert e.counters.retries == 1 and e.counters.ignored == 1
+    assert bridge.answered == 3
+
+
+@pytest.mark.parametrize("bridge", [BridgeFaults(truncate=7)], indirect=True)
+def test_a_successful_reply_too_short_for_its_pairs_is_an_error_saying_so(
+    bridge: SoftwareBridge, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli_helpers import run_cli
+
+    where = f"{BRIDGE_IP}:{bridge.control_port}"
+    with client(bridge) as e:
+        with pytest.raises(
+            EcbError, match=rf"ECB read 0x80 at {where}: the reply .* 7 bytes, 14 needed"
+        ):
+            e.read(0x80)
+        with pytest.raises(EcbError, match=r"read block 0x1000\+2 .* 7 bytes, 22 needed"):
+            e.read_block([0x1000, 0x1004])
+        with pytest.raises(EcbError, match=r"write 0x1000 = 0x5 .* 7 bytes, 14 needed"):
+            e.write(0x1000, 5)
+    at = ["--bridge", BRIDGE_IP, "--port", str(bridge.control_port)]
+    status, out, err = run_cli(capsys, "hsb", "read", "0x80", *at)
+    assert status == 2 and out == "" and "Traceback" not in err
+    assert f"hsb read: ECB read 0x80 at {where}: the reply (status 0x00 SUCCESS) has 7 bytes" in err
 
 
 def test_nothing_on_the_control_port_says_port_unreachable() -> None:

@@ -17,9 +17,11 @@ It does what a bridge does, as far as a host can see:
   is counted in ``refused`` with the reason, not sent.
 
 Faults for the tests (:class:`BridgeFaults`): requests lost on the way in, replies lost on the
-way out (the request executed), a status answered for requests touching an address, and a
-bridge that stops answering after some requests (a hang, a power cut) while it keeps
-streaming what it was programmed to, as a real one would.
+way out (the request executed), replies held back past the host's timeout (sent just before a
+later request's reply), replies cut short, a status answered for requests touching an address
+(or only for its reads, or only for its writes), and a bridge that stops answering after some
+requests (a hang, a power cut) while it keeps streaming what it was programmed to, as a real
+one would.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from roce_transceiver.hsb_control import (
     ANNOUNCE_SOURCE_PORT,
@@ -73,7 +76,7 @@ from roce_transceiver.hsb_stream import (
 from roce_transceiver.peers.link import Addresses, parse_offsets
 from roce_transceiver.peers.sensor import Sensor, SentFrame
 
-__all__ = ["BRIDGE_UUID", "BridgeFaults", "SoftwareBridge", "StreamedFrame"]
+__all__ = ["BRIDGE_UUID", "BridgeFaults", "Request", "SoftwareBridge", "StreamedFrame"]
 
 BRIDGE_UUID = "52545842-7269-6467-6500-000000000001"  # ours, in no board table: defaults apply
 FPGA_DATE = 0x84
@@ -88,7 +91,24 @@ class BridgeFaults:
     drop_requests: float = 0.0  # rate of requests lost on the way in
     drop_replies: float = 0.0  # rate of replies lost (the request was executed)
     status: dict[int, int] = field(default_factory=dict)  # address -> status to answer
+    # address -> status answered to reads (writes) touching it; writes (reads) go through
+    read_status: dict[int, int] = field(default_factory=dict)
+    write_status: dict[int, int] = field(default_factory=dict)
     mute_after: int | None = None  # requests answered before it answers none
+    # Datagram i (0 first, counted as they come in) -> j > i: i's reply is held back and
+    # sent just before j's, past the host's timeout for i, while it waits for j's.
+    late: dict[int, int] = field(default_factory=dict)
+    truncate: int | None = None  # replies cut to this many bytes (a bridge answering short)
+
+
+class Request(NamedTuple):
+    """A request the bridge took, as its log has it."""
+
+    command: int
+    address: int  # the first pair's, -1 without one
+    status: int  # what it answered
+    flags: int
+    sequence: int
 
 
 @dataclass(frozen=True)
@@ -159,7 +179,11 @@ class SoftwareBridge:
         self._read_only = {HSB_IP_VERSION, FPGA_DATE}
         self._latched: int | None = None
         self.answered = 0  # requests answered
-        self.requests: list[tuple[int, int, int]] = []  # (command, first address, status)
+        self.received = 0  # datagrams on the control port (the index BridgeFaults.late counts)
+        self.lost_requests = 0  # lost on the way in (BridgeFaults.drop_requests)
+        self.lost_replies = 0  # executed, their reply lost (BridgeFaults.drop_replies)
+        self.requests: list[Request] = []  # every request that reached the bridge
+        self._held: dict[int, list[tuple[bytes, tuple[str, int]]]] = {}  # BridgeFaults.late
         self.sent: dict[int, list[StreamedFrame]] = {vp: [] for vp in range(self.vps)}
         self.refused: dict[int, list[str]] = {vp: [] for vp in range(self.vps)}
         self._stop = threading.Event()
@@ -252,16 +276,27 @@ class SoftwareBridge:
             if not ready:
                 continue
             data, host = self._control.recvfrom(65536)
+            index, self.received = self.received, self.received + 1
             f = self.faults
             if f.mute_after is not None and self.answered >= f.mute_after:
                 continue
             if f.drop_requests and self._rng.random() < f.drop_requests:
+                self.lost_requests += 1
                 continue
             reply = self._handle(data)
             if reply is None:
                 continue
             if f.drop_replies and self._rng.random() < f.drop_replies:
+                self.lost_replies += 1
                 continue
+            if f.truncate is not None:
+                reply = reply[: f.truncate]
+            if index in f.late:
+                self._held.setdefault(f.late[index], []).append((reply, host))
+                continue
+            for late, to in self._held.pop(index, []):
+                self.answered += 1
+                self._control.sendto(late, to)
             self.answered += 1
             self._control.sendto(reply, host)
 
@@ -277,7 +312,9 @@ class SoftwareBridge:
                 body += bytes(4)  # a DWORD read may send the address alone
             pairs = [struct.unpack_from(">II", body, 8 * m) for m in range(len(body) // 8)]
             status = self._execute(command, pairs)
-        self.requests.append((command, pairs[0][0] if pairs else -1, status))
+        self.requests.append(
+            Request(command, pairs[0][0] if pairs else -1, status, flags, sequence)
+        )
         if command in (WRITE_DWORD, WRITE_BLOCK) and not flags & FLAG_ACK:
             return None
         reply = struct.pack(">BBHBB", command | REPLY, flags, sequence, status, 0)
@@ -314,6 +351,9 @@ class SoftwareBridge:
             for address, _ in pairs:
                 if address in self.faults.status:
                     return self.faults.status[address]
+                one_way = self.faults.write_status if write else self.faults.read_status
+                if address in one_way:
+                    return one_way[address]
                 if address not in self._regs or (write and address in self._read_only):
                     return INVALID_ADDR
             for m, (address, value) in enumerate(pairs):
