@@ -29,7 +29,8 @@ what is still coming, up to what the peer expects or ``drain_timeout_s``, and st
 With ``hsb.bridge`` set in the transceiver's configuration (its ``hsb:`` section, docs/hsb.md),
 ``start()`` also points that Holoscan Sensor Bridge at the transceiver (enumeration, checks,
 data channel configured and started) and ``stop()`` stops and un-configures it before the
-transceiver stops; a bridge that cannot be programmed fails ``start()`` naming the fix.
+transceiver stops; a bridge that cannot be programmed fails ``start()`` naming the fix, and
+so does a sensor that streams to another host (naming it) unless ``hsb.take_over: true``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,10 @@ VP_MASK. The registers (hololink's ``DataChannel::configure_roce``; the emulator
 :func:`plan_for` turns the transceiver's own settings (its MAC, IP, QP, the frames handler's
 rkey, page address, size and count, ``hsb.*``) into those values, :func:`check_plan` is every
 check before streaming, each problem with its fix, and :class:`HsbStream` runs a session:
-enumerate, check, configure, start; then stop and un-configure, on errors and signals too.
+enumerate, check, refuse a sensor whose registers point at another host (unless
+``hsb.take_over``), configure, start; then stop and un-configure, on errors and signals too,
+but only a sensor whose registers are still this session's: one that another host took over
+is left to it, and said so (:attr:`HsbStream.lost`).
 """
 
 from __future__ import annotations
@@ -27,16 +30,19 @@ import ipaddress
 import logging
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from roce_transceiver.hsb import METADATA_BYTES, PAGE_ALIGN
 from roce_transceiver.hsb_control import (
     DEFAULT_BOARD,
+    SEQUENCE_CHECK_FAIL,
     Announcement,
     Ecb,
     EcbError,
+    EcbStatusError,
     EnumerationError,
     find_bridge,
 )
@@ -44,6 +50,7 @@ from roce_transceiver.hsb_control import (
 __all__ = [
     "Channel",
     "DataChannel",
+    "Holder",
     "HsbError",
     "HsbStream",
     "StreamPlan",
@@ -53,6 +60,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 HSB_IP_VERSION = 0x80  # register: the IP's version, low 16 bits
 MINIMUM_HSB_IP_VERSION = 0x2602  # the register map below is this version's (hololink's minimum)
@@ -492,16 +500,109 @@ def check_streams(plans: list[StreamPlan]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the channel
+@dataclass(frozen=True)
+class Holder:
+    """The host a sensor's registers send to (HOST_IP, HOST_MAC, HOST_UDP_PORT, QP), and
+    whether its VP_MASK bit is set."""
+
+    ip: str
+    mac: str
+    port: int
+    qpn: int
+    streaming: bool
+
+    def __str__(self) -> str:
+        state = "streaming" if self.streaming else "its VP_MASK bit clear"
+        return f"{self.ip} (MAC {self.mac}, UDP port {self.port}, QP {self.qpn:#x}; {state})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ip": self.ip,
+            "mac": self.mac,
+            "port": self.port,
+            "qpn": self.qpn,
+            "streaming": self.streaming,
+        }
+
+
 @dataclass
 class DataChannel:
-    """One sensor's registers at a bridge, through an :class:`Ecb` client."""
+    """One sensor's registers at a bridge, through an :class:`Ecb` client. ``configured``:
+    its registers are this session's to clear; ``lost``: why they no longer are (another
+    host took the sensor over), once that was seen."""
 
     ecb: Ecb
     plan: StreamPlan
     configured: bool = field(default=False, init=False)
+    lost: str | None = field(default=None, init=False)
+
+    @property
+    def name(self) -> str:
+        return f"bridge {self.plan.bridge} sensor {self.plan.channel.sensor}"
 
     def version(self) -> int:
         return self.ecb.read(HSB_IP_VERSION) & 0xFFFF
+
+    def _read(self, addresses: list[int]) -> list[int]:
+        if self.plan.block_requests:
+            return self.ecb.read_block(addresses)
+        return [self.ecb.read(a) for a in addresses]
+
+    def registers(self) -> tuple[dict[int, int], Holder | None]:
+        """The vp registers now (by offset), and whom they send to: None when the
+        destination (HOST_IP, HOST_UDP_PORT) is clear, nobody's."""
+        base = self.plan.channel.vp_address
+        mask_at = self.plan.channel.hif_address + VP_MASK
+        *values, mask = self._read([base + off for off in VP_NAMES] + [mask_at])
+        reg = dict(zip(VP_NAMES, values, strict=True))
+        if not reg[HOST_IP] and not reg[HOST_UDP_PORT]:
+            return reg, None
+        high, low = reg[HOST_MAC_HIGH] & 0xFFFF, reg[HOST_MAC_LOW]
+        mac = high.to_bytes(2, "big") + low.to_bytes(4, "big")
+        return reg, Holder(
+            ip=str(ipaddress.IPv4Address(reg[HOST_IP])),
+            mac=":".join(f"{b:02x}" for b in mac),
+            port=reg[HOST_UDP_PORT],
+            qpn=reg[QP],
+            streaming=bool(mask & self.plan.channel.vp_mask),
+        )
+
+    def is_ours(self, holder: Holder) -> bool:
+        """Does ``holder`` name this stream's destination (a session of this host on this
+        QP that ended without clearing it, or this one)?"""
+        p = self.plan
+        mac = ":".join(f"{b:02x}" for b in p.host_mac)
+        return (holder.ip, holder.mac, holder.port, holder.qpn) == (
+            p.host_ip,
+            mac,
+            p.host_port,
+            p.qpn,
+        )
+
+    def still_ours(self) -> bool:
+        """Are the sensor's vp registers still what this session wrote? If not, the
+        sensor is marked ``lost`` (with who has it now) and no longer ``configured``: what is
+        there is someone else's to clear."""
+        if self.lost is not None:
+            return False
+        reg, holder = self.registers()
+        base = self.plan.channel.vp_address
+        changed = [name for a, v, name in self.plan.vp if reg[a - base] != v]
+        if not changed:
+            return True
+        if holder is None:
+            self.lost = (
+                f"{self.name}: its registers were cleared by someone else (another host, or "
+                "hsb write)"
+            )
+        elif not self.is_ours(holder):
+            self.lost = f"{self.name} was taken over: its registers now send to {holder}"
+        else:
+            self.lost = (
+                f"{self.name}: its registers were changed by someone else ({', '.join(changed)})"
+            )
+        self.configured = False
+        return False
 
     def _vp_mask(self, on: bool) -> None:
         address = self.plan.channel.hif_address + VP_MASK
@@ -552,14 +653,44 @@ class DataChannel:
         self._write(zero)
         self.configured = False
 
+    def relatched(self, step: Callable[[], _T]) -> _T:
+        """``step()``, sent again once with a fresh, unchecked sequence if the bridge
+        refused it for its sequence: another host spoke to the bridge since (two hosts on two
+        sensors, or one that took this sensor over), and the refused request was not
+        executed. Used on the way out and by the watch, never while programming."""
+        try:
+            return step()
+        except EcbStatusError as e:
+            if e.status != SEQUENCE_CHECK_FAIL:
+                raise
+            log.info("%s: %s; sent again with a fresh sequence", self.name, e)
+            self.ecb.relatch()
+            return step()
+
+    def release(self, stop_only: bool = False) -> None:
+        """Stop (``stop_only``) or un-configure the sensor if its registers are still this
+        session's; one that another host took over is left as it is (``lost`` says so)."""
+
+        def step() -> None:
+            if not self.still_ours():
+                return
+            if stop_only:
+                self.stop()
+            else:
+                self.unconfigure()
+
+        self.relatched(step)
+
 
 class HsbStream:
     """A session with one bridge for a transceiver configured by ``cfg``: ``open()`` finds
     the bridge (``hsb.enumerate``), checks the streams, configures and starts them (a sensor
     a queue: queues.count > 1 streams sensors hsb.sensor, hsb.sensor + 1, ... into the queues,
     plan_for); ``close()`` stops and un-configures them, and raises HsbError if the bridge
-    could not be reached to do so (it may still be streaming at this host). A context
-    manager: closes on any exit."""
+    could not be reached to do so (it may still be streaming at this host). A sensor whose
+    registers send to another host is refused before anything is written, naming the host,
+    unless ``hsb.take_over``; one taken over while streaming is left to its new host, and
+    ``lost`` says so (:meth:`watch` looks). A context manager: closes on any exit."""
 
     def __init__(self, cfg: dict[str, Any], *, source: str | None = None) -> None:
         self.cfg = cfg
@@ -567,7 +698,15 @@ class HsbStream:
         self.announcement: Announcement | None = None
         self.plans: list[StreamPlan] = []
         self.channels: list[DataChannel] = []
+        self.taken_from: list[Holder] = []  # whom hsb.take_over took a sensor from
+        self._lost: list[str] = []
         self._ecb: Ecb | None = None
+
+    @property
+    def lost(self) -> list[str]:
+        """One line per sensor that another host took over (or cleared) while this session
+        had it, as far as it has looked (:meth:`watch`, ``stop()``, ``close()``)."""
+        return self._lost + [ch.lost for ch in self.channels if ch.lost is not None]
 
     @property
     def plan(self) -> StreamPlan | None:
@@ -621,6 +760,7 @@ class HsbStream:
                     f"written here are {MINIMUM_HSB_IP_VERSION:#06x}'s and later's: update "
                     "the bridge's FPGA image"
                 )
+            self._claim(self.channels, h["take_over"])
             for ch in self.channels:
                 ch.configure()
             for ch in self.channels:
@@ -632,6 +772,40 @@ class HsbStream:
             self._abandon()
             raise
         return plans[0]
+
+    def _claim(self, channels: list[DataChannel], take_over: bool) -> None:
+        """Refuse, before anything is written, sensors whose registers send to another
+        host: programming them would end that host's stream without a word to it."""
+        taken: list[str] = []
+        for ch in channels:
+            _, holder = ch.registers()
+            if holder is None or ch.is_ours(holder):
+                continue
+            if take_over:
+                log.warning("%s: taken over from %s (hsb.take_over)", ch.name, holder)
+                self.taken_from.append(holder)
+            else:
+                taken.append(f"{ch.name} is another host's: its registers send to {holder}")
+        if taken:
+            raise HsbError(
+                f"{'; '.join(taken)}; not programmed, to leave that stream alone (stop it "
+                "there, or take the sensor over: listen --take-over, hsb.take_over: true)"
+            )
+
+    def watch(self) -> list[str]:
+        """Look whether each sensor's registers are still this session's (for a stream
+        whose frames stopped); the sensors lost since the last look, each a line. HsbError if
+        the bridge does not answer."""
+        found = []
+        for ch in self.channels:
+            if not ch.configured:
+                continue
+            try:
+                if not ch.relatched(ch.still_ours):
+                    found.append(ch.lost)
+            except EcbError as e:
+                raise HsbError(f"{ch.name}: could not read its registers: {e}") from None
+        return [x for x in found if x is not None]
 
     def _abandon(self) -> None:
         """After a failed open: un-configure what was written, say so if that fails too."""
@@ -646,7 +820,7 @@ class HsbStream:
         for ch in self.channels:
             if ch.configured:
                 try:
-                    ch.stop()
+                    ch.release(stop_only=True)
                 except EcbError as e:
                     raise HsbError(f"bridge {ch.plan.bridge}: could not stop: {e}") from None
 
@@ -661,7 +835,7 @@ class HsbStream:
                 if not ch.configured:
                     continue
                 try:
-                    ch.unconfigure()
+                    ch.release()
                 except EcbError as e:
                     failures.append(
                         f"bridge {ch.plan.bridge}: could not un-configure sensor "
@@ -673,6 +847,7 @@ class HsbStream:
             if failures:
                 raise HsbError("; ".join(failures))
         finally:
+            self._lost += [ch.lost for ch in channels if ch.lost is not None]
             if ecb is not None:
                 ecb.close()
 

@@ -5,9 +5,15 @@ Goal:
 - ``listen --hsb`` on ``lo`` receives exactly the frames the bridge streamed (number, CRC-32),
   and leaves the bridge un-configured (VP_MASK clear, every vp register 0): after its frame
   count, after SIGTERM, and with ECB packets lost on the way.
-- A bridge that refuses a register is an error naming the status, and nothing streams; a
-  bridge that stops answering mid-stream ends listen in bounded time, saying on stderr that
-  it may still be streaming and what clears it; no announcement is a bounded, named error.
+- A bridge that refuses a register is an error naming the status, nothing streams and the
+  bridge is left un-configured (also when the refusal comes after the registers were
+  written); a bridge that stops answering mid-stream ends listen in bounded time, saying on
+  stderr that it may still be streaming and what clears it; no announcement is a bounded,
+  named error; replies cut short are an error saying so, not a traceback.
+- A second host's listen refuses a sensor that streams to another, naming it; with
+  ``--take-over`` it takes it, and the first listen notices (frames stopped, registers
+  changed), says who has it, leaves it to them and exits 1; a clean-up whose request the
+  bridge refuses for its sequence (another host spoke) sends it again with a fresh one.
 - Two sensors of one bridge, one QP (and transceiver) each: each receives only its sensor's
   frames.
 - Across a network namespace (root): the bridge inside (``peer bridge``, broadcast
@@ -35,7 +41,8 @@ from hsb_helpers import bridge_host_config
 from net_helpers import run_cmd
 
 from roce_transceiver.config import load_config
-from roce_transceiver.hsb_stream import HsbStream, check_streams
+from roce_transceiver.hsb_control import Ecb
+from roce_transceiver.hsb_stream import HsbError, HsbStream, check_streams
 from roce_transceiver.peers.bridge import BridgeFaults, SoftwareBridge
 from roce_transceiver.transceiver import Transceiver
 
@@ -145,26 +152,44 @@ def test_listen_hsb_programs_the_bridge_through_lost_ecb_packets(
     done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "3")
     assert done.returncode == 0, done.stderr
     assert unconfigured(b)
-    assert b.answered < len(b.requests) + 1  # some were dropped on the way (the seed's)
+    # The seed lost requests on the way in and replies on the way out: both were ridden out.
+    assert b.lost_requests > 0 and b.lost_replies > 0, (b.lost_requests, b.lost_replies)
 
 
-def test_a_register_the_bridge_refuses_is_an_error_and_nothing_streams(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("faults", "failed"),
+    [
+        # HOST_IP's write refused: the block write fails, nothing of it is written.
+        (BridgeFaults(write_status={0x1000 + 0x28: 0x03}), "write block 0x2000304"),
+        # The read-back refused (PACKET_SIZE): the data channel's registers were written.
+        (BridgeFaults(read_status={0x02000300 + 0x04: 0x03}), "read block 0x2000304"),
+    ],
+    ids=["write", "after-write"],
+)
+def test_a_register_the_bridge_refuses_is_an_error_and_the_bridge_is_left_unconfigured(
+    tmp_path: Path, faults: BridgeFaults, failed: str
+) -> None:
     port = free_port()
-    faults = BridgeFaults(status={0x1000 + 0x28: 0x03})  # HOST_IP
     with announcing_bridge(port, faults, rate=None) as b:
         done = listen(write(tmp_path, host_config(b, port)), "--hsb", BRIDGE_IP, "--frames", "1")
         assert done.returncode == 2
-        assert "0x03 INVALID_ADDR" in done.stderr and "write block 0x2000304" in done.stderr
+        assert "0x03 INVALID_ADDR" in done.stderr and failed in done.stderr, done.stderr
         assert not b.streaming(0) and b.sent[0] == []
+        assert unconfigured(b) and b.register(0x02000300 + 0x0C) == 0  # VP_MASK
+        if "read" in failed:  # the registers had been written, and were cleared again
+            assert any(
+                r.command == 0x09 and r.address == 0x02000304 and r.status == 0 for r in b.requests
+            )
 
 
 def test_a_bridge_that_stops_answering_mid_stream_ends_listen_in_bounded_time(
     tmp_path: Path,
 ) -> None:
     port = free_port()
-    # Enough answers to configure and start (version, VP_MASK read+write, the block write and
-    # read back, VP_MASK read+write): then silence, as a bridge that hung or lost its link.
-    faults = BridgeFaults(mute_after=7)
+    # Enough answers to configure and start (version, whom the sensor sends to, VP_MASK
+    # read+write, the block write and read back, VP_MASK read+write): then silence, as a
+    # bridge that hung or lost its link.
+    faults = BridgeFaults(mute_after=8)
     with announcing_bridge(port, faults) as b:
         cfg = host_config(b, port, retries=2)
         start = time.monotonic()
@@ -178,6 +203,17 @@ def test_a_bridge_that_stops_answering_mid_stream_ends_listen_in_bounded_time(
         summary = json.loads(done.stdout.splitlines()[-1])
         assert summary["frames"] >= 3 and not summary["hsb"]["unconfigured"]
     assert took < 30
+
+
+@pytest.mark.parametrize("cut", [6, 7])
+def test_replies_cut_short_are_an_error_naming_the_length(tmp_path: Path, cut: int) -> None:
+    port = free_port()
+    with announcing_bridge(port, BridgeFaults(truncate=cut), rate=None) as b:
+        done = listen(write(tmp_path, host_config(b, port)), "--hsb", BRIDGE_IP, "--frames", "1")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "struct.error" not in done.stderr
+    assert f"ECB read 0x80 at {BRIDGE_IP}:{b.control_port}: the reply" in done.stderr
+    assert f"has {cut} bytes, 14 needed" in done.stderr, done.stderr
 
 
 def test_no_announcement_is_a_bounded_named_error(tmp_path: Path) -> None:
@@ -263,6 +299,138 @@ def test_two_sensors_stream_into_two_queues_of_one_transceiver(
         assert g.items() <= sent.items()
         assert {f.qpn for f in b.sent[vp]} == {qpn}
     assert unconfigured(b, 0) and unconfigured(b, 2)
+
+
+def wait_for(what: str, ok: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.02)  # a poll of another process's output, bounded by the deadline
+
+
+def test_a_second_host_is_refused_a_streaming_sensor_and_takes_it_over_with_take_over(
+    tmp_path: Path,
+) -> None:
+    """Host 1's listen streams sensor 0; host 2's listen is refused, naming host 1, and
+    nothing of host 1's changes; with --take-over host 2 gets the stream, and host 1's listen
+    notices within its watchdog, says who has the sensor, leaves it (host 2 clears it at its
+    own end) and exits 1."""
+    port = free_port()
+    # 10 frames/s: two listens printing every frame keep up on a loaded 2-core machine (a
+    # listen stalled for 4 frames' time drops one), and the first still has a frame every
+    # tenth of its watchdog's second.
+    with announcing_bridge(port, BridgeFaults(), rate=10) as b:
+        took, err1, out1 = take_over_between_two_listens(b, port, tmp_path)
+    assert not b.errors
+    assert took.returncode == 0, took.stderr + took.stdout.splitlines()[-1]
+    *frames2, summary2 = [json.loads(x) for x in took.stdout.splitlines()]
+    assert frames2 and all(f["ok"] for f in frames2)
+    assert [h["ip"] for h in summary2["hsb"]["taken_from"]] == ["127.0.17.1"]
+    assert summary2["hsb"]["unconfigured"] and summary2["hsb"]["lost"] == []
+    summary1 = json.loads(out1.read_text().splitlines()[-1])
+    assert summary1["frames"] > 0 and not summary1["hsb"]["unconfigured"]
+    (lost,) = summary1["hsb"]["lost"]
+    assert "sensor 0 was taken over: its registers now send to 127.0.17.2" in lost
+    assert "was taken over: its registers now send to 127.0.17.2" in err1
+    assert "may still be streaming" not in err1 and "could not" not in err1
+    assert unconfigured(b)
+
+
+def take_over_between_two_listens(
+    b: SoftwareBridge, port: int, tmp_path: Path
+) -> tuple[subprocess.CompletedProcess, str, Path]:
+    """Host 2's listen with --take-over (after one without, refused) while host 1's
+    streams; host 1's listen must then end by itself, exit 1. Host 2's run, host 1's stderr
+    and its stdout file."""
+    first = tmp_path / "first"
+    first.mkdir()
+    out1 = tmp_path / "first.jsonl"
+    cmd = [*CLI, "listen", "--config", str(write(first, host_config(b, port))), "--json"]
+    cmd += ["--hsb", BRIDGE_IP, "--seconds", "40"]
+    with out1.open("w") as sink:
+        p1 = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("host 1's first frame", lambda: '"frame_number"' in out1.read_text())
+        host_ip = 0x1000 + 0x28
+        assert b.streaming(0) and b.register(host_ip) == 0x7F001101  # 127.0.17.1
+        second = write(tmp_path, host_config(b, port, HOSTS[1]))
+        refused = listen(second, "--hsb", BRIDGE_IP, "--frames", "1")
+        assert refused.returncode == 2, refused.stderr
+        assert "sensor 0 is another host's: its registers send to 127.0.17.1" in refused.stderr
+        assert "--take-over" in refused.stderr
+        assert b.streaming(0) and b.register(host_ip) == 0x7F001101 and p1.poll() is None
+        took = listen(second, "--hsb", BRIDGE_IP, "--take-over", "--seconds", "3")
+        _, err1 = p1.communicate(timeout=30)
+    finally:
+        if p1.poll() is None:
+            p1.kill()
+            p1.communicate()
+    assert p1.returncode == 1, err1
+    return took, err1, out1
+
+
+def test_take_over_without_a_bridge_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli_helpers import run_cli
+
+    path = write(tmp_path, bridge_host_config(HOSTS[0], BRIDGE_IP))
+    status, _, err = run_cli(capsys, "listen", "--config", str(path), "--take-over")
+    assert status == 2 and "--take-over takes a sensor over for --hsb: give --hsb IP" in err
+
+
+def test_a_clean_up_refused_for_its_sequence_is_sent_again_with_a_fresh_one(
+    lo_bridge: tuple[SoftwareBridge, int],
+) -> None:
+    """Another host speaks to the bridge (another sensor's, say): the bridge latches its
+    sequence, this session's next checked request is refused (SEQUENCE_CHECK_FAIL); the
+    clean-up sends it again, unchecked with a fresh sequence, and un-configures the sensor
+    without an error."""
+    b, port = lo_bridge
+    cfg = load_config(host_config(b, port, bridge=BRIDGE_IP, enumerate=False))
+    stream = HsbStream(cfg)
+    stream.open()
+    assert b.streaming(0)
+    with Ecb(BRIDGE_IP, b.control_port, timeout=0.1, first_sequence=0x7000) as other:
+        other.read(0x80)  # latches 0x7000 at the bridge
+    stream.close()  # no HsbError: re-latched, then un-configured
+    assert unconfigured(b)
+    statuses = [r.status for r in b.requests]
+    assert statuses.count(0x0B) == 1 and statuses[-1] == 0
+    assert stream.lost == []
+
+
+def test_a_sensor_taken_over_is_left_to_its_new_host(
+    lo_bridge: tuple[SoftwareBridge, int],
+) -> None:
+    """In one process: session 1 has sensor 0; session 2 (another host) is refused before
+    it writes anything, then takes it with hsb.take_over; session 1's watch names session
+    2's host, and its stop and close leave session 2's registers as they are."""
+    b, port = lo_bridge
+    one = HsbStream(load_config(host_config(b, port, bridge=BRIDGE_IP, enumerate=False)))
+    cfg2 = host_config(b, port, HOSTS[1], bridge=BRIDGE_IP, enumerate=False)
+    one.open()
+    try:
+        writes = sum(r.command in (0x04, 0x09) for r in b.requests)
+        with pytest.raises(
+            HsbError, match=r"sensor 0 is another host.s: its registers send to 127\.0\.17\.1 "
+        ):
+            HsbStream(load_config(cfg2)).open()
+        assert sum(r.command in (0x04, 0x09) for r in b.requests) == writes  # nothing written
+        assert one.watch() == []
+        two = HsbStream(load_config({**cfg2, "hsb": {**cfg2["hsb"], "take_over": True}}))
+        two.open()
+        assert [h.ip for h in two.taken_from] == ["127.0.17.1"]
+        (lost,) = one.watch()
+        assert "taken over: its registers now send to 127.0.17.2" in lost and "QP 0x11" in lost
+        one.stop()
+        one.close()
+        assert b.streaming(0) and b.register(0x1000 + 0x28) == 0x7F001102  # still host 2's
+        assert one.lost == [lost]
+        two.close()
+    finally:
+        one.close()
+    assert unconfigured(b) and two.lost == []
 
 
 @pytest.mark.netns

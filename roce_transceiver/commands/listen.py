@@ -16,7 +16,10 @@ programs the sensor's data channel with the transceiver's own addresses, QP and 
 starts it (a second stderr line, ``hsb: ... streaming``, says so); on the way out, however the
 command ends (frames counted, time up, Ctrl-C, SIGTERM, SIGHUP, an error), stops and
 un-configures it. A bridge that cannot be programmed is an error (exit 2) naming what to fix;
-one that cannot be un-configured is reported on stderr, exit status 1.
+one that cannot be un-configured is reported on stderr, exit status 1. A sensor whose
+registers send to another host is refused (exit 2, naming that host) unless ``--take-over``.
+When the frames stop for a second, the sensor's registers are read: if another host took it
+over, listen says so on stderr, ends, leaves the sensor to that host, and exits 1.
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="program the sensor bridge at IP (its sensor SENSOR, default the config's "
         "hsb.sensor) to stream here, and un-program it on exit",
     )
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="with --hsb: program the sensor even when it streams to another host (that "
+        "host's stream ends; hsb.take_over)",
+    )
     p.set_defaults(run=run)
 
 
@@ -78,6 +87,8 @@ def _bridge(text: str) -> tuple[str, int | None]:
 
 def run(args: argparse.Namespace) -> int:
     check_positive("listen", frames=args.frames, seconds=args.seconds)
+    if args.take_over and not args.hsb:
+        raise CommandError("listen: --take-over takes a sensor over for --hsb: give --hsb IP")
     seen = bad = 0
     overrides: dict[str, Any] = {"handler": "frames"}
     stream = None
@@ -96,9 +107,13 @@ def run(args: argparse.Namespace) -> int:
             ):
                 if opener is not None:
                     opener.check()
+                    if opener.watch():
+                        break  # another host took the sensor: its frames go there now
                 for f in t.frames(timeout=0.1):
                     seen += 1
                     bad += not f.ok
+                    if opener is not None:
+                        opener.came(f.queue)
                     d = f.as_dict()
                     f.release()
                     print(json.dumps(d) if args.json else _line(d), flush=True)
@@ -109,17 +124,27 @@ def run(args: argparse.Namespace) -> int:
     stats = t.stats()
     dropped = stats["frames_dropped"]  # frames the engine knows of and could not deliver
     summary = {"frames": seen, "bad": bad, "dropped": dropped, "counters": moved(stats)}
+    lost: list[str] = stream.lost if stream is not None else []
     if stream is not None and stream.plan is not None:
         summary["hsb"] = {
             **stream.plan.as_dict(),
             "late_frames": late,
-            "unconfigured": hsb_error is None,
+            "unconfigured": hsb_error is None and not lost,
+            "lost": lost,  # sensors another host took over (left to it, not un-configured)
+            "taken_from": [h.as_dict() for h in stream.taken_from],  # by --take-over
         }
         if len(stream.plans) > 1:  # a sensor a queue: queue 0's above, every one's here
             summary["hsb"]["streams"] = [p.as_dict() for p in stream.plans]
     text = f"{seen} frames, {bad} bad, {dropped} dropped; {summary['counters']}"
     print(json.dumps(summary) if args.json else text)
-    failed = capture_failed("listen", t) or hsb_error is not None
+    for line in lost:
+        print(
+            f"listen --hsb: {line}; listen ended and left the sensor as it is "
+            "(listen --take-over takes it back)",
+            file=sys.stderr,
+            flush=True,
+        )
+    failed = capture_failed("listen", t) or hsb_error is not None or bool(lost)
     return 1 if failed or bad or dropped else 0
 
 
@@ -134,6 +159,8 @@ def _find_bridge(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     more: dict[str, Any] = {"hsb.bridge": ip, "peer.ip": ip}
     if sensor is not None:
         more["hsb.sensor"] = sensor
+    if args.take_over:
+        more["hsb.take_over"] = True
     try:
         cfg = load_config(args.config, {"handler": "frames", **more})
         announcement = HsbStream.find(cfg)
@@ -160,6 +187,9 @@ class _Opener:
         self.stream = stream
         self.error: BaseException | None = None
         self.reported = False
+        self.streaming = threading.Event()  # set once every sensor was started
+        self._last: list[float] = []  # per queue: when its last frame came (or it started)
+        self._next_look = 0.0
         self._thread = threading.Thread(target=self._run, name="hsb-open", daemon=True)
         self._thread.start()
 
@@ -169,6 +199,8 @@ class _Opener:
         except BaseException as e:  # handed to the main thread by check()
             self.error = e
             return
+        self._last = [time.monotonic()] * len(self.stream.plans)
+        self.streaming.set()
         for q, plan in enumerate(self.stream.plans):  # a sensor a queue
             print(
                 f"hsb: {plan.bridge} sensor {plan.channel.sensor} (data plane "
@@ -193,6 +225,29 @@ class _Opener:
     def join(self) -> None:
         """Wait for the programming to end (bounded: every request's tries are)."""
         self._thread.join()
+
+    def came(self, queue: int) -> None:
+        """A frame came on ``queue``: its sensor still streams here."""
+        if self.streaming.is_set() and queue < len(self._last):
+            self._last[queue] = time.monotonic()
+
+    def watch(self) -> bool:
+        """The frame watchdog: once a queue has had no frame for ``_WATCHDOG_S``, read its
+        sensor's registers (at most once a ``_WATCHDOG_S``); True when another host has taken
+        a sensor over. A bridge that does not answer the look is not an end: its frames may
+        just be slow, and the clean-up says what it cannot do."""
+        now = time.monotonic()
+        if not self.streaming.is_set() or now < self._next_look:
+            return False
+        if all(now - last < _WATCHDOG_S for last in self._last):
+            return False
+        self._next_look = now + _WATCHDOG_S
+        from roce_transceiver.hsb_stream import HsbError
+
+        try:
+            return bool(self.stream.watch())
+        except HsbError:
+            return False
 
 
 def _stop_and_close(stream: Any, t: Any, opener: _Opener) -> tuple[int, str | None]:
@@ -236,6 +291,9 @@ def _stop_and_close(stream: Any, t: Any, opener: _Opener) -> tuple[int, str | No
 
 _DRAIN_QUIET_S = 0.05  # no frame for this long after the stop: nothing is in flight
 _DRAIN_MOST_S = 1.0  # bounded: a bridge that ignores the stop would stream on
+# No frame on a queue for this long: look whether its sensor still sends here. A register
+# read (one block request) a second while a sensor is silent costs the bridge nothing.
+_WATCHDOG_S = 1.0
 
 
 def _line(d: dict) -> str:
