@@ -18,8 +18,12 @@ compiler into a shared object whose generated ``extern "C"`` trampoline the engi
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import ctypes
 import hashlib
 import importlib
+import logging
 import os
 import re
 import shutil
@@ -40,6 +44,8 @@ __all__ = [
     "SIGNATURE",
     "CompiledHandler",
     "EngineKernels",
+    "HandlerBuildFailure",
+    "HandlerCacheError",
     "HandlerCompileError",
     "HostCompilerUnavailable",
     "HostHandler",
@@ -48,6 +54,7 @@ __all__ = [
     "build_host_handler",
     "build_host_handler_file",
     "cache_dir",
+    "check_source",
     "compile_engine",
     "compile_engine_file",
     "compile_handler",
@@ -73,19 +80,69 @@ _DIAG_RE = re.compile(
 )
 
 
-class NvrtcUnavailable(Exception):
-    """cuda-python or the NVRTC library is missing: the handler cannot be compiled here."""
+log = logging.getLogger(__name__)
 
 
-class HandlerCompileError(Exception):
-    """The handler does not compile. ``str()`` is one line naming the file and line; ``log`` is
-    NVRTC's whole log."""
+class HandlerBuildFailure(Exception):
+    """The handler could not be built: ``str()`` is one line naming what failed (the source's
+    file and line, the compiler, the cache's path); ``log`` is the compiler's whole output when
+    one ran, else empty; ``file`` and ``line`` what the line names."""
 
-    def __init__(self, message: str, log: str, file: str | None = None, line: int | None = None):
+    def __init__(
+        self, message: str, log: str = "", file: str | None = None, line: int | None = None
+    ):
         super().__init__(message)
         self.log = log
         self.file = file
         self.line = line
+
+
+class NvrtcUnavailable(HandlerBuildFailure):
+    """cuda-python or the NVRTC library is missing: the handler cannot be compiled here."""
+
+
+class HandlerCompileError(HandlerBuildFailure):
+    """The handler does not compile (or is not a handler's source: a NUL byte, not UTF-8).
+    ``str()`` is one line naming the file and line; ``log`` is the compiler's whole log."""
+
+
+class HandlerCacheError(HandlerBuildFailure):
+    """Neither the handler cache nor a temporary folder could take the build (``file``: the
+    cache's path)."""
+
+
+def check_source(text: bytes, name: str) -> None:
+    """A handler's source is UTF-8 text. A NUL byte (NVRTC stops reading at it and compiles what
+    came before) or bytes that are not UTF-8 (the compilers' messages quote them) are a
+    HandlerCompileError naming the file, its line and the byte offset, on every executor and in
+    check-handler alike."""
+    nul = text.find(b"\0")
+    if nul >= 0:
+        line = text.count(b"\n", 0, nul) + 1
+        raise HandlerCompileError(
+            f"{name}:{line}: error: a NUL byte at byte offset {nul}: a handler's source is "
+            "text (the compiler would stop reading there)",
+            "",
+            name,
+            line,
+        )
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = text.count(b"\n", 0, e.start) + 1
+        raise HandlerCompileError(
+            f"{name}:{line}: error: byte 0x{text[e.start]:02x} at byte offset {e.start} is not "
+            "UTF-8: a handler's source is UTF-8 text",
+            "",
+            name,
+            line,
+        ) from None
+
+
+def _source_bytes(source: str | bytes) -> bytes:
+    # A str with lone surrogates (a file name's undecodable bytes, say) still becomes bytes,
+    # which check_source then reports with their offset.
+    return source.encode("utf-8", "surrogatepass") if isinstance(source, str) else source
 
 
 @dataclass(frozen=True)
@@ -280,9 +337,10 @@ def compile_handler(
     machine's) or ValueError (a bad entry name or architecture)."""
     if not _ENTRY_RE.fullmatch(entry):
         raise ValueError(f"entry {entry!r} is not a C++ function name")
+    text = _source_bytes(source)
+    check_source(text, name)
     nvrtc, version = _load_nvrtc()
     arch_m = _check_arch(nvrtc, version, arch)
-    text = source.encode() if isinstance(source, str) else source
     options = [
         b"-std=c++17",
         f"-arch={arch}".encode(),
@@ -310,6 +368,117 @@ def compile_handler_file(
     return compile_handler(
         source, name=str(path), entry=entry, arch=arch, include_dirs=(path.resolve().parent,)
     )
+
+
+# ------------------------------------------------------------------ the cache's entries
+#
+# An entry is its file (the shared object, the cubin) and beside it `<file>.sha256`: its size
+# and SHA-256, written after it, each by a temporary file and a rename. An entry is used only
+# when it matches its check: a truncated shared object would be a SIGBUS when the loader
+# touches its missing pages, an empty or garbage one fail every later start.
+
+_CHECK_SUFFIX = ".sha256"
+
+
+def _check_path(path: Path) -> Path:
+    return path.with_name(path.name + _CHECK_SUFFIX)
+
+
+def _check_line(data: bytes) -> str:
+    return f"{len(data)} {hashlib.sha256(data).hexdigest()}\n"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all: written to a temporary file beside it, then
+    renamed over it (a reader, or a process that dies here, never sees part of it). OSError
+    when the folder takes no file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".build-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _store_checked(path: Path, data: bytes) -> None:
+    """A cache entry: ``data`` at ``path``, then its check beside it (the order matters: a
+    check names a whole file). Read back and verified; OSError when the folder takes no file,
+    or what it kept does not check."""
+    _write_atomic(path, data)
+    _write_atomic(_check_path(path), _check_line(data).encode())
+    kept, why = _read_checked(path)
+    if kept is None:
+        raise OSError(f"{path}: written, but {why}")
+
+
+def _read_checked(path: Path) -> tuple[bytes | None, str | None]:
+    """A cache entry's bytes when the entry checks, else (None, why); (None, None) when there
+    is no entry."""
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):  # no entry, or no folder
+        return None, None
+    except IsADirectoryError:
+        return None, "is a directory, not a file"
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror or e})"
+    try:
+        check = _check_path(path).read_bytes().decode("ascii")
+    except FileNotFoundError:
+        return None, f"has no check ({_check_path(path).name}) beside it"
+    except (OSError, UnicodeDecodeError) as e:
+        return None, f"has a check that cannot be read ({getattr(e, 'strerror', None) or e})"
+    if check == _check_line(data):
+        return data, None
+    want = check.split(" ", 1)[0]
+    if want != str(len(data)):
+        return None, f"does not check: {len(data)} bytes, its check says {want[:20]!r}"
+    return None, "does not check: its SHA-256 differs from its check's"
+
+
+# A temporary folder for the builds of a process whose cache folder takes none (a read-only
+# home, a file where the folder goes): made once, private to this user (mkdtemp's 0700: a
+# shared, predictable path would let another user put a library in the engine's way), removed
+# at exit.
+_fallback_folder: Path | None = None
+
+
+def _fallback_dir() -> Path:
+    global _fallback_folder
+    if _fallback_folder is None:
+        _fallback_folder = Path(tempfile.mkdtemp(prefix="roce-transceiver-handlers-"))
+        atexit.register(shutil.rmtree, _fallback_folder, True)
+    return _fallback_folder
+
+
+def _os_error(e: OSError, where: Path) -> str:
+    """An OSError of a cache's as `path: reason`, naming the destination of a rename."""
+    return f"{e.filename2 or e.filename or where}: {e.strerror or e}"
+
+
+def _loads(path: Path) -> str | None:
+    """Why the shared object does not load (the loader's message), None when it does. Loaded
+    here with the loader's RTLD_NOW, as the engine will: the engine's own dlopen of it then
+    finds it loaded (by its inode)."""
+    try:
+        ctypes.CDLL(str(path))
+    except OSError as e:
+        return str(e)
+    return None
+
+
+# A cubin is an ELF image for the CUDA machine (EM_CUDA, 190, at e_machine: offset 18).
+_ELF_MAGIC = b"\x7fELF"
+_EM_CUDA = 190
+
+
+def _is_cubin(image: bytes) -> bool:
+    return image[:4] == _ELF_MAGIC and len(image) > 20 and image[18] | image[19] << 8 == _EM_CUDA
 
 
 # ------------------------------------------------------------------ the cuda executor's build
@@ -410,12 +579,13 @@ def compile_engine(
         raise ValueError(f"entry {entry!r} is not a C++ function name")
     if not 0 < kernels < 16:
         raise ValueError(f"kernels {kernels}: a mask of ENGINE_KERNELS' bits (1 to 15)")
+    text = _source_bytes(source)
+    check_source(text, name)
     nvrtc, version = _load_nvrtc()
     arch_m = _check_arch(nvrtc, version, arch)
     if arch_m[1] != "sm":
         raise ValueError(f"arch {arch!r}: the engine's kernels are compiled for a real GPU (sm_XX)")
     started = time.perf_counter()
-    text = source.encode() if isinstance(source, str) else source
     unit = _engine_unit(text, name, entry)
     options = [
         *(o.encode() for o in _ENGINE_OPTIONS),
@@ -428,19 +598,59 @@ def compile_engine(
     for part in (unit, b"\0".join(options), version.encode(), _engine_headers_digest()):
         key.update(hashlib.sha256(part).digest())
     folder = cache or cache_dir()
-    image_path = folder / f"engine-{key.hexdigest()[:32]}.cubin"
-    if image_path.is_file():
-        image = image_path.read_bytes()
-        return EngineKernels(image, arch, True, "", time.perf_counter() - started)
+    file_name = f"engine-{key.hexdigest()[:32]}.cubin"
+    for place in (folder, _fallback_folder):  # the fallback: where this process built before
+        if place is None:
+            continue
+        found = _lookup_engine(place / file_name)
+        if found is not None:
+            return EngineKernels(found, arch, True, "", time.perf_counter() - started)
     if on_compile is not None:  # the cache missed: say so before the long part
         on_compile()
-    image, log = _nvrtc_compile(nvrtc, unit, options, name=name, entry=entry, cubin=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".build-", suffix=".cubin")
-    with os.fdopen(fd, "wb") as f:
-        f.write(image)
-    os.replace(tmp, image_path)  # atomic: a concurrent start finds a whole module or none
-    return EngineKernels(image, arch, False, log, time.perf_counter() - started)
+    image, nvrtc_log = _nvrtc_compile(nvrtc, unit, options, name=name, entry=entry, cubin=True)
+    _store_engine(folder, file_name, image)
+    return EngineKernels(image, arch, False, nvrtc_log, time.perf_counter() - started)
+
+
+def _lookup_engine(path: Path) -> bytes | None:
+    """The cached module at ``path`` when it checks and is a cubin; else None (said why in
+    the log: it is compiled again and replaced)."""
+    image, why = _read_checked(path)
+    if image is not None and not _is_cubin(image):
+        image, why = None, "is not a cubin (no CUDA ELF header)"
+    if why is not None:
+        log.warning("handler cache: %s %s: compiling it again", path, why)
+    return image
+
+
+def _store_engine(folder: Path, file_name: str, image: bytes) -> None:
+    """The module kept in ``folder``, else in the process's temporary folder. The image is in
+    hand either way: a cache that takes none costs the next start a compile, not this one its
+    start (said in the log)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _store_checked(folder / file_name, image)
+        return
+    except OSError as e:
+        first = _os_error(e, folder)
+    try:
+        fallback = _fallback_dir()
+        _store_checked(fallback / file_name, image)
+        log.warning(
+            "handler cache %s takes no file (%s): the engine's module is kept in %s for this "
+            "process only",
+            folder,
+            first,
+            fallback,
+        )
+    except OSError as e:
+        log.warning(
+            "handler cache %s takes no file (%s), nor a temporary folder (%s): the engine's "
+            "module is not kept; the next start compiles it again",
+            folder,
+            first,
+            _os_error(e, Path(tempfile.gettempdir())),
+        )
 
 
 def compile_engine_file(
@@ -468,7 +678,7 @@ def compile_engine_file(
 # ------------------------------------------------------------------ the cpu executor's build
 
 
-class HostCompilerUnavailable(Exception):
+class HostCompilerUnavailable(HandlerBuildFailure):
     """No host C++ compiler on PATH (``$CXX``, else c++ or g++): a handler cannot run on the cpu
     executor here."""
 
@@ -498,13 +708,24 @@ def cache_dir() -> Path:
 
 
 def host_compiler() -> str:
-    """The host C++ compiler: ``$CXX`` when set, else c++ or g++ from PATH."""
-    for candidate in (os.environ.get("CXX"), "c++", "g++"):
-        if candidate and (found := shutil.which(candidate)):
+    """The host C++ compiler: ``$CXX`` when set (it must be there: no other is taken in its
+    place), else c++ or g++ from PATH."""
+    if cxx := os.environ.get("CXX"):
+        if found := shutil.which(cxx):
             return found
+        raise HostCompilerUnavailable(
+            f"$CXX is {cxx!r}: no such compiler (not an executable file, nor one on PATH); "
+            "the cpu executor compiles a custom handler with it (unset CXX to use c++ or g++)",
+            file=cxx,
+        )
+    for candidate in ("c++", "g++"):
+        if found := shutil.which(candidate):
+            return found
+    path = os.environ.get("PATH", "")
     raise HostCompilerUnavailable(
-        "no C++ compiler on PATH (tried $CXX, c++, g++): the cpu executor compiles a custom "
-        "handler with one (apt-get install g++)"
+        f"no C++ compiler on PATH={path} (tried $CXX, c++, g++): the cpu executor compiles a "
+        "custom handler with one (apt-get install g++)",
+        file="c++",
     )
 
 
@@ -567,12 +788,16 @@ def build_host_handler(
     cache: Path | None = None,
 ) -> HostHandler:
     """The handler compiled for the cpu executor: a shared object, from the cache when the same
-    source, entry, options, ABI and compiler built it before. Raises HandlerCompileError (one
-    line naming ``name`` and the line; ``.log``: the compiler's whole output),
-    HostCompilerUnavailable, or ValueError (a bad entry name)."""
+    source, entry, options, ABI and compiler built it before and the entry checks and loads
+    (else it is built again); in a temporary folder, for this process, when the cache folder
+    takes no build (the log says so). Raises HandlerCompileError (one line naming ``name`` and
+    the line; ``.log``: the compiler's whole output), HostCompilerUnavailable (naming the
+    compiler), HandlerCacheError (no folder takes the build): HandlerBuildFailures all; or
+    ValueError (a bad entry name)."""
     if not _ENTRY_RE.fullmatch(entry):
         raise ValueError(f"entry {entry!r} is not a C++ function name")
-    text = source.encode() if isinstance(source, str) else source
+    text = _source_bytes(source)
+    check_source(text, name)
     quoted = name.replace("\\", "\\\\").replace('"', '\\"')
     unit = (
         f'#include "rt/handlers/custom.h"\n#line 1 "{quoted}"\n'.encode()
@@ -584,17 +809,67 @@ def build_host_handler(
     flags = [*_HOST_FLAGS, *(f"-I{d}" for d in includes)]
     try:
         version = subprocess.run(
-            [cxx, "--version"], capture_output=True, text=True, timeout=30, check=False
-        ).stdout
+            [cxx, "--version"], capture_output=True, timeout=30, check=False
+        ).stdout.decode(errors="replace")
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise HostCompilerUnavailable(f"{cxx} --version: {e}") from None
+        raise HostCompilerUnavailable(f"{cxx} --version: {e}", file=cxx) from None
     key = hashlib.sha256()
     for part in (unit, "\0".join(flags).encode(), _abi_headers(), cxx.encode(), version.encode()):
         key.update(hashlib.sha256(part).digest())
     folder = cache or cache_dir()
-    library = folder / f"{key.hexdigest()[:32]}.so"
-    if library.is_file():
-        return HostHandler(library, True, "")
+    file_name = f"{key.hexdigest()[:32]}.so"
+    for place in (folder, _fallback_folder):  # the fallback: where this process built before
+        if place is not None and _lookup_host(place / file_name):
+            return HostHandler(place / file_name, True, "")
+
+    def build(into: Path) -> HostHandler:
+        return HostHandler(
+            into / file_name,
+            False,
+            _build_host_into(into, file_name, unit, cxx, flags, name, entry),
+        )
+
+    try:
+        return build(folder)
+    except OSError as e:  # the folder's: the compiler's are HostCompilerUnavailable
+        first = _os_error(e, folder)
+    try:
+        fallback = _fallback_dir()
+        built = build(fallback)
+    except OSError as e:
+        raise HandlerCacheError(
+            f"handler cache {folder} takes no build ({first}), nor a temporary folder "
+            f"({_os_error(e, Path(tempfile.gettempdir()))}): set XDG_CACHE_HOME to a writable "
+            "folder",
+            file=str(folder),
+        ) from None
+    log.warning(
+        "handler cache %s takes no build (%s): %s is built in %s, for this process only",
+        folder,
+        first,
+        name,
+        fallback,
+    )
+    return built
+
+
+def _lookup_host(library: Path) -> bool:
+    """Whether the cached shared object at ``library`` checks and loads; when it is there but
+    does not, the log says why (it is built again and replaced)."""
+    data, why = _read_checked(library)
+    if data is not None and (error := _loads(library)) is not None:
+        why = f"does not load ({error})"
+    if why is not None:
+        log.warning("handler cache: %s %s: building it again", library, why)
+    return why is None and data is not None
+
+
+def _build_host_into(
+    folder: Path, file_name: str, unit: bytes, cxx: str, flags: list[str], name: str, entry: str
+) -> str:
+    """The shared object compiled, loaded once (a library that does not load is the build's
+    error, not the engine's later) and kept in ``folder`` as ``file_name`` with its check; the
+    compiler's output. OSError: the folder takes no file."""
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
         src = Path(tmp) / "handler.cpp"
@@ -604,18 +879,30 @@ def build_host_handler(
             run = subprocess.run(
                 [cxx, *flags, str(src), "-o", str(out)],
                 capture_output=True,
-                text=True,
                 timeout=300,
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise HostCompilerUnavailable(f"{cxx}: {e}") from None
-        log = (run.stdout + run.stderr).strip()
+            raise HostCompilerUnavailable(f"{cxx}: {e}", file=cxx) from None
+        # Leniently: the compiler quotes the source, and a header beside it may be any bytes.
+        output = (run.stdout + run.stderr).decode(errors="replace").strip()
         if run.returncode != 0:
-            message, file, line = _host_one_line(log, name, entry)
-            raise HandlerCompileError(message, log, file, line)
-        os.replace(out, library)  # atomic: a concurrent start finds a whole library or none
-    return HostHandler(library, False, log)
+            message, file, line = _host_one_line(output, name, entry)
+            raise HandlerCompileError(message, output, file, line)
+        if (error := _loads(out)) is not None:
+            raise HandlerCompileError(
+                f"{name}: compiles, but the shared object does not load: {error}",
+                output,
+                name,
+                None,
+            )
+        library = folder / file_name
+        # The library by a rename (a concurrent start finds a whole one or none), then its
+        # check: an entry without one is not used.
+        data = out.read_bytes()
+        os.replace(out, library)
+        _write_atomic(_check_path(library), _check_line(data).encode())
+    return output
 
 
 def build_host_handler_file(path: str | Path, *, entry: str = DEFAULT_ENTRY) -> HostHandler:

@@ -109,8 +109,8 @@ class RoundTrip:
 
 
 class HandlerBuildError(TransceiverError):
-    """handler custom does not compile: ``str()`` is one line naming the file and line,
-    ``log`` the compiler's whole output."""
+    """handler custom cannot be built: ``str()`` is one line naming the file and line (or the
+    compiler, or the cache folder), ``log`` the compiler's whole output."""
 
     def __init__(self, message: str, log: str, file: str | None, line: int | None) -> None:
         super().__init__(message)
@@ -188,9 +188,9 @@ def _build_custom(config: Mapping[str, Any], executor: str) -> dict[str, Any]:
             built.seconds,
         )
         return {"custom_kernel_image": built.image}
-    except ch.HandlerCompileError as e:
+    except ch.HandlerBuildFailure as e:  # the source's, the compiler's or the cache's
         raise HandlerBuildError(str(e), e.log, e.file, e.line) from None
-    except (ch.HostCompilerUnavailable, ch.NvrtcUnavailable, ValueError) as e:
+    except ValueError as e:
         raise TransceiverError(f"custom: {e}") from None
 
 

@@ -132,7 +132,7 @@ def _custom_serve_keys(custom: Mapping[str, Any], executor: str) -> dict[str, An
         built = ch.build_host_handler(
             src.text, name=src.name, entry=src.entry, include_dirs=src.include_dirs
         )
-    except (ch.HandlerCompileError, ch.HostCompilerUnavailable, ValueError) as e:
+    except (ch.HandlerBuildFailure, ValueError) as e:
         raise VerbsModeError(f"custom: {e}") from None
     return {
         "custom_library": str(built.library),

@@ -186,6 +186,33 @@ def test_a_function_not_marked_rt_hd_names_its_line(capsys, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\0", "h.cu:1: error: a NUL byte at byte offset 0: a handler's source is text"),
+        (
+            GOOD.encode() + b"\0int garbage(;\n",
+            f"h.cu:10: error: a NUL byte at byte offset {len(GOOD)}: a handler's source is text",
+        ),
+        (
+            GOOD.encode().replace(b"\n\nRT_HD", b"\n// \xff\xfe\nRT_HD"),
+            f"h.cu:2: error: byte 0xff at byte offset {GOOD.index(chr(10)) + 4} is not UTF-8",
+        ),
+    ],
+    ids=["only-nul", "nul-after-the-handler", "not-utf8"],
+)
+def test_a_source_that_is_not_text_does_not_compile_naming_line_and_offset(
+    capsys, tmp_path, content, message
+):
+    # NVRTC stops reading at a NUL: a lone NUL "compiled for sm_90" and exit 0. No NVRTC is
+    # needed to say so.
+    src = tmp_path / "h.cu"
+    src.write_bytes(content)
+    status, out, err = check(capsys, str(src), "--entry", "echo")
+    assert (status, out) == (1, "")
+    assert one_line(err).startswith(f"{tmp_path}/{message}"), err
+
+
 # --- what cannot be checked ----------------------------------------------------------------
 
 

@@ -33,6 +33,7 @@ from roce_transceiver import _core
 from roce_transceiver.protocol import parse
 from roce_transceiver.repetition import majority_correction
 from roce_transceiver.transceiver import (
+    HandlerBuildError,
     Transceiver,
     TransceiverError,
     custom_source,
@@ -369,3 +370,58 @@ def test_verbs_mode_keeps_a_handlers_state_and_names_what_it_cannot_run():
         VerbsLoopback("echo", executor="cpu", custom={"source": COUNTER})
     with pytest.raises(VerbsModeError, match=r"custom\.params"):
         VerbsLoopback("custom", executor="cpu", custom={"source": COUNTER, "params": [300]})
+
+
+# -- sources that are not a handler's: a NUL byte (NVRTC stops reading at it and compiled what
+# came before), bytes that are not UTF-8 (the host compiler's log quoted them and its strict
+# decoding raised UnicodeDecodeError, naming neither file nor line) ----------------------------
+
+GOOD_ECHO = b"""#include "rt/handlers/custom.h"
+RT_HD int handle(const rt::CustomCall& call) {
+  if (call.request_len > call.reply_capacity) return rt::kHandlerError;
+  for (uint32_t i = call.lane; i < call.request_len; i += call.lanes)
+    call.reply[i] = call.request[i];
+  rt::custom_sync(call);
+  return int(call.request_len);
+}
+"""
+NUL_AT_END = GOOD_ECHO + b"\0 and what NVRTC never read\n"
+# A byte of Latin-1 in a comment, on line 2.
+NOT_UTF8 = GOOD_ECHO.replace(b"\nRT_HD", b"\n// caf\xe9 au lait\nRT_HD", 1)
+NOT_UTF8_OFFSET = NOT_UTF8.index(b"\xe9")
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b"\0", ":1: error: a NUL byte at byte offset 0: a handler's source is text"),
+        (NUL_AT_END, f":9: error: a NUL byte at byte offset {len(GOOD_ECHO)}: "),
+        (NOT_UTF8, f":2: error: byte 0xe9 at byte offset {NOT_UTF8_OFFSET} is not UTF-8"),
+    ],
+    ids=["only-nul", "nul-after-the-handler", "latin-1"],
+)
+def test_a_source_that_is_not_text_is_an_error_naming_file_line_and_offset(
+    executor, tmp_path, text, message
+):
+    source = tmp_path / "h.cu"
+    source.write_bytes(text)
+    cfg = {"executor": executor, "handler": "custom", "custom": {"source": str(source)}}
+    with pytest.raises(HandlerBuildError) as e:
+        Transceiver(cfg)
+    assert str(e.value).startswith(f"{source}{message}"), str(e.value)
+    assert "\n" not in str(e.value) and e.value.file == str(source)
+    assert e.value.line == int(message.split(":")[1])
+
+
+def test_the_host_compilers_log_is_read_whatever_its_bytes(tmp_path):
+    # A header beside the source (not checked: the compiler reads it) with a Latin-1 byte on
+    # the line of an error, which the compiler quotes.
+    (tmp_path / "helper.h").write_bytes(b"RT_HD inline int helper() { return caf\xe9; }\n")
+    source = tmp_path / "h.cu"
+    source.write_bytes(b'#include "helper.h"\n' + GOOD_ECHO)
+    cfg = {"executor": "cpu", "handler": "custom", "custom": {"source": str(source)}}
+    with pytest.raises(HandlerBuildError) as e:
+        Transceiver(cfg)
+    assert str(e.value).startswith(f"{tmp_path / 'helper.h'}:1: error: "), str(e.value)
+    assert "\ufffd" in e.value.log, "the byte, replaced"

@@ -138,3 +138,26 @@ def test_every_header_the_engine_needs_is_where_nvrtc_looks():
     root = ch.include_dir() / "rt"
     assert (root / "cuda" / "engine_kernels.cuh").is_file()
     assert (root / "engine" / "batch.h").is_file() and (root / "fixed_width.h").is_file()
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (
+            HANDLE_ECHO + b"\0rest",
+            f"bad.cu:10: error: a NUL byte at byte offset {len(HANDLE_ECHO)}",
+        ),
+        (b"// \xc3(\n" + HANDLE_ECHO, "bad.cu:1: error: byte 0xc3 at byte offset 3 is not UTF-8"),
+    ],
+    ids=["nul", "not-utf8"],
+)
+def test_a_source_that_is_not_text_is_refused_before_nvrtc(tmp_path, monkeypatch, source, message):
+    def no_compile(*args, **kwargs):
+        raise AssertionError("NVRTC ran for a source that is not text")
+
+    monkeypatch.setattr(ch, "_nvrtc_compile", no_compile)
+    with pytest.raises(ch.HandlerCompileError) as e:
+        ch.compile_engine(source, name="bad.cu", cache=tmp_path)
+    assert str(e.value).startswith(message), str(e.value)
+    assert (e.value.file, e.value.line) == ("bad.cu", int(message.split(":")[1]))
+    assert not list(tmp_path.glob("*.cubin"))
