@@ -321,7 +321,11 @@ class Ecb:
             status = reply[4]
             self._latched = True
             if status == 0:
-                return self._whole(reply, len(pairs), what)
+                # Only a read's values are taken from the reply: a write's success is its
+                # status (HSB's own host reads nothing more of it), so a bridge that answers a
+                # write with the bare header is not refused.
+                reads = command in (READ_DWORD, READ_BLOCK)
+                return self._whole(reply, len(pairs) if reads else 0, what)
             statuses.append(status)
             if status in RETRYABLE and attempt + 1 < tries:
                 check = False
@@ -344,7 +348,7 @@ class Ecb:
 
     def _whole(self, reply: bytes, pairs: int, what: str) -> bytes:
         """``reply`` if it holds the header and the ``pairs`` (address, value) pairs that a
-        successful reply echoes (the bridge's reply format; a read's values are in them)."""
+        successful read's reply carries (its values are in them); 0 pairs: the header alone."""
         need = HEADER_BYTES + 8 * pairs
         if len(reply) < need:
             raise EcbError(

@@ -211,8 +211,8 @@ def test_a_successful_reply_too_short_for_its_pairs_is_an_error_saying_so(
             e.read(0x80)
         with pytest.raises(EcbError, match=r"read block 0x1000\+2 .* 7 bytes, 22 needed"):
             e.read_block([0x1000, 0x1004])
-        with pytest.raises(EcbError, match=r"write 0x1000 = 0x5 .* 7 bytes, 14 needed"):
-            e.write(0x1000, 5)
+        e.write(bridge.vp_address(0), 5)  # a write's success is its status: the bare header will do
+        assert bridge.register(bridge.vp_address(0)) == 5
     at = ["--bridge", BRIDGE_IP, "--port", str(bridge.control_port)]
     status, out, err = run_cli(capsys, "hsb", "read", "0x80", *at)
     assert status == 2 and out == "" and "Traceback" not in err
