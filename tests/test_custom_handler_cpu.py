@@ -243,3 +243,17 @@ def test_a_process_that_abandoned_a_never_returning_handler_exits_cleanly(tmp_pa
     # A negative status is the signal that ended it: SIGSEGV when the handler's shared object
     # was unmapped under the abandoned thread.
     assert proc.returncode == 0, f"exit status {proc.returncode}: {out}"
+
+
+def test_an_overlong_reply_after_a_normal_one_is_a_handler_error_and_sends_nothing():
+    # Normal, one byte past the capacity, normal, past it again: each overlong reply is caught
+    # on its own (not only a queue's first), and sends neither its bytes nor the last reply's.
+    with running("cpu", "RC", handler="custom", custom={"source": OVERLONG}) as t:
+        peer = Peer(t)
+        for first in (6, 1, 8, 3):
+            assert t.inject(peer.next("SEND_ONLY", bytes([first]) + b"rest"))
+        recs = receive_n(t, 4)
+        assert [c.handler_error for c in recs] == [False, True, False, True]
+        wait_counters(t, handler_errors=2, messages=4, replies=2)
+        frames = [parse(f) for f in collect_n(t, 2)]
+        assert [p.payload for p in frames if p.opcode & 0x1F == 0x04] == [b"\x06", b"\x08"]
