@@ -32,6 +32,7 @@ from roce_transceiver.operators import MajorityVoteCheckerOp, MessagePool
 from roce_transceiver.operators.app_config import PEER
 from roce_transceiver.operators.app_runner import (
     HOLOSCAN_ARGV,
+    LATENCY_FILES,
     Report,
     latency_report,
     main_for,
@@ -157,7 +158,7 @@ def run(cfg: dict[str, Any]) -> Report:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return main_for(NAME, __doc__.splitlines()[0], DEFAULTS, run, argv)
+    return main_for(NAME, __doc__.splitlines()[0], DEFAULTS, run, argv, LATENCY_FILES)
 
 
 if __name__ == "__main__":

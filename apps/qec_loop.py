@@ -22,6 +22,7 @@ from roce_transceiver.operators import QecCheckerOp
 from roce_transceiver.operators.app_config import PEER
 from roce_transceiver.operators.app_runner import (
     HOLOSCAN_ARGV,
+    LATENCY_FILES,
     Report,
     latency_report,
     main_for,
@@ -95,7 +96,7 @@ def run(cfg: dict[str, Any]) -> Report:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return main_for(NAME, __doc__.splitlines()[0], DEFAULTS, run, argv)
+    return main_for(NAME, __doc__.splitlines()[0], DEFAULTS, run, argv, LATENCY_FILES)
 
 
 if __name__ == "__main__":

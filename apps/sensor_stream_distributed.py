@@ -21,11 +21,9 @@ process writes ``sensor_stream_distributed_<fragment>.json`` for the fragments i
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from holoscan.core import Application, Fragment
@@ -48,14 +46,18 @@ from roce_transceiver.operators.app_runner import (
     _parser,
     _quiet_holoscan,
     app_section,
+    check_writable,
     counter_rows,
     effective_config,
     make_scheduler,
     transceiver_op,
+    write_summary,
 )
 from roce_transceiver.transceiver import TransceiverError
 
 NAME = "sensor_stream_distributed"
+#: The fragments this process may run, each with its summary (``NAME_<fragment>.json``).
+FRAGMENTS = ("ingest", "process")
 
 DEFAULTS: dict[str, Any] = {
     "app": {"name": NAME, "count": 100, "scheduler": "event_based"},
@@ -186,8 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         overrides, flags = _overrides(args)
         cfg = load_app_config(args.config or dict(DEFAULTS), overrides, app=NAME, flags=flags)
-        out_dir = Path(cfg["app"]["output_dir"])
-        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = check_writable(cfg, [f"{NAME}_{f}.json" for f in FRAGMENTS])  # before the run
+        summaries = dict(zip(FRAGMENTS, paths, strict=True))
         started = time.monotonic()
         app = SensorStreamDistributedApp([f"apps/{NAME}.py", *holoscan_args])
         with effective_config(cfg) as path:
@@ -199,15 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ok = True
     for fragment in app.fragment_graph.get_nodes():
         ops = {op.name: op for op in fragment.graph.get_nodes()} if fragment.graph else {}
-        if fragment.name not in ("ingest", "process") or not ops:
+        if fragment.name not in FRAGMENTS or not ops:
             continue  # a fragment another process ran
         report = fragment_report(fragment.name, ops, cfg["app"]["count"])
         report.data["elapsed_s"] = round(time.monotonic() - started, 3)
-        print(report.table())
-        path = out_dir / f"{NAME}_{fragment.name}.json"
-        path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
-        print(f"summary written to {path}")
-        ok = ok and report.ok
+        print(report.table(), flush=True)
+        written = write_summary(NAME, summaries[fragment.name], report)
+        ok = ok and report.ok and written
     return EXIT_OK if ok else EXIT_FAILED
 
 

@@ -1,6 +1,11 @@
 """What the apps share: their command line, the scheduler, the run under a time limit, and the
-summary table and JSON at the end (exit status 0 when every check held, 1 when one failed, 2
-for a configuration or start-up error).
+summary table and JSON at the end (exit status 0 when every check held, 1 when one failed or a
+file could not be written, 2 for a configuration or start-up error).
+
+Every file a run writes (the summary JSON, the histogram PNG and JSON) is checked before the
+run: one that cannot be written is exit 2 with one line naming its key and path, not a failure
+after a run of minutes. One whose write fails all the same (a disk that fills up) costs only
+that file: the summary table is printed first, the failed write said after it, exit 1.
 
 SIGINT, SIGTERM and SIGHUP (Ctrl-C; how systemd, docker and Kubernetes stop a service; a closed
 terminal) all stop a run the same way: the graph is interrupted, its operators stopped (the
@@ -16,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -33,9 +40,11 @@ from roce_transceiver.transceiver import TransceiverError
 
 __all__ = [
     "HOLOSCAN_ARGV",
+    "LATENCY_FILES",
     "Check",
     "Report",
     "app_section",
+    "check_writable",
     "counter_rows",
     "effective_config",
     "latency_report",
@@ -56,6 +65,10 @@ HOLOSCAN_ARGV = ["roce-transceiver-app"]
 
 #: What stops a run cleanly (module docstring).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: The keys of the files LatencyStatsOp writes (in app.output_dir unless absolute; null: none),
+#: for the apps that have one to give main_for().
+LATENCY_FILES = ("latency.png", "latency.json")
 
 
 @dataclass(frozen=True)
@@ -183,9 +196,12 @@ def main_for(
     defaults: Mapping[str, Any],
     run: Callable[[dict[str, Any]], Report],
     argv: Sequence[str] | None = None,
+    files: Sequence[str] = (),
 ) -> int:
     """Parse the command line, load and check the configuration (``defaults`` when no file),
-    run the app, print its summary table and write it as JSON to the output directory."""
+    run the app, print its summary table and write it as JSON to the output directory.
+    ``files``: the keys of the other files the app writes (LATENCY_FILES), checked with the
+    summary's before the run (module docstring)."""
     args = _parser(name, doc).parse_args(argv)
     _quiet_holoscan()
     with _stop_signals_noted():
@@ -196,8 +212,7 @@ def main_for(
                 from roce_transceiver.doca import missing
 
                 raise TransceiverError(missing(cfg["transceiver"]["doca"]["device"]))
-            out_dir = Path(cfg["app"]["output_dir"])
-            out_dir.mkdir(parents=True, exist_ok=True)
+            path = check_writable(cfg, [f"{name}_summary.json"], files)[0]
             started = time.monotonic()
             report = run(cfg)
         except (ConfigError, TransceiverError, LinkError, OSError, ValueError) as e:
@@ -208,11 +223,83 @@ def main_for(
         if _stopped_by:
             report.rows["stopped by"] = _stopped_by[0]
             report.data["stopped_by"] = _stopped_by[0]
-        print(report.table())
-        path = out_dir / f"{name}_summary.json"
-        path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
-        print(f"summary written to {path}")
+        print(report.table(), flush=True)
+        if not write_summary(name, path, report):
+            return EXIT_FAILED
         return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def write_summary(name: str, path: Path, report: Report) -> bool:
+    """``report`` as JSON at ``path``, said on stdout; a write that fails said on stderr (the
+    table is out already), False."""
+    try:
+        path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n")
+    except OSError as e:
+        print(f"{name}: error: summary not written: {path}: {e.strerror or e}", file=sys.stderr)
+        return False
+    print(f"summary written to {path}")
+    return True
+
+
+def check_writable(
+    cfg: Mapping[str, Any], summaries: Sequence[str], files: Sequence[str] = ()
+) -> list[Path]:
+    """Before the run: app.output_dir made, and every file the run will write there (the
+    ``summaries``, by name; ``files``, by key: LATENCY_FILES) one that can be written: absent
+    in a folder that takes a new file (made and removed again to see), or a regular file that
+    opens for writing (not truncated). Returns the summaries' paths; ConfigError naming the key
+    and the path otherwise. A device, a FIFO or a directory is refused: the run would hang on
+    it, write into nothing, or fail at its end."""
+    out = Path(cfg["app"]["output_dir"])
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: not a folder", key="app.output_dir")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"{out}: cannot be made: {e.strerror or e}", key="app.output_dir"
+        ) from None
+    paths = [("app.output_dir", out / name) for name in summaries]
+    for key in files:
+        section, leaf = key.split(".")
+        if cfg[section][leaf]:
+            paths.append((key, out / cfg[section][leaf]))  # an absolute one stays itself
+    for key, path in paths:
+        problem = _not_writable(path)
+        if problem:
+            none = "; null: none written" if key in files else ""
+            raise ConfigError(f"{path}: {problem}{none}", key=key)
+    return [path for _, path in paths[: len(summaries)]]
+
+
+def _not_writable(path: Path) -> str | None:
+    """Why ``path`` cannot be written, or None."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if path.is_symlink():
+            return "a link to nothing"
+        if not path.parent.is_dir():
+            return f"no folder {path.parent}"
+        try:  # only creating one says (a read-only mount, /proc, a full inode table)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except OSError as e:
+            return f"cannot be created: {e.strerror or e}"
+        path.unlink()
+        return None
+    except OSError as e:  # a parent that is a file, a loop of links, no permission
+        return f"cannot be written: {e.strerror or e}"
+    if stat.S_ISDIR(mode):
+        return "a directory, not a file"
+    if not stat.S_ISREG(mode):
+        kind = "a character device" if stat.S_ISCHR(mode) else "a block device"
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else kind
+        return f"{kind}, not a regular file"
+    try:  # without O_TRUNC: the file stays as it is until the run writes it
+        os.close(os.open(path, os.O_WRONLY))
+    except OSError as e:
+        return f"cannot be written: {e.strerror or e}"
+    return None
 
 
 #: The signal that stopped the run main_for() is running, by name; empty while none came.
@@ -450,6 +537,8 @@ def latency_report(title: str, ops: Mapping[str, Any], cfg: dict[str, Any]) -> R
                 lat.write_histogram()
         else:
             report.rows[f"floor {floor}"] = f"not measured: {measured}"
+    if lat.write_errors:  # checked writable before the run: a disk that filled up, say
+        report.check("histogram files", False, "; ".join(lat.write_errors.values()))
     s = roce.final_stats
     report.rows["counters"] = counter_rows(
         s, ["rx_packets", "tx_packets", "express", "completion_drops", "ring_drops"]

@@ -45,6 +45,8 @@ class LatencyStatsOp(Operator):
         self._samples: list[np.ndarray] = []
         self.percentiles: Percentiles | None = None
         self.histogram: Histogram | None = None
+        #: Files that could not be written, by key: what the OS said (the app reports it).
+        self.write_errors: dict[str, str] = {}
         super().__init__(fragment, *args, **holoscan)
 
     def setup(self, spec: OperatorSpec) -> None:
@@ -69,13 +71,24 @@ class LatencyStatsOp(Operator):
         self.write_histogram()
 
     def write_histogram(self) -> None:
-        """``self.histogram`` to ``png`` and ``json`` (again once the floor is known)."""
+        """``self.histogram`` to ``png`` and ``json`` (again once the floor is known). A write
+        that fails is noted in ``write_errors``, not raised: raised from ``stop()``, Holoscan
+        would print its stack and the run lose its summary for a file."""
         if self.histogram is None:
             return
-        if self.png:
-            self.histogram.write_png(self.png, self.title)
-        if self.json:
-            self.histogram.write_json(self.json)
+        histogram = self.histogram
+        for key, path, write in (
+            ("latency.png", self.png, lambda p: histogram.write_png(p, self.title)),
+            ("latency.json", self.json, histogram.write_json),
+        ):
+            if path is None:
+                continue
+            try:
+                write(path)
+            except OSError as e:
+                self.write_errors[key] = f"{key} {path}: not written: {e.strerror or e}"
+            else:
+                self.write_errors.pop(key, None)
 
     @property
     def messages_per_s(self) -> float:

@@ -327,3 +327,84 @@ def test_custom_handler_app_qpu_peer_over_udp(tmp_path, monkeypatch):
     assert all(checks(summary).values()), summary["checks"]
     assert summary["rows"]["executor / nic"] == "cpu / socket (udp)"
     assert summary["counters"]["rx_packets"] == 150
+
+
+# Every file a run writes is checked before the run (exit 2, one line naming key and path);
+# a write that fails after it (a disk that fills up) costs that file, never the summary table.
+def unwritable_cases(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder\n")
+    return {
+        "device": (
+            ["--set", "latency.png=/dev/full"],
+            "latency.png: /dev/full: a character device, not a regular file; null: none written",
+        ),
+        "proc": (
+            ["--output-dir", "/proc"],
+            "app.output_dir: /proc/roundtrip_latency_summary.json: cannot be created: ",
+        ),
+        "directory": (
+            ["--set", f"latency.json={tmp_path}"],
+            f"latency.json: {tmp_path}: a directory, not a file",
+        ),
+        "no-folder": (
+            ["--set", "latency.png=nowhere/x.png"],
+            f"latency.png: {tmp_path / 'out' / 'nowhere' / 'x.png'}: no folder "
+            f"{tmp_path / 'out' / 'nowhere'}",
+        ),
+        "output-dir-a-file": (
+            ["--output-dir", str(tmp_path / "a-file")],
+            f"app.output_dir: {tmp_path / 'a-file'}: not a folder",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", ["device", "proc", "directory", "no-folder", "output-dir-a-file"])
+def test_an_output_that_cannot_be_written_is_exit_2_before_the_run(tmp_path, case):
+    args, says = unwritable_cases(tmp_path)[case]
+    out = tmp_path / "out"
+    proc, summary = run_app(
+        "roundtrip_latency", out, "--count", "50", "--set", "latency.floor=false", *args
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith(f"roundtrip_latency: error: {says}"), errors
+    assert proc.stdout == ""  # no run: no table
+    assert "Traceback" not in proc.stderr and summary is None
+
+
+def test_writes_that_fail_after_the_run_keep_the_summary_table(tmp_path):
+    """Files stop at 3 KiB (RLIMIT_FSIZE: EFBIG, as a full disk's ENOSPC): room for the
+    configuration the app hands Holoscan (about 2.2 KiB), none for the PNG, the histogram JSON
+    (4.8 KiB) or the summary JSON (5 KiB), which all fail after the up-front check passed."""
+    import resource
+    import sys
+
+    from app_helpers import ROOT
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3072, 3072))
+
+    app = [sys.executable, str(ROOT / "apps" / "roundtrip_latency.py")]
+    proc = subprocess.run(
+        [*app, "--output-dir", str(tmp_path), "--count", "200", "--set", "latency.floor=false"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=small_files,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    table = proc.stdout.splitlines()
+    assert table[0] == "roundtrip latency (echo)", proc.stdout + proc.stderr
+    answers = [" ".join(row.split()) for row in table if row.startswith("answers")]
+    assert answers == ["answers ok 200/200 answered, 0 lost, 0 wrong"], proc.stdout
+    failed = [row for row in table if row.startswith("histogram files")]
+    assert len(failed) == 1 and failed[0].split()[2] == "FAIL", proc.stdout
+    for key in ("png", "json"):
+        path = tmp_path / f"roundtrip_latency.{key}"
+        assert f"latency.{key} {path}: not written: File too large" in failed[0]
+    summary = tmp_path / "roundtrip_latency_summary.json"
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("roundtrip_latency:")]
+    assert errors == [
+        f"roundtrip_latency: error: summary not written: {summary}: File too large"
+    ], proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception occurred" not in proc.stderr
