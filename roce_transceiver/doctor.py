@@ -11,6 +11,12 @@ Every file is read under :attr:`Machine.root` (``/`` on a real machine), so a te
 the checks at a faked sysfs/proc tree; what is not a file (the CUDA runtime, the DOCA probe,
 the bridge's announcement) is a callable on :class:`Machine` a test can replace.
 
+What is read is held to what the kernel writes: regular files only (never a FIFO, a device or
+a directory), at most a page for a sysfs attribute and 1 MiB for a /proc table, text, and each
+number in the kernel's range for it. Anything else is :class:`Unreadable`, and the check that
+met it fails naming the path and what was wrong. The whole run has a time limit too: a probe
+or a read that does not come back ends as a failure of its check, not as a doctor that hangs.
+
 With a configuration, only what it uses is checked. Without one, every check that needs no
 address runs as if every backend were wanted, and says which configuration needs it.
 """
@@ -19,8 +25,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
+import stat
 import struct
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,8 +42,11 @@ __all__ = [
     "NA",
     "PASS",
     "RX_BUFFER_BYTES",
+    "TIMEOUT_S",
     "Check",
+    "CheckFunction",
     "Machine",
+    "Unreadable",
     "run_checks",
 ]
 
@@ -45,6 +57,20 @@ _CAP_NET_ADMIN, _CAP_NET_RAW = 12, 13
 _NVIDIA_VENDOR = "0x10de"
 _VLAN_TAG = 4
 _ETHERNET_HEADER = FRAME_OVERHEAD - IP_OVERHEAD
+#: A sysfs attribute is at most one page (sysfs_emit); the /proc/sys values are shorter.
+ATTRIBUTE_BYTES = 4096
+#: /proc/net/route, /proc/net/arp, /proc/modules, /proc/self/status: about 8000 routes or
+#: neighbours; a machine with more is no set-up these checks are for.
+TABLE_BYTES = 1 << 20
+#: Entries read of one directory (/sys/bus/pci/devices of a large host is about 1000).
+DIRECTORY_ENTRIES = 1 << 16
+#: The whole run's limit, the bridge's announcement wait (hsb.enumeration_timeout_s) aside:
+#: the file reads take milliseconds; CUDA's first initialisation takes seconds on a host of
+#: eight GPUs without persistence mode.
+TIMEOUT_S = 30.0
+_INT32_MAX = (1 << 31) - 1
+_DECIMAL = re.compile(r"-?[0-9]+")
+_HEX = re.compile(r"[0-9a-fA-F]{1,16}")
 
 
 @dataclass(frozen=True)
@@ -58,6 +84,32 @@ class Check:
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
+
+
+class Unreadable(Exception):
+    """A file that is not what the kernel writes there: where, what was wrong, and the fix.
+    The check that meets one fails with it (:class:`CheckFunction`)."""
+
+    def __init__(self, path: Path, problem: str, fix: str) -> None:
+        super().__init__(f"{path} {problem}")
+        self.path, self.problem, self.fix = path, problem, fix
+
+
+def _kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISREG, "a regular file"),
+    )
+    return next((what for test, what in kinds if test(mode)), f"of file type 0o{mode:o}")
+
+
+def _show(text: str, at_most: int = 40) -> str:
+    """``text`` quoted, and cut: a value from a hostile file can be a page long."""
+    return repr(text if len(text) <= at_most else text[:at_most] + "...")
 
 
 def _cuda_info() -> Mapping[str, Any]:
@@ -88,31 +140,129 @@ class Machine:
     find_bridge: Callable[[str, float, int], Any] = _find_bridge
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
+    #: The file being read now, for the time limit's report (written by the checks' thread).
+    reading: Path | None = field(default=None, init=False, repr=False, compare=False)
+
     def path(self, p: str) -> Path:
         return self.root / p.lstrip("/")
 
-    def read(self, p: str) -> str | None:
-        try:
-            return self.path(p).read_text()
-        except (OSError, UnicodeDecodeError):
-            return None
+    def _fix(self, path: Path) -> str:
+        if self.root == Path("/"):
+            return (
+                f"{path} is not what the kernel writes there: see what is mounted on /sys and "
+                "/proc (findmnt /sys; findmnt /proc)"
+            )
+        return (
+            f"the tree under --root {self.root} is no copy of the kernel's files: make {path} "
+            "a regular file holding what the kernel writes there"
+        )
 
-    def read_int(self, p: str) -> int | None:
-        text = self.read(p)
+    def _unreadable(self, path: Path, problem: str) -> Unreadable:
+        return Unreadable(path, problem, self._fix(path))
+
+    def read(self, p: str, limit: int = ATTRIBUTE_BYTES) -> str | None:
+        """The text of ``p``, None when it is not there. A FIFO, a device, a directory, a file
+        of more than ``limit`` bytes or not UTF-8, or one this user may not read: Unreadable."""
+        path = self.path(p)
+        self.reading = path
         try:
-            return int(text.strip(), 0) if text is not None else None
-        except ValueError:
+            data = self._read_regular(path, limit)
+        finally:
+            self.reading = None
+        if data is None:
             return None
+        try:
+            return data.decode()
+        except UnicodeDecodeError as e:
+            raise self._unreadable(
+                path, f"is not text: byte 0x{data[e.start]:02x} at offset {e.start}"
+            ) from None
+
+    def _read_regular(self, path: Path, limit: int) -> bytes | None:
+        # stat first: opening a device can act (a tape rewinds), and opening a FIFO waits
+        # for a writer; fstat after the open catches a file swapped in between.
+        try:
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode):
+                raise self._unreadable(path, f"is {_kind(mode)}, not a regular file")
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except PermissionError as e:
+            raise Unreadable(
+                path,
+                f"cannot be read: {e.strerror}",
+                f"run doctor as a user who may read it (sudo), or: sudo chmod a+r {path}",
+            ) from None
+        except OSError as e:
+            raise self._unreadable(path, f"cannot be read: {e.strerror}") from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise self._unreadable(path, f"is {_kind(mode)}, not a regular file")
+            # /proc hands its tables out a page per read: read until the end, or one byte
+            # past the limit.
+            chunks, size = [], 0
+            while size <= limit:
+                chunk = os.read(fd, limit + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError as e:
+            raise self._unreadable(path, f"cannot be read: {e.strerror}") from None
+        finally:
+            os.close(fd)
+        if size > limit:
+            raise self._unreadable(
+                path, f"holds more than {limit} bytes (the kernel's file is shorter)"
+            )
+        return b"".join(chunks)
+
+    def read_int(self, p: str, lo: int, hi: int, what: str) -> int | None:
+        """The decimal integer in ``p``, None when it is not there; a value that is no
+        decimal integer, or one outside ``lo..hi`` (the kernel's range for ``what``):
+        Unreadable."""
+        text = self.read(p)
+        if text is None:
+            return None
+        return self._int(self.path(p), text.strip(), lo, hi, what)
+
+    def _int(self, path: Path, text: str, lo: int, hi: int, what: str, base: int = 10) -> int:
+        pattern = _DECIMAL if base == 10 else _HEX
+        if not pattern.fullmatch(text):
+            kind = "an integer" if base == 10 else "a hexadecimal number"
+            raise self._unreadable(path, f"holds {_show(text)}, not {kind} ({what})")
+        value = int(text, base)
+        if not lo <= value <= hi:
+            span = f"{lo}..{hi}" if base == 10 else f"0x{lo:X}..0x{hi:X}"
+            shown = text if base == 10 else f"0x{text}"
+            raise self._unreadable(path, f"holds {shown}, outside {span} ({what})")
+        return value
 
     def listdir(self, p: str) -> list[str]:
+        """The names in directory ``p``, [] when it is not there; not a directory, one this
+        user may not read, or more than DIRECTORY_ENTRIES names: Unreadable."""
+        path = self.path(p)
         try:
-            return sorted(os.listdir(self.path(p)))
-        except OSError:
+            mode = os.stat(path).st_mode
+            if not stat.S_ISDIR(mode):
+                raise self._unreadable(path, f"is {_kind(mode)}, not a directory")
+            names = []
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    names.append(entry.name)
+                    if len(names) > DIRECTORY_ENTRIES:
+                        raise self._unreadable(path, f"holds more than {DIRECTORY_ENTRIES} names")
+        except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as e:
+            raise self._unreadable(path, f"cannot be listed: {e.strerror}") from None
+        return sorted(names)
 
     # -- the process --------------------------------------------------------------------
     def _status_field(self, name: str) -> list[str]:
-        for line in (self.read("/proc/self/status") or "").splitlines():
+        for line in (self.read("/proc/self/status", TABLE_BYTES) or "").splitlines():
             key, _, value = line.partition(":")
             if key == name:
                 return value.split()
@@ -120,23 +270,39 @@ class Machine:
 
     def euid(self) -> int | None:
         uid = self._status_field("Uid")
-        return int(uid[1]) if len(uid) > 1 else None
+        if len(uid) < 2:
+            return None
+        return self._int(self.path("/proc/self/status"), uid[1], 0, (1 << 32) - 1, "Uid")
 
     def has_cap(self, bit: int) -> bool:
         cap = self._status_field("CapEff")
-        return bool(cap) and bool(int(cap[0], 16) >> bit & 1)
+        if not cap:
+            return False
+        path = self.path("/proc/self/status")
+        return bool(self._int(path, cap[0], 0, (1 << 64) - 1, "CapEff", base=16) >> bit & 1)
 
     # -- the network --------------------------------------------------------------------
     def routes(self) -> Iterator[tuple[str, ipaddress.IPv4Network, bool, int]]:
         """(interface, network, via a gateway, metric) of each IPv4 route that is up."""
-        for line in (self.read("/proc/net/route") or "").splitlines()[1:]:
+        path = self.path("/proc/net/route")
+        table = (self.read("/proc/net/route", TABLE_BYTES) or "").splitlines()
+        for number, line in enumerate(table[1:], start=2):
             f = line.split()
+            if not f:
+                continue
             if len(f) < 8:
-                continue
-            try:
-                dest, gateway, flags, metric, mask = (int(f[i], 16) for i in (1, 2, 3, 6, 7))
-            except ValueError:
-                continue
+                raise self._unreadable(
+                    path, f"line {number}: {len(f)} fields, not the kernel's 11: {_show(line)}"
+                )
+            # Addresses and flags in hex (the kernel's %08X and %04X); the metric, a u32, in
+            # decimal with %d, so above 2^31 it shows negative.
+            dest, gateway, mask = (
+                self._int(path, f[i], 0, (1 << 32) - 1, f"line {number}'s {what}", base=16)
+                for i, what in ((1, "Destination"), (2, "Gateway"), (7, "Mask"))
+            )
+            flags = self._int(path, f[3], 0, 0xFFFF, f"line {number}'s Flags", base=16)
+            metric = self._int(path, f[6], -(1 << 31), _INT32_MAX, f"line {number}'s Metric")
+            metric &= 0xFFFFFFFF
             if not flags & 1:  # RTF_UP
                 continue
             # The kernel writes addresses in its own (little-endian) byte order.
@@ -173,7 +339,7 @@ class Machine:
 
     def neighbour(self, ip: str, interface: str) -> str | None:
         """The MAC the kernel resolved for ``ip`` on ``interface`` (/proc/net/arp)."""
-        for line in (self.read("/proc/net/arp") or "").splitlines()[1:]:
+        for line in (self.read("/proc/net/arp", TABLE_BYTES) or "").splitlines()[1:]:
             f = line.split()
             if len(f) >= 6 and f[0] == ip and f[5] == interface and f[2] != "0x0":
                 return f[3].lower()
@@ -212,6 +378,31 @@ def _run_fix(interpreter: str) -> str:
     )
 
 
+Config = Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class CheckFunction:
+    """One check: called with the machine and the configuration, it returns its Check. A
+    file that is not the kernel's (Unreadable) fails the check, naming the path."""
+
+    name: str
+    body: Callable[[str, Machine, Config], Check]
+
+    def __call__(self, m: Machine, cfg: Config) -> Check:
+        try:
+            return self.body(self.name, m, cfg)
+        except Unreadable as e:
+            return Check(self.name, FAIL, str(e), e.fix)
+
+
+def _check(name: str) -> Callable[[Callable[[str, Machine, Config], Check]], CheckFunction]:
+    def wrap(body: Callable[[str, Machine, Config], Check]) -> CheckFunction:
+        return CheckFunction(name, body)
+
+    return wrap
+
+
 # ----------------------------------------------------------------------------- the checks
 def _interface(m: Machine, cfg: Mapping[str, Any]) -> tuple[str | None, str]:
     """The interface the configuration's frames come in by, and how it was found."""
@@ -231,14 +422,15 @@ def _interface(m: Machine, cfg: Mapping[str, Any]) -> tuple[str | None, str]:
     return None, f"nic {cfg['nic']}"
 
 
-def check_mtu(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
-    name = "interface MTU"
+@_check("interface MTU")
+def check_mtu(name: str, m: Machine, cfg: Config) -> Check:
     if cfg is None:
         return Check(name, NA, "no --config: which interface and packet sizes is the file's")
     iface, how = _interface(m, cfg)
     if iface is None:
         return Check(name, NA, f"no interface to check ({how})")
-    mtu = m.read_int(f"/sys/class/net/{iface}/mtu")
+    # 68: IPv4's least MTU (RFC 791); the kernel's MTU is an int, and lo's has no other bound.
+    mtu = m.read_int(f"/sys/class/net/{iface}/mtu", 68, _INT32_MAX, "an interface MTU")
     if mtu is None:
         there = ", ".join(m.listdir("/sys/class/net")) or "none"
         return Check(
@@ -294,8 +486,8 @@ def _uses_ring(cfg: Mapping[str, Any]) -> bool:
     return rx_path(dict(cfg))[0] in ("auto", "mmap")
 
 
-def check_rmem(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
-    name = "socket receive buffer (net.core.rmem_max)"
+@_check("socket receive buffer (net.core.rmem_max)")
+def check_rmem(name: str, m: Machine, cfg: Config) -> Check:
     if cfg is not None:
         if cfg["nic"] != "socket":
             return Check(name, NA, f"nic {cfg['nic']}: no socket receive buffer")
@@ -309,7 +501,7 @@ def check_rmem(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
             f"root / CAP_NET_ADMIN: SO_RCVBUFFORCE grants the {RX_BUFFER_BYTES >> 20} MiB the "
             f"socket NIC asks for whatever net.core.rmem_max is{who}",
         )
-    rmem = m.read_int("/proc/sys/net/core/rmem_max")
+    rmem = m.read_int("/proc/sys/net/core/rmem_max", 0, _INT32_MAX, "net.core.rmem_max, an int")
     if rmem is None:
         return Check(
             name,
@@ -339,8 +531,8 @@ def _ipv4(ip: str) -> bool:
     return True
 
 
-def check_rp_filter(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
-    name = "reverse-path filter (rp_filter)"
+@_check("reverse-path filter (rp_filter)")
+def check_rp_filter(name: str, m: Machine, cfg: Config) -> Check:
     if cfg is None:
         return Check(name, NA, "no --config: the peer's address is the file's")
     if cfg["nic"] != "socket":
@@ -360,10 +552,13 @@ def check_rp_filter(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
             "dropped as martians and our replies go nowhere",
             f"sudo ip route add {peer}/32 dev <the interface the peer is on>",
         )
-    values = [m.read_int(f"/proc/sys/net/ipv4/conf/{c}/rp_filter") for c in ("all", arrive)]
+    modes = "rp_filter: 0 off, 1 strict, 2 loose"
+    values = [
+        m.read_int(f"/proc/sys/net/ipv4/conf/{c}/rp_filter", 0, 2, modes) for c in ("all", arrive)
+    ]
     mode = max((v for v in values if v is not None), default=0)
     if mode != 1 or arrive == back:
-        what = {0: "off", 1: "strict", 2: "loose"}.get(mode, str(mode))
+        what = ("off", "strict", "loose")[mode]
         return Check(
             name,
             PASS,
@@ -379,8 +574,8 @@ def check_rp_filter(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
     )
 
 
-def check_arp(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
-    name = "peer ARP entry"
+@_check("peer ARP entry")
+def check_arp(name: str, m: Machine, cfg: Config) -> Check:
     if cfg is None:
         return Check(name, NA, "no --config: the peer's address is the file's")
     if cfg["nic"] != "socket" or cfg["socket"]["mode"] != "packet":
@@ -411,8 +606,8 @@ def check_arp(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
     return Check(name, PASS, f"peer.mac {mac} given{seen}")
 
 
-def check_privileges(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
-    name = "packet mode privileges (root or CAP_NET_RAW)"
+@_check("packet mode privileges (root or CAP_NET_RAW)")
+def check_privileges(name: str, m: Machine, cfg: Config) -> Check:
     if cfg is not None and (cfg["nic"] != "socket" or cfg["socket"]["mode"] != "packet"):
         return Check(name, NA, "only the socket NIC's packet mode opens AF_PACKET sockets")
     who = "" if cfg is not None else " (needed by nic: socket, mode packet)"
@@ -441,8 +636,8 @@ def _needs_gpu(cfg: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def check_gpu(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
-    name = "GPU and driver"
+@_check("GPU and driver")
+def check_gpu(name: str, m: Machine, cfg: Config) -> Check:
     info = dict(m.cuda_info())
     gpus = list(info.get("gpus") or [])
     driver = (m.read("/proc/driver/nvidia/version") or "").splitlines()
@@ -505,15 +700,16 @@ def _distance(m: Machine, gpu: list[str], nic: list[str], ga: str, na: str) -> t
         # A common root port and at least one switch below it: PIX/PXB (peer to peer without
         # the CPU); the root port alone, or none: through the host bridge (PHB).
         return ("PCIe switch (PIX/PXB)", 0) if shared >= 2 else ("host bridge (PHB)", 1)
-    gn = m.read_int(f"/sys/bus/pci/devices/{ga}/numa_node")
-    nn = m.read_int(f"/sys/bus/pci/devices/{na}/numa_node")
+    # -1: no node; 1023: MAX_NUMNODES at the kernel's largest NODES_SHIFT, 10.
+    gn = m.read_int(f"/sys/bus/pci/devices/{ga}/numa_node", -1, 1023, "a NUMA node")
+    nn = m.read_int(f"/sys/bus/pci/devices/{na}/numa_node", -1, 1023, "a NUMA node")
     if gn is None or nn is None or gn < 0 or nn < 0 or gn == nn:
         return "host bridges of one NUMA node (NODE)", 2
     return f"NUMA nodes {gn} and {nn} (SYS)", 3
 
 
-def check_topology(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
-    name = "GPU-NIC PCIe topology"
+@_check("GPU-NIC PCIe topology")
+def check_topology(name: str, m: Machine, cfg: Config) -> Check:
     if cfg is not None and cfg["nic"] not in ("doca", "socket"):
         return Check(name, NA, f"nic {cfg['nic']}: no NIC")
     nics = [
@@ -566,13 +762,14 @@ def _kernel_at_least(release: str, want: tuple[int, int]) -> bool:
         return False
 
 
-def check_peer_memory(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
-    name = "GPU peer memory (nvidia-peermem or dma-buf)"
+@_check("GPU peer memory (nvidia-peermem or dma-buf)")
+def check_peer_memory(name: str, m: Machine, cfg: Config) -> Check:
     if cfg is not None and cfg["nic"] != "doca":
         return Check(name, NA, f"nic {cfg['nic']}: no NIC writes into GPU memory")
     if cfg is None and not m.listdir("/sys/class/infiniband"):
         return Check(name, NA, "no RDMA device: nothing writes into GPU memory")
-    modules = {line.split()[0] for line in (m.read("/proc/modules") or "").splitlines() if line}
+    table = (m.read("/proc/modules", TABLE_BYTES) or "").splitlines()
+    modules = {word for line in table for word in line.split()[:1]}
     peermem = m.path("/sys/module/nvidia_peermem").exists() or "nvidia_peermem" in modules
     version = (m.read("/proc/driver/nvidia/version") or "").splitlines()
     open_driver = bool(version) and "Open Kernel Module" in version[0]
@@ -596,10 +793,10 @@ def check_peer_memory(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
     )
 
 
-def check_doca_sdk(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
+@_check("DOCA SDK")
+def check_doca_sdk(name: str, m: Machine, cfg: Config) -> Check:
     from roce_transceiver.doca import DEFAULT_SDK, _sdk_problem
 
-    name = "DOCA SDK"
     if cfg is not None and cfg["nic"] != "doca":
         return Check(name, NA, f"nic {cfg['nic']}: no DOCA")
     sdk = m.environ.get("DOCA_PATH", DEFAULT_SDK)
@@ -622,8 +819,8 @@ def check_doca_sdk(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
     )
 
 
-def check_rdma(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
-    name = "RDMA devices"
+@_check("RDMA devices")
+def check_rdma(name: str, m: Machine, cfg: Config) -> Check:
     if cfg is not None and cfg["nic"] != "doca":
         return Check(name, NA, f"nic {cfg['nic']}: no RDMA device needed")
     devices = m.listdir("/sys/class/infiniband")
@@ -664,10 +861,10 @@ def check_rdma(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
     return Check(name, PASS, listing + who)
 
 
-def check_hsb(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
+@_check("HSB reachability")
+def check_hsb(name: str, m: Machine, cfg: Config) -> Check:
     from roce_transceiver.hsb_control import EnumerationError
 
-    name = "HSB reachability"
     if cfg is None or not cfg["hsb"]["bridge"]:
         return Check(name, NA, "no hsb.bridge in the configuration")
     h = cfg["hsb"]
@@ -691,7 +888,7 @@ def check_hsb(m: Machine, cfg: Mapping[str, Any] | None) -> Check:
     )
 
 
-CHECKS: tuple[Callable[[Machine, Mapping[str, Any] | None], Check], ...] = (
+CHECKS: tuple[CheckFunction, ...] = (
     check_mtu,
     check_rmem,
     check_rp_filter,
@@ -706,7 +903,56 @@ CHECKS: tuple[Callable[[Machine, Mapping[str, Any] | None], Check], ...] = (
 )
 
 
-def run_checks(cfg: Mapping[str, Any] | None, machine: Machine | None = None) -> list[Check]:
-    """Every check, in a fixed order, against ``machine`` (default: this one)."""
+def run_checks(
+    cfg: Config, machine: Machine | None = None, timeout_s: float = TIMEOUT_S
+) -> list[Check]:
+    """Every check, in a fixed order, against ``machine`` (default: this one), within
+    ``timeout_s`` seconds plus the bridge's announcement wait (hsb.enumeration_timeout_s).
+
+    The checks run in a thread of their own: a probe or read that never returns (a wedged
+    driver, a file system that does not answer) cannot be stopped, only left behind. The one
+    running when the time is up fails, naming what it was reading; those after it fail as not
+    run. The thread is a daemon, so the process can still exit."""
     m = machine or Machine()
-    return [check(m, cfg) for check in CHECKS]
+    if cfg is not None and cfg["hsb"]["bridge"]:
+        timeout_s += cfg["hsb"]["enumeration_timeout_s"]
+    done: list[Check] = []
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for check in CHECKS:
+                done.append(check(m, cfg))
+        except BaseException as e:  # handed to the caller's thread, raised there
+            failed.append(e)
+
+    worker = threading.Thread(target=work, name="doctor checks", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if failed:
+        raise failed[0]
+    finished = list(done)
+    if len(finished) == len(CHECKS):
+        return finished
+    stuck = CHECKS[len(finished)]
+    reading = m.reading
+    what = f"reading {reading}" if reading is not None else "waiting on a probe"
+    finished.append(
+        Check(
+            stuck.name,
+            FAIL,
+            f"did not finish within {timeout_s:g} s (still {what})",
+            f"find what holds it up ({reading or 'the probe'}: a driver, a file system that "
+            "does not answer); doctor --timeout SECONDS waits longer",
+        )
+    )
+    for check in CHECKS[len(finished) :]:
+        finished.append(
+            Check(
+                check.name,
+                FAIL,
+                f"not run: the time limit ran out in {stuck.name!r}",
+                f"fix what holds up {stuck.name!r}, then run doctor again",
+            )
+        )
+    return finished

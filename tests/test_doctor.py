@@ -6,14 +6,25 @@ for a broken one, and n/a where the configuration does not use what it checks. O
 faked files (what the kernel would say), and the fix each failure must name (the sysctl, the
 ip command, the key). The CLI: exit 0 / 1 / 2 and one parseable JSON object; one run against
 this real machine checks only the report's shape.
+
+Hostile trees: what is not the kernel's file (a FIFO, a link to /dev/zero, a directory, an
+unreadable or oversized file, a value out of the kernel's range or no number at all) is a
+failure naming the path and what is wrong, never a pass, a traceback or a hang. The reads that
+could hang or flood run the CLI in a child with a wall-clock limit and a memory limit, so a
+regression fails the test instead of stopping the suite.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -554,3 +565,218 @@ def test_cli_on_this_machine_reports_every_check(capsys):
         assert c["status"] in (PASS, FAIL, NA)
         assert c["status"] != FAIL or c["fix"]  # every failure says what to do
     assert sum(report["counts"].values()) == len(doctor.CHECKS)
+
+
+# ----------------------------------------------------------------------------- hostile trees
+CHILD_TIMEOUT_S = 60  # the child's import and 11 checks take about 2 s on a loaded machine
+CHILD_DATA_BYTES = 2 << 30  # far above what doctor needs, far below what /dev/zero would fill
+PACKET_YAML = "executor: cpu\nnic: socket\nsocket:\n  mode: packet\n  interface: eth1\n"
+UDP_YAML = "executor: cpu\nnic: socket\nsocket:\n  mode: udp\n"
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_DATA, (CHILD_DATA_BYTES, CHILD_DATA_BYTES))
+
+
+def _doctor_child(tmp_path: Path, root: Path, yaml: str) -> tuple[int, dict]:
+    """``doctor --json`` in a child, bounded in time and memory. A child past its time is
+    killed by subprocess (SIGKILL: no disposition of the child's to set)."""
+    (tmp_path / "t.yaml").write_text(yaml)
+    argv = ["doctor", "--json", "--root", str(root), "--config", str(tmp_path / "t.yaml")]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "roce_transceiver.cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            preexec_fn=_limit_memory,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"doctor still running after {CHILD_TIMEOUT_S} s: a read blocks")
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def _named(report: dict, prefix: str) -> dict:
+    return next(c for c in report["checks"] if c["name"].startswith(prefix))
+
+
+def test_a_fifo_at_the_mtu_is_a_failure_naming_it_not_a_hang(tree, tmp_path):
+    mtu = tree.root / "sys/class/net/eth1/mtu"
+    mtu.parent.mkdir(parents=True)
+    os.mkfifo(mtu)  # nobody ever writes: an open or read of it waits for ever
+    rc, report = _doctor_child(tmp_path, tree.root, PACKET_YAML)
+    c = _named(report, "interface MTU")
+    assert rc == 1 and c["status"] == FAIL
+    assert str(mtu) in c["detail"] and "FIFO" in c["detail"] and c["fix"]
+
+
+def test_a_link_to_dev_zero_at_rmem_max_is_a_failure_naming_it_not_a_flood(tree, tmp_path):
+    rmem = tree.root / "proc/sys/net/core/rmem_max"
+    rmem.parent.mkdir(parents=True)
+    rmem.symlink_to("/dev/zero")
+    rc, report = _doctor_child(tmp_path, tree.root, UDP_YAML)
+    c = _named(report, "socket receive buffer")
+    assert rc == 1 and c["status"] == FAIL
+    assert str(rmem) in c["detail"] and "character device" in c["detail"]
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "67", str(10**23), "2147483648"])
+def test_an_mtu_outside_the_kernels_range_is_a_failure_naming_path_and_value(tree, value):
+    tree.write("/sys/class/net/eth1/mtu", value + "\n")
+    c = doctor.check_mtu(machine(tree), packet())
+    assert c.status == FAIL and c.fix
+    assert str(tree.root / "sys/class/net/eth1/mtu") in c.detail
+    assert f"holds {value}, outside 68..2147483647" in c.detail
+
+
+@pytest.mark.parametrize("value", ["1500x", "", "0x5dc", "1 500", "\u0661\u0665\u0660\u0660"])
+def test_an_mtu_that_is_no_decimal_number_is_a_failure_naming_the_value(tree, value):
+    tree.write("/sys/class/net/eth1/mtu", value + "\n")
+    c = doctor.check_mtu(machine(tree), packet())
+    assert c.status == FAIL and repr(value) in c.detail and "not an integer" in c.detail
+
+
+@pytest.mark.parametrize("value", ["zz", "3", "-1"])
+def test_a_garbage_rp_filter_is_a_failure_not_off(tree, value):
+    _routes(tree).write("/proc/sys/net/ipv4/conf/all/rp_filter", "0\n")
+    tree.write("/proc/sys/net/ipv4/conf/eth1/rp_filter", value + "\n")
+    c = doctor.check_rp_filter(machine(tree), udp(peer={"ip": "172.16.0.9"}))
+    assert c.status == FAIL and not c.detail.startswith("rp_filter off")
+    assert str(tree.root / "proc/sys/net/ipv4/conf/eth1/rp_filter") in c.detail
+    assert value in c.detail
+
+
+def test_a_directory_where_the_mtu_should_be_is_a_failure_saying_so(tree):
+    (tree.root / "sys/class/net/eth1/mtu").mkdir(parents=True)
+    c = doctor.check_mtu(machine(tree), packet())
+    assert c.status == FAIL and "is a directory, not a regular file" in c.detail
+    assert str(tree.root / "sys/class/net/eth1/mtu") in c.detail
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a mode-000 file (CAP_DAC_OVERRIDE)")
+def test_an_unreadable_file_is_a_failure_naming_it_and_the_permission(tree):
+    tree.write("/proc/sys/net/core/rmem_max", "212992\n")
+    rmem = tree.root / "proc/sys/net/core/rmem_max"
+    rmem.chmod(0)
+    c = doctor.check_rmem(machine(tree), udp())
+    assert c.status == FAIL and f"{rmem} cannot be read: Permission denied" in c.detail
+    assert "sudo" in c.fix
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        ("open", PermissionError(errno.EACCES, "Permission denied")),
+        ("read", OSError(errno.EINVAL, "Invalid argument")),  # sysfs: speed of a link down
+    ],
+)
+def test_a_file_the_kernel_refuses_is_a_failure_naming_it_and_the_error(
+    tree, monkeypatch, call, error
+):
+    # Any user, root too: the refusal comes from the system call (as the kernel would give
+    # it), for this one file only.
+    tree.write("/proc/sys/net/core/rmem_max", "212992\n")
+    rmem = tree.root / "proc/sys/net/core/rmem_max"
+    real_open, real_read, refused = os.open, os.read, set()
+
+    def fake_open(path, flags, *args):
+        if Path(path) == rmem and call == "open":
+            raise error
+        fd = real_open(path, flags, *args)
+        if Path(path) == rmem:
+            refused.add(fd)
+        return fd
+
+    def fake_read(fd, n):
+        if fd in refused:
+            raise error
+        return real_read(fd, n)
+
+    monkeypatch.setattr(doctor.os, "open", fake_open)
+    monkeypatch.setattr(doctor.os, "read", fake_read)
+    c = doctor.check_rmem(machine(tree), udp())
+    monkeypatch.undo()
+    assert c.status == FAIL and f"{rmem} cannot be read: {error.strerror}" in c.detail
+    assert ("sudo chmod a+r" in c.fix) == (call == "open") and c.fix
+
+
+def test_a_symlink_loop_is_a_failure_naming_it(tree):
+    loop = tree.root / "proc/sys/net/core/rmem_max"
+    loop.parent.mkdir(parents=True)
+    loop.symlink_to("rmem_max")  # itself: ELOOP for every user, root too
+    c = doctor.check_rmem(machine(tree), udp())
+    assert c.status == FAIL and str(loop) in c.detail and "symbolic links" in c.detail
+
+
+def test_a_file_larger_than_a_kernel_attribute_is_a_failure(tree):
+    tree.write("/sys/class/net/eth1/mtu", "1" * 8192)  # sysfs writes one page at most
+    c = doctor.check_mtu(machine(tree), packet())
+    assert c.status == FAIL and "more than 4096 bytes" in c.detail
+
+
+def test_a_file_that_is_not_text_is_a_failure_naming_the_byte(tree):
+    (tree.root / "proc/sys/kernel").mkdir(parents=True)
+    (tree.root / "proc/sys/kernel/osrelease").write_bytes(b"6.8\xff\n")
+    tree.write("/proc/modules", "nvidia_peermem 1 0 - Live 0x0\n")
+    c = doctor.check_peer_memory(machine(tree), DOCA)
+    assert c.status == FAIL and "byte 0xff at offset 3" in c.detail
+
+
+def test_a_process_status_with_garbage_ids_is_a_failure_not_a_traceback(tree):
+    tree.write("/proc/self/status", "Uid:\tme\tme\tme\tme\nCapEff:\tzz\n")
+    c = doctor.check_privileges(machine(tree), packet())
+    assert c.status == FAIL and "'me'" in c.detail
+    assert str(tree.root / "proc/self/status") in c.detail
+
+
+def test_a_route_table_with_a_garbage_row_is_a_failure_naming_the_line(tree):
+    tree.write("/proc/net/route", ROUTE_HEAD + "eth1\t1FFFFFFFFF\t00000000\t0001\t0\t0\t0\t0\n")
+    c = doctor.check_rp_filter(machine(tree), udp(peer={"ip": "172.16.0.9"}))
+    assert c.status == FAIL and "line 2's Destination" in c.detail
+    assert "holds 0x1FFFFFFFFF, outside 0x0..0xFFFFFFFF" in c.detail
+
+
+def test_a_module_list_with_a_blank_line_is_read_past(tree):
+    tree.write("/proc/modules", "  \nnvidia_peermem 16384 0 - Live 0x0\n")
+    assert doctor.check_peer_memory(machine(tree), DOCA).status == PASS
+
+
+def test_a_numa_node_out_of_range_is_a_failure_naming_it(tree):
+    tree.gpu("0000:03:00.0", "pci0000:00/0000:00:01.0", numa=0)
+    tree.rdma("mlx5_0", "0000:84:00.0", "pci0000:80/0000:80:01.0", numa=5000)
+    c = doctor.check_topology(machine(tree), DOCA)
+    assert c.status == FAIL and "holds 5000, outside -1..1023" in c.detail
+
+
+def test_a_check_that_never_returns_ends_the_run_at_the_time_limit(tree):
+    # A probe that does not answer (a wedged driver): the run ends at its limit with the
+    # checks done so far, the one that hung named, and the rest reported as not run.
+    release = threading.Event()
+
+    def hung() -> dict:
+        release.wait(60)
+        return NO_GPU
+
+    started = time.monotonic()
+    try:
+        checks = doctor.run_checks(LOOPBACK, machine(tree, cuda_info=hung), timeout_s=0.5)
+    finally:
+        release.set()
+    assert time.monotonic() - started < 30
+    names = [c.name for c in checks]
+    assert names == [f.name for f in doctor.CHECKS]
+    gpu = names.index("GPU and driver")
+    assert all(c.status != FAIL for c in checks[:gpu])
+    assert checks[gpu].status == FAIL and "did not finish within 0.5 s" in checks[gpu].detail
+    assert all(c.status == FAIL and "not run" in c.detail for c in checks[gpu + 1 :])
+
+
+def test_cli_timeout_must_be_a_positive_number(tree, tmp_path, capsys):
+    rc, _, err = _cli(capsys, "--root", str(tree.root), "--timeout", "0")
+    assert rc == 2 and "--timeout" in err and "0: must be more than 0" in err
+    (tmp_path / "t.yaml").write_text("executor: cpu\nnic: loopback\n")
+    argv = ("--root", str(tree.root), "--config", str(tmp_path / "t.yaml"), "--timeout", "20")
+    rc, out, _ = _cli(capsys, *argv)
+    assert rc == 0 and "doctor: nothing failed (11 checks" in out

@@ -2,7 +2,8 @@
 
 One line per check (pass, fail, n/a) with the fix under each failure; ``--json`` prints one
 object instead. Exit status 0 when nothing fails, 1 when something does, 2 on bad usage or a
-configuration that does not load.
+configuration that does not load. The run is bounded: ``--timeout`` seconds (plus the bridge's
+announcement wait), after which the check still running fails and the rest are not run.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import json
 from pathlib import Path
 
 from roce_transceiver.commands import CommandError
-from roce_transceiver.doctor import FAIL, NA, PASS, Machine, run_checks
+from roce_transceiver.commands.argtypes import real
+from roce_transceiver.doctor import FAIL, NA, PASS, TIMEOUT_S, Machine, run_checks
 
 __all__ = ["EXIT_FAILED", "register", "run"]
 
@@ -28,8 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "CAP_NET_RAW for packet mode, the GPU and driver, GPU-NIC PCIe topology, "
         "nvidia-peermem or dma-buf, the DOCA SDK and RDMA devices, the HSB's announcement. "
         "Each check prints pass, fail or n/a, and a failure its fix. With --config, only what "
-        "the file uses; without, every check that needs no address. Exit status 1 when a "
-        "check fails.",
+        "the file uses; without, every check that needs no address. A file that is not what "
+        "the kernel writes (a FIFO, a device, a directory, too long, a value out of range) "
+        "fails its check. Exit status 1 when a check fails.",
     )
     p.add_argument("--config", metavar="FILE", help="a transceiver or app YAML file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
@@ -39,6 +42,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="/",
         help="read sysfs and proc under DIR (default /: a copy of another machine's, a "
         "container's host mount)",
+    )
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=real(0, lo_open=True),
+        default=TIMEOUT_S,
+        help=f"end the run after SECONDS (default {TIMEOUT_S:g}), the bridge's announcement "
+        "wait (hsb.enumeration_timeout_s) aside: the check still running fails, naming what "
+        "it was reading",
     )
     p.set_defaults(run=run)
 
@@ -57,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             cfg = load_config(args.config)
         except ConfigError as e:
             raise CommandError(str(e)) from None
-    checks = run_checks(cfg, Machine(root=root))
+    checks = run_checks(cfg, Machine(root=root), timeout_s=args.timeout)
     failed = sum(c.status == FAIL for c in checks)
     if args.json:
         counts = {s: sum(c.status == s for c in checks) for s in (PASS, FAIL, NA)}
