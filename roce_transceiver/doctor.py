@@ -31,6 +31,7 @@ import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,8 +141,19 @@ class Machine:
     find_bridge: Callable[[str, float, int], Any] = _find_bridge
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
-    #: The file being read now, for the time limit's report (written by the checks' thread).
-    reading: Path | None = field(default=None, init=False, repr=False, compare=False)
+    #: What the checks' thread is doing now (a read, a probe), for the time limit's report.
+    doing: str | None = field(default=None, init=False, repr=False, compare=False)
+    #: Set when run_checks left its thread behind in a call that did not return.
+    left_behind: bool = field(default=False, init=False, repr=False, compare=False)
+
+    @contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        """Say ``what`` is being done while the block runs (a read, a probe)."""
+        before, self.doing = self.doing, what
+        try:
+            yield
+        finally:
+            self.doing = before
 
     def path(self, p: str) -> Path:
         return self.root / p.lstrip("/")
@@ -164,11 +176,8 @@ class Machine:
         """The text of ``p``, None when it is not there. A FIFO, a device, a directory, a file
         of more than ``limit`` bytes or not UTF-8, or one this user may not read: Unreadable."""
         path = self.path(p)
-        self.reading = path
-        try:
+        with self.busy(f"reading {path}"):
             data = self._read_regular(path, limit)
-        finally:
-            self.reading = None
         if data is None:
             return None
         try:
@@ -638,7 +647,8 @@ def _needs_gpu(cfg: Mapping[str, Any] | None) -> str | None:
 
 @_check("GPU and driver")
 def check_gpu(name: str, m: Machine, cfg: Config) -> Check:
-    info = dict(m.cuda_info())
+    with m.busy("asking the CUDA runtime for its GPUs"):
+        info = dict(m.cuda_info())
     gpus = list(info.get("gpus") or [])
     driver = (m.read("/proc/driver/nvidia/version") or "").splitlines()
     driver_line = driver[0].strip() if driver else ""
@@ -800,7 +810,8 @@ def check_doca_sdk(name: str, m: Machine, cfg: Config) -> Check:
     if cfg is not None and cfg["nic"] != "doca":
         return Check(name, NA, f"nic {cfg['nic']}: no DOCA")
     sdk = m.environ.get("DOCA_PATH", DEFAULT_SDK)
-    probe = dict(m.doca_probe(str(m.path(sdk))))
+    with m.busy(f"in the DOCA probe, which dlopens the libraries under {m.path(sdk)}"):
+        probe = dict(m.doca_probe(str(m.path(sdk))))
     problem = _sdk_problem(probe)
     who = "" if cfg is not None else " (needed by nic: doca)"
     if problem is None:
@@ -870,7 +881,8 @@ def check_hsb(name: str, m: Machine, cfg: Config) -> Check:
     h = cfg["hsb"]
     ip, port, timeout = h["bridge"], h["enumeration_port"], h["enumeration_timeout_s"]
     try:
-        a = m.find_bridge(ip, timeout, port)
+        with m.busy(f"waiting for {ip}'s announcement on UDP {port}"):
+            a = m.find_bridge(ip, timeout, port)
     except EnumerationError as e:
         return Check(
             name,
@@ -911,8 +923,10 @@ def run_checks(
 
     The checks run in a thread of their own: a probe or read that never returns (a wedged
     driver, a file system that does not answer) cannot be stopped, only left behind. The one
-    running when the time is up fails, naming what it was reading; those after it fail as not
-    run. The thread is a daemon, so the process can still exit."""
+    running when the time is up fails, naming what it was doing; those after it fail as not
+    run, and ``machine.left_behind`` is set. The thread is a daemon, but it may hold a lock
+    that a normal exit takes (the dynamic loader's, in a dlopen that never returns): a
+    process that is done should then end with os._exit."""
     m = machine or Machine()
     if cfg is not None and cfg["hsb"]["bridge"]:
         timeout_s += cfg["hsb"]["enumeration_timeout_s"]
@@ -935,15 +949,15 @@ def run_checks(
     if len(finished) == len(CHECKS):
         return finished
     stuck = CHECKS[len(finished)]
-    reading = m.reading
-    what = f"reading {reading}" if reading is not None else "waiting on a probe"
+    m.left_behind = True
+    doing = m.doing or "running"
     finished.append(
         Check(
             stuck.name,
             FAIL,
-            f"did not finish within {timeout_s:g} s (still {what})",
-            f"find what holds it up ({reading or 'the probe'}: a driver, a file system that "
-            "does not answer); doctor --timeout SECONDS waits longer",
+            f"did not finish within {timeout_s:g} s (still {doing})",
+            "find what holds it up (a driver, a file system or a file that does not answer); "
+            "doctor --timeout SECONDS waits longer",
         )
     )
     for check in CHECKS[len(finished) :]:

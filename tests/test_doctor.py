@@ -578,11 +578,12 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (CHILD_DATA_BYTES, CHILD_DATA_BYTES))
 
 
-def _doctor_child(tmp_path: Path, root: Path, yaml: str) -> tuple[int, dict]:
+def _doctor_child(tmp_path: Path, root: Path, yaml: str, *extra: str) -> tuple[int, dict]:
     """``doctor --json`` in a child, bounded in time and memory. A child past its time is
     killed by subprocess (SIGKILL: no disposition of the child's to set)."""
     (tmp_path / "t.yaml").write_text(yaml)
-    argv = ["doctor", "--json", "--root", str(root), "--config", str(tmp_path / "t.yaml")]
+    config = str(tmp_path / "t.yaml")
+    argv = ["doctor", "--json", "--root", str(root), "--config", config, *extra]
     try:
         done = subprocess.run(
             [sys.executable, "-m", "roce_transceiver.cli", *argv],
@@ -620,6 +621,23 @@ def test_a_link_to_dev_zero_at_rmem_max_is_a_failure_naming_it_not_a_flood(tree,
     c = _named(report, "socket receive buffer")
     assert rc == 1 and c["status"] == FAIL
     assert str(rmem) in c["detail"] and "character device" in c["detail"]
+
+
+def test_a_fifo_where_the_doca_probe_dlopens_ends_at_the_time_limit(tree, tmp_path):
+    # The probe is C++ (dlopen): only the time limit ends it, which needs it to run without
+    # the GIL. "lib" is the last folder the probe tries, so it gets there on every host.
+    lib = tree.root / "opt/mellanox/doca/lib/libdoca_common.so"
+    lib.parent.mkdir(parents=True)
+    os.mkfifo(lib)
+    started = time.monotonic()
+    rc, report = _doctor_child(
+        tmp_path, tree.root, "executor: cuda\nnic: doca\n", "--timeout", "10"
+    )
+    assert time.monotonic() - started < CHILD_TIMEOUT_S
+    c = _named(report, "DOCA SDK")
+    assert rc == 1 and c["status"] == FAIL and "did not finish within 10 s" in c["detail"]
+    assert str(tree.root / "opt/mellanox/doca") in c["detail"]
+    assert "not run" in _named(report, "RDMA devices")["detail"]
 
 
 @pytest.mark.parametrize("value", ["-1", "0", "67", str(10**23), "2147483648"])
@@ -759,17 +777,18 @@ def test_a_check_that_never_returns_ends_the_run_at_the_time_limit(tree):
         release.wait(60)
         return NO_GPU
 
-    started = time.monotonic()
+    started, m = time.monotonic(), machine(tree, cuda_info=hung)
     try:
-        checks = doctor.run_checks(LOOPBACK, machine(tree, cuda_info=hung), timeout_s=0.5)
+        checks = doctor.run_checks(LOOPBACK, m, timeout_s=0.5)
     finally:
         release.set()
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 30 and m.left_behind
     names = [c.name for c in checks]
     assert names == [f.name for f in doctor.CHECKS]
     gpu = names.index("GPU and driver")
     assert all(c.status != FAIL for c in checks[:gpu])
     assert checks[gpu].status == FAIL and "did not finish within 0.5 s" in checks[gpu].detail
+    assert "asking the CUDA runtime" in checks[gpu].detail
     assert all(c.status == FAIL and "not run" in c.detail for c in checks[gpu + 1 :])
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 from roce_transceiver.commands import CommandError
@@ -69,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
             cfg = load_config(args.config)
         except ConfigError as e:
             raise CommandError(str(e)) from None
-    checks = run_checks(cfg, Machine(root=root), timeout_s=args.timeout)
+    machine = Machine(root=root)
+    checks = run_checks(cfg, machine, timeout_s=args.timeout)
     failed = sum(c.status == FAIL for c in checks)
     if args.json:
         counts = {s: sum(c.status == s for c in checks) for s in (PASS, FAIL, NA)}
@@ -93,4 +96,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
         verdict = f"{failed} check(s) failed" if failed else "nothing failed"
         print(f"doctor: {verdict} ({len(checks)} checks, config {args.config or 'none'})")
+    if machine.left_behind:
+        # A check's thread is still in a call that does not return, maybe holding the
+        # dynamic loader's lock, which exit's handlers take (_dl_fini): end without them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_FAILED)
     return EXIT_FAILED if failed else 0

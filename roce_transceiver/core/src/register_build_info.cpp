@@ -20,7 +20,12 @@ void register_build_info(pybind11::module_& m) {
   m.attr("built_with_cuda") = false;
 #endif
   m.def("cuda_runtime_info", [] {
-    const cuda::RuntimeInfo info = cuda::runtime_info();
+    // Without the GIL: a driver that does not answer must leave doctor's time limit able to
+    // end the run.
+    const cuda::RuntimeInfo info = [] {
+      pybind11::gil_scoped_release nogil;
+      return cuda::runtime_info();
+    }();
     pybind11::dict d;
     d["built"] = info.built;
     d["runtime_version"] = info.runtime_version;

@@ -413,7 +413,12 @@ void register_verbs(pb::module_& m) {
       "Verbs mode's loopback peer: `count` ping-pong requests (WRITE + FETCH_ADD into ours), "
       "each reply seen on the peer's signal word.");
   m.def("doca_probe", [](const std::string& sdk_path) {
-    const host::DocaProbe p = host::probe_doca(sdk_path);
+    // Without the GIL: a dlopen that never returns (a FIFO where a library should be) must
+    // leave doctor's time limit able to end the run.
+    const host::DocaProbe p = [&] {
+      pb::gil_scoped_release nogil;
+      return host::probe_doca(sdk_path);
+    }();
     pb::dict d;
     d["sdk_path"] = p.sdk_path;
     d["libraries_found"] = p.libraries_found;
