@@ -376,19 +376,13 @@ def test_verbs_mode_keeps_a_handlers_state_and_names_what_it_cannot_run():
 # came before), bytes that are not UTF-8 (the host compiler's log quoted them and its strict
 # decoding raised UnicodeDecodeError, naming neither file nor line) ----------------------------
 
-GOOD_ECHO = b"""#include "rt/handlers/custom.h"
-RT_HD int handle(const rt::CustomCall& call) {
-  if (call.request_len > call.reply_capacity) return rt::kHandlerError;
-  for (uint32_t i = call.lane; i < call.request_len; i += call.lanes)
-    call.reply[i] = call.request[i];
-  rt::custom_sync(call);
-  return int(call.request_len);
-}
-"""
+GOOD_ECHO = ECHO.read_bytes()  # a handler that compiles: only what follows it is wrong
 NUL_AT_END = GOOD_ECHO + b"\0 and what NVRTC never read\n"
 # A byte of Latin-1 in a comment, on line 2.
 NOT_UTF8 = GOOD_ECHO.replace(b"\nRT_HD", b"\n// caf\xe9 au lait\nRT_HD", 1)
 NOT_UTF8_OFFSET = NOT_UTF8.index(b"\xe9")
+NUL_LINE = GOOD_ECHO.count(b"\n") + 1
+NOT_UTF8_LINE = NOT_UTF8[:NOT_UTF8_OFFSET].count(b"\n") + 1
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -396,8 +390,11 @@ NOT_UTF8_OFFSET = NOT_UTF8.index(b"\xe9")
     ("text", "message"),
     [
         (b"\0", ":1: error: a NUL byte at byte offset 0: a handler's source is text"),
-        (NUL_AT_END, f":9: error: a NUL byte at byte offset {len(GOOD_ECHO)}: "),
-        (NOT_UTF8, f":2: error: byte 0xe9 at byte offset {NOT_UTF8_OFFSET} is not UTF-8"),
+        (NUL_AT_END, f":{NUL_LINE}: error: a NUL byte at byte offset {len(GOOD_ECHO)}: "),
+        (
+            NOT_UTF8,
+            f":{NOT_UTF8_LINE}: error: byte 0xe9 at byte offset {NOT_UTF8_OFFSET} is not UTF-8",
+        ),
     ],
     ids=["only-nul", "nul-after-the-handler", "latin-1"],
 )
