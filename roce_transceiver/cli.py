@@ -6,13 +6,12 @@ field out of range) is one line on stderr, ``roce-transceiver: error: ...``,
 and exit status 2; a traceback means a bug in this package.
 """
 
-from __future__ import annotations
-
-# Nothing but this module's own definitions runs before main()'s try: the console script
-# imports this module and calls main(), and the imports of the commands take about 0.2 s, in
-# which a Ctrl-C must end the command as it does later (one line, status 130), not as a
-# KeyboardInterrupt traceback. So every import is inside main() (or the functions it calls),
-# and the module itself imports only what the interpreter has loaded before any code runs.
+# Nothing but this module's own definitions runs before main()'s try, not even `from
+# __future__ import annotations` (an import of its own: the annotations are quoted). The
+# console script imports this module and calls main(), and the commands' imports take about
+# 0.2 s, in which a Ctrl-C must end the command as it does later (one line, status 130), not
+# as a KeyboardInterrupt traceback. So every import is inside main() (or the functions it
+# calls), and the module itself imports only what the interpreter has loaded before any code.
 import sys
 
 TYPE_CHECKING = False  # typing's flag without importing typing (25 ms) out here
@@ -29,7 +28,7 @@ EXIT_ERROR = 2  # usage errors and unreadable input, as argparse uses for usage 
 EXIT_INTERRUPTED = 130  # the shell's status for SIGINT; a traceback would say nothing useful
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> "argparse.ArgumentParser":
     import argparse
 
     from roce_transceiver import __version__
@@ -51,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     class _Parser(argparse.ArgumentParser):
         """argparse with one-line errors: argparse's usage block would bury the message."""
 
-        def error(self, message: str) -> NoReturn:
+        def error(self, message: str) -> "NoReturn":
             self.exit(EXIT_ERROR, f"{PROG}: error: {message} (see: {self.prog} --help)\n")
 
     parser = _Parser(
@@ -90,7 +89,7 @@ def _interrupted(e: KeyboardInterrupt) -> int:
     return EXIT_INTERRUPTED
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: "Sequence[str] | None" = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit status. A Ctrl-C
     from the first instruction on (the imports included) is one line and status 130."""
     try:
@@ -99,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _interrupted(e)
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: "Sequence[str] | None") -> int:
     import os
 
     from roce_transceiver.commands import CommandError

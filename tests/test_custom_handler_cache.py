@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import skip_missing
 from engine_helpers import running
 
 from roce_transceiver import custom_handler as ch
@@ -50,6 +51,14 @@ def own_cache(tmp_path, monkeypatch):
     """Every test has its own cache folder and its own fallback folder."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(ch, "_fallback_folder", None, raising=False)
+
+
+def replace(path: Path, data: bytes) -> None:
+    """``path``'s bytes become ``data`` in a new file: damage that came while nothing had it.
+    Writing in place would change a shared object this process has mapped (the load check
+    after a build keeps it), and touching those pages at exit is a SIGBUS (rc 135)."""
+    path.unlink()
+    path.write_bytes(data)
 
 
 def build() -> ch.HostHandler:
@@ -80,9 +89,9 @@ def test_a_built_library_has_its_check_beside_it():
 @pytest.mark.parametrize(
     "damage",
     [
-        lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
-        lambda p: p.write_bytes(b""),
-        lambda p: p.write_bytes(os.urandom(p.stat().st_size)),
+        lambda p: replace(p, p.read_bytes()[: p.stat().st_size // 2]),
+        lambda p: replace(p, b""),
+        lambda p: replace(p, os.urandom(p.stat().st_size)),
         lambda p: Path(str(p) + ".sha256").unlink(),
         lambda p: Path(str(p) + ".sha256").write_text("garbage"),
     ],
@@ -106,7 +115,7 @@ def test_a_library_that_checks_but_does_not_load_is_built_again(caplog):
     first = build()
     # Garbage with a matching check: what a cache copied from another machine could be.
     junk = b"\x7fELF" + bytes(200)
-    first.library.write_bytes(junk)
+    replace(first.library, junk)
     Path(str(first.library) + ".sha256").write_text(
         f"{len(junk)} {hashlib.sha256(junk).hexdigest()}\n"
     )
@@ -172,10 +181,10 @@ def test_a_read_only_cache_folder_builds_in_a_temporary_folder(tmp_path):
         argv = [sys.executable, "-c", script, str(folder)]
     else:  # root writes through permissions: a read-only mount, in a namespace of its own
         if shutil.which("unshare") is None:
-            pytest.skip("running as root without unshare(1): no read-only folder to test")
+            skip_missing("netns", "running as root without unshare(1): no read-only folder")
         probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30)
         if probe.returncode != 0:
-            pytest.skip(f"unshare -m is not allowed here: {probe.stderr.decode().strip()}")
+            skip_missing("netns", f"unshare -m is not allowed: {probe.stderr.decode().strip()}")
         mount = 'mount -t tmpfs -o ro,size=1m tmpfs "$0" && exec "$@"'
         argv = ["unshare", "-m", "sh", "-c", mount, str(folder), sys.executable, "-c", script]
         argv.append(str(folder))
