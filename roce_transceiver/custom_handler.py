@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "ALL_ENGINE_KERNELS",
@@ -81,6 +81,7 @@ _DIAG_RE = re.compile(
 
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class HandlerBuildFailure(Exception):
@@ -461,6 +462,40 @@ def _os_error(e: OSError, where: Path) -> str:
     return f"{e.filename2 or e.filename or where}: {e.strerror or e}"
 
 
+def _places(folder: Path) -> list[Path]:
+    """Where a cache entry may be: the cache folder, then where this process built before
+    because the folder took no build."""
+    return [folder] if _fallback_folder is None else [folder, _fallback_folder]
+
+
+def _keep(folder: Path, what: str, store: Callable[[Path], T]) -> T:
+    """``store(folder)``; where the folder takes no file (OSError), ``store`` into this
+    process's temporary folder, saying so in the log. HandlerCacheError (naming the cache)
+    when neither takes it."""
+    try:
+        return store(folder)
+    except OSError as e:
+        first = _os_error(e, folder)
+    try:
+        fallback = _fallback_dir()
+        kept = store(fallback)
+    except OSError as e:
+        raise HandlerCacheError(
+            f"handler cache {folder} takes no build ({first}), nor a temporary folder "
+            f"({_os_error(e, Path(tempfile.gettempdir()))}): set XDG_CACHE_HOME to a writable "
+            "folder",
+            file=str(folder),
+        ) from None
+    log.warning(
+        "handler cache %s takes no build (%s): %s is kept in %s, for this process only",
+        folder,
+        first,
+        what,
+        fallback,
+    )
+    return kept
+
+
 def _loads(path: Path) -> str | None:
     """Why the shared object does not load (the loader's message), None when it does. Loaded
     here with the loader's RTLD_NOW, as the engine will: the engine's own dlopen of it then
@@ -599,9 +634,7 @@ def compile_engine(
         key.update(hashlib.sha256(part).digest())
     folder = cache or cache_dir()
     file_name = f"engine-{key.hexdigest()[:32]}.cubin"
-    for place in (folder, _fallback_folder):  # the fallback: where this process built before
-        if place is None:
-            continue
+    for place in _places(folder):
         found = _lookup_engine(place / file_name)
         if found is not None:
             return EngineKernels(found, arch, True, "", time.perf_counter() - started)
@@ -627,30 +660,15 @@ def _store_engine(folder: Path, file_name: str, image: bytes) -> None:
     """The module kept in ``folder``, else in the process's temporary folder. The image is in
     hand either way: a cache that takes none costs the next start a compile, not this one its
     start (said in the log)."""
+
+    def store(into: Path) -> None:
+        into.mkdir(parents=True, exist_ok=True)
+        _store_checked(into / file_name, image)
+
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        _store_checked(folder / file_name, image)
-        return
-    except OSError as e:
-        first = _os_error(e, folder)
-    try:
-        fallback = _fallback_dir()
-        _store_checked(fallback / file_name, image)
-        log.warning(
-            "handler cache %s takes no file (%s): the engine's module is kept in %s for this "
-            "process only",
-            folder,
-            first,
-            fallback,
-        )
-    except OSError as e:
-        log.warning(
-            "handler cache %s takes no file (%s), nor a temporary folder (%s): the engine's "
-            "module is not kept; the next start compiles it again",
-            folder,
-            first,
-            _os_error(e, Path(tempfile.gettempdir())),
-        )
+        _keep(folder, "the engine's module", store)
+    except HandlerCacheError as e:
+        log.warning("%s; the module is not kept: the next start compiles it again", e)
 
 
 def compile_engine_file(
@@ -818,39 +836,15 @@ def build_host_handler(
         key.update(hashlib.sha256(part).digest())
     folder = cache or cache_dir()
     file_name = f"{key.hexdigest()[:32]}.so"
-    for place in (folder, _fallback_folder):  # the fallback: where this process built before
-        if place is not None and _lookup_host(place / file_name):
+    for place in _places(folder):
+        if _lookup_host(place / file_name):
             return HostHandler(place / file_name, True, "")
 
     def build(into: Path) -> HostHandler:
-        return HostHandler(
-            into / file_name,
-            False,
-            _build_host_into(into, file_name, unit, cxx, flags, name, entry),
-        )
+        output = _build_host_into(into, file_name, unit, cxx, flags, name, entry)
+        return HostHandler(into / file_name, False, output)
 
-    try:
-        return build(folder)
-    except OSError as e:  # the folder's: the compiler's are HostCompilerUnavailable
-        first = _os_error(e, folder)
-    try:
-        fallback = _fallback_dir()
-        built = build(fallback)
-    except OSError as e:
-        raise HandlerCacheError(
-            f"handler cache {folder} takes no build ({first}), nor a temporary folder "
-            f"({_os_error(e, Path(tempfile.gettempdir()))}): set XDG_CACHE_HOME to a writable "
-            "folder",
-            file=str(folder),
-        ) from None
-    log.warning(
-        "handler cache %s takes no build (%s): %s is built in %s, for this process only",
-        folder,
-        first,
-        name,
-        fallback,
-    )
-    return built
+    return _keep(folder, name, build)
 
 
 def _lookup_host(library: Path) -> bool:

@@ -299,7 +299,7 @@ def test_an_engine_cache_that_takes_no_file_costs_no_start(tmp_path, monkeypatch
             ECHO, name="echo.cu", entry="echo", kernels=2, cache=tmp_path / "file"
         )
     assert built.image == FAKE_CUBIN
-    assert f"handler cache {tmp_path / 'file'} takes no file" in caplog.text
+    assert f"handler cache {tmp_path / 'file'} takes no build" in caplog.text
     again = ch.compile_engine(
         ECHO, name="echo.cu", entry="echo", kernels=2, cache=tmp_path / "file"
     )
