@@ -79,6 +79,8 @@ def _config(
     }
     if executor == "cuda":
         config["cuda"] = {"warps": warps}
+        # The stream step takes a packet a thread: a batch of the crew's threads.
+        config["queues"]["batch"] = 32 * warps
     return config
 
 
@@ -128,10 +130,10 @@ def _profile(epochs: dict[str, Any]) -> dict[str, Any]:
         out["cycles_per_frame"] = {
             p: c / frames for p, c in zip(phases, epochs["batch_cycles"], strict=True)
         }
-        *parts, team0 = epochs["classify_cycles"]
-        out["classify_cycles_per_frame_one_warp"] = {
-            p: c / max(1, team0)
-            for p, c in zip(("stage", "decode", "icrc", "verdict"), parts, strict=True)
+        # The stream step's classify, the crew's: poll, the headers, the pass over the bytes.
+        *parts, counted = epochs["classify_cycles"]
+        out["classify_cycles_per_frame"] = {
+            p: c / max(1, counted) for p, c in zip(("poll", "header", "pass"), parts, strict=False)
         }
     return out
 
@@ -287,12 +289,12 @@ def run(
         prof = r["profile"]
         cycles = ""
         if "cycles_per_frame" in prof:
-            one = prof["classify_cycles_per_frame_one_warp"].values()
+            pieces = prof["classify_cycles_per_frame"].values()
             cycles = (
                 " "
                 + "/".join(f"{c:.0f}" for c in prof["cycles_per_frame"].values())
-                + f" ({prof['frames_per_batch']:.1f} a batch; a warp's stage/decode/icrc/verdict "
-                + "/".join(f"{c:.0f}" for c in one)
+                + f" ({prof['frames_per_batch']:.1f} a batch; classify's poll/header/pass "
+                + "/".join(f"{c:.0f}" for c in pieces)
                 + ")"
             )
         print(

@@ -360,7 +360,9 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
              "cudaMemcpyAsync(queue descriptors)");
   check_cuda(cudaStreamSynchronize(k.control), "queue descriptors");
   const uint32_t threads = 32 * opts.warps;
-  const bool crew = opts.warps > 1;
+  // A frames queue always takes the stream step (stream_batch.h), by a crew of one warp or
+  // more; requests take the one-warp loop (their express path) unless warps > 1.
+  const bool crew = opts.warps > 1 || descs[0].handler.kind == HandlerKind::kFrames;
   EngineFunction kernel = builtin_kernel(crew, !wire_on_device);
   if (!opts.kernel_image.empty()) {
     // A user handler's kernels, NVRTC's cubin: the same kernels by the same names, with the
@@ -391,8 +393,24 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   size_t smem = staging;
   if (crew) {
     const size_t room = dynamic_smem_room(kernel);
-    depth = batch_depth(desc, room > staging ? room - staging : 0, /*staged=*/true);
-    smem = staging + size_t(depth > 1 ? depth : 0) * desc.rx.slot_bytes;
+    if (desc.handler.kind == HandlerKind::kFrames) {
+      // A frames queue's batch is queues.batch packets, their records next to the crew.
+      depth = stream_depth(desc);
+      smem = staging + size_t(depth) * sizeof(StreamPacket);
+      if (smem > room)
+        throw std::invalid_argument(
+            "queues.batch=" + std::to_string(depth) +
+            ": a frames batch of that many packets "
+            "needs " +
+            std::to_string(smem) +
+            " bytes of shared memory, and the engine kernel "
+            "has " +
+            std::to_string(room) + "; at most " +
+            std::to_string(room > staging ? (room - staging) / sizeof(StreamPacket) : 0));
+    } else {
+      depth = batch_depth(desc, room > staging ? room - staging : 0, /*staged=*/true);
+      smem = staging + size_t(depth > 1 ? depth : 0) * desc.rx.slot_bytes;
+    }
   }
   k.batch_depth = depth;
   kernel.allow_smem(smem);

@@ -8,8 +8,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "rt/engine/batch.h"
+#include "rt/engine/stream_batch.h"
 #include "rt/host/executor.h"
 
 namespace rt::host {
@@ -110,8 +111,9 @@ class CpuExecutor final : public Executor {
  private:
   struct Loop {
     std::thread thread;
-    std::atomic<bool> done{false};  // the thread's loop returned (set by the thread)
-    Batch batch{};                  // the thread's crew of one, read by stats() after the join
+    std::atomic<bool> done{false};      // the thread's loop returned (set by the thread)
+    Batch batch{};                      // the thread's crew of one, read by stats() after the join
+    std::vector<StreamPacket> packets;  // a frames queue's batch (stream_batch.h)
   };
 
   void loop(uint32_t q) {
@@ -120,13 +122,17 @@ class CpuExecutor final : public Executor {
     // The same batch step as the GPU's crew of warps, with a crew of one: frames
     // classified, committed in order, placed (engine/batch.h).
     Batch& batch = loops_[q].batch;
-    batch_init(batch, batch_depth(d, 0, false), nullptr, st.rx_ci);
+    const bool frames = d.handler.kind == HandlerKind::kFrames;
+    std::vector<StreamPacket>& packets = loops_[q].packets;
+    packets.resize(frames ? stream_depth(d) : 0);
+    batch_init(batch, frames ? stream_depth(d) : batch_depth(d, 0, false), nullptr, st.rx_ci,
+               frames ? packets.data() : nullptr);
     // Idle: spin, and now and then let other threads run. With more spinning threads than
     // cores (two engines, a NIC thread and a peer on a 2-core machine) a pure spin holds the
     // core for a whole time slice (milliseconds) while the thread it waits for cannot run.
     uint32_t idle = 0;
     while (!stop_.load(std::memory_order_acquire)) {
-      if (crew_step<Scope::kSystem>(SoloCrew{}, d, st, batch) != 0) {
+      if (crew_pass<Scope::kSystem>(SoloCrew{}, d, st, batch) != 0) {
         idle = 0;
       } else if (++idle % 1024 == 0) {
         std::this_thread::yield();

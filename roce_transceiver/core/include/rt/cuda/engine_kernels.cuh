@@ -8,7 +8,7 @@
 // the host launches either module's by the names in kEngineKernelNames.
 #pragma once
 
-#include "rt/engine/batch.h"
+#include "rt/engine/stream_batch.h"
 #include "rt/protocol/icrc_words.h"
 #include "rt/queues/steering.h"
 
@@ -117,7 +117,12 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
     __shared__ Batch b;
     batch = &b;
     __syncthreads();  // the state is in
-    if (crew.leader()) batch_init(b, depth, stg.rx + 2 * size_t(d.rx.slot_bytes), st.rx_ci);
+    // After warp 0's staging: the crew's batch staging, or a frames queue's packets.
+    const bool frames = d.handler.kind == HandlerKind::kFrames;
+    uint8_t* after = frames ? stg.tx + d.tx.slot_bytes : stg.rx + 2 * size_t(d.rx.slot_bytes);
+    if (crew.leader())
+      batch_init(b, depth, frames ? nullptr : after, st.rx_ci,
+                 frames ? reinterpret_cast<StreamPacket*>(after) : nullptr);
   }
   __syncthreads();
   const uint64_t until = epoch_ns ? began + epoch_ns : ~uint64_t(0);
@@ -129,7 +134,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
   }
   for (bool first = true;; first = false) {
     if constexpr (kCrew)
-      crew_step<S>(crew, d, st, *batch, &stg);
+      crew_pass<S>(crew, d, st, *batch, &stg);
     else
       engine_step<S>(team, d, st, &stg, d.batch);  // queues.batch frames a pass at most
     if (crew.leader()) {

@@ -126,15 +126,16 @@ RT_HD inline void set_page_busy(FrameState& s, uint32_t page, bool busy) {
 // CRC register (`raw`; `raw_ok` false: not known) folds into the page's when they
 // go on from the bytes before; anything else (a gap, a byte written twice, data
 // whose register is not known) leaves the page's CRC to be read from the page.
-// (A crew's commit folds a stream run's packets itself, batch.h.)
 RT_HD inline void fold_page_crc(FrameState& fs, uint32_t offset, uint32_t len, uint32_t raw,
-                                bool raw_ok) {
+                                bool raw_ok, const Crc32ZerosTable* z = nullptr) {
   if (!fs.crc_valid || !len) return;
   if (!raw_ok || offset != fs.crc_len) {
     fs.crc_valid = false;
     return;
   }
-  fs.crc_raw = crc32_zeros(detail::crc32_tables(), fs.crc_raw, len) ^ raw;
+  fs.crc_raw = (z && z->n == len ? crc32_zeros_by(*z, fs.crc_raw)
+                                 : crc32_zeros(detail::crc32_tables(), fs.crc_raw, len)) ^
+               raw;
   fs.crc_len += len;
 }
 

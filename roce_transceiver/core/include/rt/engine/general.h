@@ -399,11 +399,10 @@ RT_HD inline void open_frame(const FramesDesc& fd, EngineState& st, uint32_t psn
 // The end of a frame arrived (its 0x2B): the account closes, the stream's
 // position moves on, and with a record the frame numbers say whether whole
 // frames vanished before it.
-RT_HD inline void close_frame(const FramesDesc& fd, EngineState& st, const FrameView& f,
-                              uint32_t psn) {
+RT_HD inline void close_frame(const FramesDesc& fd, EngineState& st, uint32_t imm, uint32_t psn) {
   FrameState& fs = st.frames;
   fs.open = false;
-  fs.imm = f.ext_hdr<ImmDt>(kImmDt).imm.get();
+  fs.imm = imm;
   fs.end_page = hsb_imm_page(fs.imm);
   fs.end_psn = psn;
   // Lost: the PSNs the frame spans that never arrived (reordered ones did).
@@ -447,6 +446,46 @@ RT_HD inline void defer_copy(EngineState& st, uint8_t* dst, const uint8_t* src, 
   st.place_len = n;
 }
 
+// The frame account of one WRITE packet of the frames stream (frames.h), the one both
+// paths keep: it lands `offset` bytes into `page` with `data_len` data bytes (their raw CRC
+// register `raw` when raw_ok, folded into the page's with `fold`'s table when it is for
+// their length) and, at a frame's end with metadata, the record at `record` (else null).
+// It opens the frame or goes on with it. Returns whether its payload goes into the page:
+// the page is the engine's, not held by the host.
+RT_HD inline bool frame_packet(const FramesDesc& fd, EngineState& st, uint32_t psn, uint32_t page,
+                               uint32_t offset, uint32_t data_len, uint64_t rx_ts, uint32_t raw,
+                               bool raw_ok, const uint8_t* record,
+                               const Crc32ZerosTable* fold = nullptr) {
+  FrameState& fs = st.frames;
+  if (fs.open && page != fs.page) close_incomplete(fd, st);
+  if (!fs.open) {
+    open_frame(fd, st, psn, page, offset, data_len, rx_ts);
+  } else if (psn != fs.last_psn) {  // the same PSN right again is a duplicate: not a packet more
+    if (psn_diff_sensor(psn, fs.psn_first) < 0) fs.psn_first = psn;  // a late one from the start
+    ++fs.packets;
+  }
+  fs.last_psn = psn;
+  fs.rx_last_ns = rx_ts;
+  if (page_busy(fs, page)) {  // held by the host: freed since?
+    if (load_acquire<Scope::kSystem>(&fd.page_free[page]))
+      set_page_busy(fs, page, false);
+    else
+      fs.dropped = true;
+  }
+  const bool ours = !page_busy(fs, page);
+  if (ours) {
+    if (data_len && offset + data_len > fs.bytes) fs.bytes = offset + data_len;
+    fold_page_crc(fs, offset, data_len, raw, raw_ok, fold);
+  } else {
+    count(st.tally, Counter::kFramePageBusy);
+  }
+  if (record) {  // read from the packet: a dropped frame's number still counts
+    fs.meta = hsb_metadata_decode(*reinterpret_cast<const HsbFrameMetadata*>(record));
+    fs.has_record = true;
+  }
+  return ours;
+}
+
 // The frames handler's WRITE (frames.h), after the RETH checks of
 // execute_write: the page must be in the frames region and hold the packet,
 // and not be held by the host; the frame's account is kept, and its end is
@@ -454,7 +493,6 @@ RT_HD inline void defer_copy(EngineState& st, uint8_t* dst, const uint8_t* src, 
 template <Scope S>
 RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Staging* stg,
                                const FrameView& f, uint64_t rx_ts) {
-  FrameState& fs = st.frames;
   const FramesDesc& fd = d.frames;
   const MemRegion& r = d.regions[st.write.region];
   const uint32_t psn = f.bth_hdr().psn.get();
@@ -471,37 +509,13 @@ RT_HD inline bool frames_write(const EngineDesc& d, EngineState& st, const Stagi
   // With metadata the end packet's trailing 128 bytes are the record, the rest data.
   const bool record = end && fd.metadata && f.payload_len >= kHsbMetadataBytes;
   const uint32_t data_len = record ? f.payload_len - kHsbMetadataBytes : f.payload_len;
-  if (fs.open && page != fs.page) close_incomplete(fd, st);
-  if (!fs.open) {
-    open_frame(fd, st, psn, page, offset, data_len, rx_ts);
-  } else if (psn != fs.last_psn) {  // the same PSN right again is a duplicate: not a packet more
-    if (psn_diff_sensor(psn, fs.psn_first) < 0) fs.psn_first = psn;  // a late one from the start
-    ++fs.packets;
-  }
-  fs.last_psn = psn;
-  fs.rx_last_ns = rx_ts;
-  if (page_busy(fs, page)) {  // held by the host: freed since?
-    if (load_acquire<Scope::kSystem>(&fd.page_free[page]))
-      set_page_busy(fs, page, false);
-    else
-      fs.dropped = true;
-  }
-  if (!page_busy(fs, page)) {
+  // The data's CRC register is not known here: the stream step (stream_batch.h) knows it.
+  if (frame_packet(fd, st, psn, page, offset, data_len, rx_ts, 0, false,
+                   record ? f.base + f.payload + data_len : nullptr))
     defer_copy(st, r.base + at, f.base + f.payload, f.payload_len);
-    if (data_len && offset + data_len > fs.bytes) fs.bytes = offset + data_len;
-    // The packet's register is of its whole payload: a record appended to data is not known.
-    fold_page_crc(fs, offset, data_len, st.pkt_raw, st.pkt_raw_ok && data_len == f.payload_len);
-  } else {
-    count(st.tally, Counter::kFramePageBusy);
-  }
-  if (record) {  // read from the packet: a dropped frame's number still counts
-    fs.meta = hsb_metadata_decode(
-        *reinterpret_cast<const HsbFrameMetadata*>(f.base + f.payload + data_len));
-    fs.has_record = true;
-  }
   write_advance(st.write, f.payload_len);
   st.in_message = f.op.is(kLast) ? 0 : kWrite;
-  if (end) close_frame(fd, st, f, psn);
+  if (end) close_frame(fd, st, f.ext_hdr<ImmDt>(kImmDt).imm.get(), psn);
   return true;
 }
 
@@ -737,8 +751,10 @@ RT_HD inline int frame_statistic(const Team& t, const EngineDesc& d, const Engin
 
 // `result`: the frame's statistic (frame_statistic), in d.reply_scratch; kNoReply for none.
 template <Scope S>
+// `publish_now` false: the caller publishes (publish_completions) once the batch's pages
+// are placed.
 RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t crc,
-                               int result = kNoReply) {
+                               int result = kNoReply, bool publish_now = true) {
   FrameState& fs = st.frames;
   const FramesDesc& fd = d.frames;
   const bool meta = fd.metadata;
@@ -801,7 +817,7 @@ RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t cr
     // Published at once, not batched: the host gives the page back only once it has seen
     // the record, and a stream keeps the loop from settling.
     submit_completion(d, st, uint32_t(sizeof(CompletionRecord) + sizeof rec), c.done_timestamp_ns);
-    publish_completions(d, st);
+    if (publish_now) publish_completions(d, st);
     count(st.tally, Counter::kFrames);
     ++fs.completed;
   }

@@ -83,10 +83,6 @@ struct EngineState {
   const uint8_t* place_src;
   uint32_t place_len;
   bool ack_pending;
-  // The packet the general path is taking: its payload's raw CRC register, when
-  // the crew's classify found it (pkt_raw_ok), for the frames handler's page CRC.
-  uint32_t pkt_raw;
-  bool pkt_raw_ok;
   uint32_t ack_psn;
   CounterTally tally;
   Prediction pred;    // the express path's view of the queue pair

@@ -1,0 +1,466 @@
+// The frames handler's batch step: an HSB sensor's stream of RDMA WRITE Onlys
+// (frames.h), a batch at a time, one thread a packet.
+//
+//   classify  two passes, each thread its packets (k, k + threads, ...). The
+//             header: decode, and the checks a stream packet passes on its own
+//             (QP, P_Key, transport, no ACK asked, its RETH inside the pages).
+//             Then one pass over the packet's bytes that computes its ICRC and,
+//             on UC, stores its payload in its page: 16-byte loads, the CRC of a
+//             16-byte chunk from conflict-free nibble tables, 16-byte stores;
+//             the data's own CRC register comes out of the same pass. A packet
+//             that is not a stream WRITE is left to the general path.
+//   commit    the crew leader, in ring order: the PSN and the frame account
+//             (frame_packet, the general path's own), a frame's end, and its
+//             record at once when its page CRC is folded from its packets. What
+//             is not a stream WRITE in order goes to receive_decoded() and ends
+//             the batch.
+//   execute   the placements the commit noted (RC, where nothing is placed
+//             before its PSN is known to be the next; the general path's).
+//   publish   a frame whose page is read for its CRC, the RC ACK that waited for
+//             its data, slots back, counters (end_pass).
+//
+// Placement before the verdict. On UC a stream WRITE whose checks pass is always
+// executed (it starts a message, so no PSN or sequence error drops it): its
+// payload goes where the general path would put it, and only into a page the
+// engine holds. A page becomes the host's at a frame's end, so a packet does not
+// go into the page of an end earlier in its batch; and nothing after the first
+// packet the general path takes is placed early. A packet whose ICRC then fails
+// wrote into a page whose frame lacks its PSN: that frame records the packet as
+// lost and its page CRC is read from the page, never folded past it.
+#pragma once
+
+#include "rt/engine/batch.h"
+
+namespace rt {
+
+// Packets a frames batch holds at most (queues.batch's bound).
+constexpr uint32_t kMaxStreamBatch = 1024;
+
+enum class StreamKind : uint8_t {
+  kOther,  // the general path's (receive_decoded)
+  kData,   // WRITE Only into the pages
+  kEnd,    // WRITE Only with Immediate into the pages: a frame's end
+};
+
+// One packet of a frames batch, as classify leaves it.
+struct StreamPacket {
+  const uint8_t* frame;  // in its rx slot
+  uint8_t* dst;          // its payload's place in the page
+  uint64_t ts;
+  uint64_t va;
+  uint32_t len;         // frame bytes
+  uint32_t payload_at;  // the payload's first byte in the frame
+  uint32_t psn;
+  uint32_t page, offset;
+  uint32_t pay_len;   // payload bytes
+  uint32_t data_len;  // without a metadata record at its end
+  uint32_t dma_len;
+  uint32_t raw;  // the data's raw CRC register (raw_ok)
+  uint32_t imm;
+  StreamKind kind;
+  bool placed;    // classify stored the payload
+  bool raw_ok;    // raw is known
+  bool icrc_bad;  // check_icrc and the ICRC did not match
+  bool execute;   // the commit left the payload for execute to store
+};
+
+namespace engine_detail {
+
+// The raw ICRC register at a decoded frame's payload: the masked header and the
+// extension headers after the BTH (icrc_compute's first part).
+RT_HD inline uint32_t icrc_register_at_payload(const Crc32Tables& tb, const FrameView& f) {
+  using namespace icrc_detail;
+  const uint8_t* h = f.base + f.l3;
+  const uint32_t n = f.bth + uint32_t(sizeof(Bth)) - f.l3;
+  uint32_t c = kRegisterAfterLrh;
+  if (f.ip_version == 4 && n == 40)
+    c = crc_masked_header_fixed<4, 20>(tb, c, h);
+  else if (f.ip_version == 6 && n == 60)
+    c = crc_masked_header_fixed<6, 40>(tb, c, h);
+  else
+    c = crc_masked_header(tb, c, h, n, f.ip_version, f.l3_len);
+  const uint32_t after_bth = f.bth + uint32_t(sizeof(Bth));
+  return ~crc32_update_with(tb, ~c, f.base + after_bth, f.payload - after_bth);
+}
+
+#if RT_DEVICE_CODE
+// The raw register after 16 bytes (four little-endian words) from register c: the
+// register enters as the first word, then 32 nibble lookups, each in a 16-word table a
+// bank each (no two lanes of a warp wait on one another, as they do on 256-word tables).
+__device__ inline uint32_t crc32_step16(const Crc32Tables& tb, uint32_t c, uint32_t w0, uint32_t w1,
+                                        uint32_t w2, uint32_t w3) {
+  const uint32_t w[4] = {w0 ^ c, w1, w2, w3};
+  return crc32_chunk16(tb, w);
+}
+
+// `chunks` 16-byte chunks of a frame from byte `from` (Q = (from / 4) % 4, the word of
+// its first aligned chunk it starts in) into register c, each stored at dst (null: none)
+// as it goes: aligned 16-byte loads, funnel shifts to the payload's alignment.
+template <uint32_t Q>
+__device__ inline uint32_t crc_place_chunks(const Crc32Tables& tb, uint32_t c, const uint8_t* frame,
+                                            uint32_t from, uint32_t chunks, uint8_t* dst,
+                                            uint32_t frame_len) {
+  const uint32_t sh = (from & 3u) * 8u;
+  const uint32_t base = from & ~15u;
+  uint4 cur = __ldcg(reinterpret_cast<const uint4*>(frame + base));
+  for (uint32_t k = 0; k < chunks; ++k) {
+    const uint32_t at = base + 16u * (k + 1u);
+    // The next aligned chunk only where it has bytes of the frame: the last one may
+    // end the slot (and the ring).
+    const uint4 nxt = at < frame_len ? __ldcg(reinterpret_cast<const uint4*>(frame + at))
+                                     : make_uint4(0, 0, 0, 0);
+    const uint32_t w[8] = {cur.x, cur.y, cur.z, cur.w, nxt.x, nxt.y, nxt.z, nxt.w};
+    const uint32_t o0 = __funnelshift_r(w[Q], w[Q + 1], sh);
+    const uint32_t o1 = __funnelshift_r(w[Q + 1], w[Q + 2], sh);
+    const uint32_t o2 = __funnelshift_r(w[Q + 2], w[Q + 3], sh);
+    const uint32_t o3 = __funnelshift_r(w[Q + 3], w[Q + 4], sh);
+    c = crc32_step16(tb, c, o0, o1, o2, o3);
+    if (dst) *reinterpret_cast<uint4*>(dst + 16u * k) = make_uint4(o0, o1, o2, o3);
+    cur = nxt;
+  }
+  return c;
+}
+#endif
+
+// n bytes at p into raw register c, and to dst (null: not stored), at any alignment.
+RT_HD inline uint32_t crc_place_bytes(const Crc32Tables& tb, uint32_t c, const uint8_t* p,
+                                      uint32_t n, uint8_t* dst) {
+  if (dst) copy_bytes(dst, p, n);
+  return ~crc32_update_with(tb, ~c, p, n);
+}
+
+// One thread, one pass over a decoded frame's bytes: whether its ICRC matches, with its
+// payload stored at dst on the way (null: not stored), and the raw CRC register of its
+// first data_len payload bytes into *raw. The register at the data's end less the
+// register at its start shifted over it is the data's own: a second register would cost
+// the pass a lookup a byte.
+RT_HD inline bool icrc_place(const FrameView& f, uint8_t* dst, uint32_t data_len, uint32_t* raw) {
+  const Crc32Tables& tb = detail::crc32_tables();
+  const uint8_t* pay = f.base + f.payload;
+#if RT_DEVICE_CODE
+  const uint32_t start = icrc_register_at_payload(tb, f);
+  uint32_t c = start;
+  const bool wide = (reinterpret_cast<uintptr_t>(f.base) & 15u) == 0 &&
+                    (!dst || (reinterpret_cast<uintptr_t>(dst) & 15u) == 0);
+  const uint32_t chunks = wide ? data_len / 16u : 0;
+  switch (chunks ? (f.payload >> 2) & 3u : 4u) {
+    case 0: c = crc_place_chunks<0>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
+    case 1: c = crc_place_chunks<1>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
+    case 2: c = crc_place_chunks<2>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
+    case 3: c = crc_place_chunks<3>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
+    default: break;
+  }
+  const uint32_t done = chunks * 16u;
+  c = crc_place_bytes(tb, c, pay + done, data_len - done, dst ? dst + done : nullptr);
+  *raw = c ^ crc32_zeros(tb, start, data_len);
+  c = crc_place_bytes(tb, c, pay + data_len, f.payload_len - data_len,
+                      dst ? dst + data_len : nullptr);
+  c = ~crc32_update_with(tb, ~c, pay + f.payload_len, f.pad);
+  return ~c == f.icrc_field();
+#else
+  // A CPU's CRC (carry-less multiplies) is faster than its copy: two passes, each at speed.
+  (void)tb;
+  if (dst) copy_bytes(dst, pay, f.payload_len);
+  *raw = ~crc32_update_fast(0xFFFFFFFFu, pay, data_len);
+  return icrc_ok(f);
+#endif
+}
+
+// Classify's header pass: what the stream step may take of `r` on its own. The same
+// checks as receive_decoded() and frames_write() before they touch the state; anything
+// else is kOther.
+RT_HD inline StreamKind stream_kind(const EngineDesc& d, const DecodeResult& r, StreamPacket& p) {
+  if (!r.ok()) return StreamKind::kOther;
+  const FrameView& f = r.frame;
+  if (!(f.op.flags & kWrite) || !f.op.is(kOnly) || !f.op.has(kReth) || f.ip_version == 0)
+    return StreamKind::kOther;
+  if (f.op.transport != d.qp.transport) return StreamKind::kOther;
+  const Bth& bth = f.bth_hdr();
+  if (bth.dest_qp.get() != d.qp.qpn || !pkey_matches(bth.pkey.get(), d.qp.pkey))
+    return StreamKind::kOther;
+  if (d.qp.transport == Transport::RC && bth.ack_requested()) return StreamKind::kOther;
+  const Reth& reth = f.ext_hdr<Reth>(kReth);
+  const uint64_t va = reth.va.get();
+  const uint32_t dma_len = reth.dma_len.get();
+  const FramesDesc& fd = d.frames;
+  if (f.payload_len > dma_len || find_region(d, reth.rkey.get(), va, dma_len) != int(fd.region))
+    return StreamKind::kOther;
+  const MemRegion& region = d.regions[fd.region];
+  const uint32_t at = uint32_t(va - region.va);  // inside the region: its length is 32 bits
+  p.page = at / fd.page_bytes;
+  p.offset = at % fd.page_bytes;
+  if (p.page >= fd.pages || p.offset + f.payload_len > fd.page_bytes) return StreamKind::kOther;
+  const bool end = f.op.has(kImmDt);
+  p.psn = bth.psn.get();
+  p.va = va;
+  p.dma_len = dma_len;
+  p.dst = region.base + at;
+  p.pay_len = f.payload_len;
+  p.payload_at = f.payload;
+  // With metadata the end packet's trailing 128 bytes are the record (frames_write).
+  const bool record = end && fd.metadata && f.payload_len >= kHsbMetadataBytes;
+  p.data_len = record ? f.payload_len - kHsbMetadataBytes : f.payload_len;
+  p.imm = end ? f.ext_hdr<ImmDt>(kImmDt).imm.get() : 0;
+  return end ? StreamKind::kEnd : StreamKind::kData;
+}
+
+// Crew-wide helpers on words of the crew's shared batch.
+template <class Crew>
+RT_HD inline void crew_min(const Crew&, uint32_t* word, uint32_t v) {
+#if RT_DEVICE_CODE
+  if constexpr (Crew::Team::kLanes > 1) {
+    atomicMin(word, v);
+    return;
+  }
+#endif
+  if (v < *word) *word = v;
+}
+
+template <class Crew>
+RT_HD inline uint32_t crew_add(const Crew&, uint32_t* word, uint32_t v) {
+#if RT_DEVICE_CODE
+  if constexpr (Crew::Team::kLanes > 1) return atomicAdd(word, v);
+#endif
+  const uint32_t old = *word;
+  *word = old + v;
+  return old;
+}
+
+// The page is the engine's, as frame_packet() will find it: not held by the host, or
+// released by it since (page_free, monotonic until the next record).
+RT_HD inline bool page_ours(const EngineDesc& d, const EngineState& st, uint32_t page) {
+  return !page_busy(st.frames, page) || load_acquire<Scope::kSystem>(&d.frames.page_free[page]);
+}
+
+}  // namespace engine_detail
+
+// Leader: the record of the frame the commit just closed, its CRC folded from its packets.
+// False: the frame waits for publish (its page read, or its statistic run, after execute).
+template <Scope S>
+RT_HD inline bool record_folded_now(const EngineDesc& d, EngineState& st, Batch& b, bool placing) {
+  using namespace engine_detail;
+  FrameState& fs = st.frames;
+  if (!fs.pending || placing || d.frames.statistic) return false;
+  const uint64_t n = pending_frame_bytes(d.frames, fs);
+  if (!fs.crc_valid || fs.crc_len != n) return false;
+  if (b.start_n != n) {
+    b.start_n = n;
+    b.start_crc = crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu);
+  }
+  count(st.tally, Counter::kFramesCrcFolded);
+  record_frame<S>(d, st, ~(fs.crc_raw ^ b.start_crc), kNoReply, /*publish_now=*/false);
+  return true;
+}
+
+// One pass of a frames queue's loop by a crew. Returns the work done, the same for
+// every thread.
+template <Scope S, class Crew>
+RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineState& st, Batch& b,
+                                  Staging* stg) {
+  using namespace engine_detail;
+  const auto t = c.team();
+  const uint32_t threads = c.teams() * t.size();
+  const uint32_t me = c.team_index() * t.size() + t.lane();
+  StreamPacket* pk = b.packets;
+  const uint64_t t0 = crew_clock();
+  if (c.leader()) {
+    b.ready = b.depth;
+    b.first_other = b.depth;
+    b.ends = 0;
+  }
+  c.sync();
+  const uint32_t first = st.rx_ci;
+  // poll: how many in a row are published (each thread its descriptors, all in flight)
+  for (uint32_t i = me; i < b.depth; i += threads)
+    if (!rx_poll<S>(d.rx, first + i)) crew_min(c, &b.ready, i);
+  c.sync();
+  const uint32_t n = b.ready;
+  if (n == 0) {
+    uint32_t done = 0;
+    if (c.leader()) done = b.done = end_pass<S>(d, st, stg, 0);
+    c.sync();
+    done = b.done;
+    c.sync();
+    return done;
+  }
+  const uint64_t t_poll = crew_clock();
+  // classify, the header
+  for (uint32_t i = me; i < n; i += threads) {
+    StreamPacket& p = pk[i];
+    const RxDesc& desc = d.rx.descs[(first + i) & d.rx.mask()];
+    p.len = desc.len < d.rx.slot_bytes ? desc.len : d.rx.slot_bytes;
+    p.ts = desc.timestamp_ns;
+    p.frame = d.rx.slot(first + i);
+    p.placed = p.execute = p.raw_ok = p.icrc_bad = false;
+    p.kind = stream_kind(d, decode(ByteSpan(p.frame, p.len)), p);
+    if (p.kind == StreamKind::kOther) crew_min(c, &b.first_other, i);
+    if (p.kind == StreamKind::kEnd) {
+      const uint32_t k = crew_add(c, &b.ends, 1);
+      if (k < kMaxStreamEnds) {
+        b.end_index[k] = i;
+        b.end_page[k] = p.page;
+      } else {
+        crew_min(c, &b.first_other, i);  // places nothing early after an end not kept
+      }
+    }
+  }
+  c.sync();
+  const uint64_t t_head = crew_clock();
+  // classify, the pass over the bytes
+  const uint32_t ends = b.ends < kMaxStreamEnds ? b.ends : kMaxStreamEnds;
+  const bool uc = d.qp.transport == Transport::UC;
+  for (uint32_t i = me; i < n; i += threads) {
+    StreamPacket& p = pk[i];
+    if (p.kind == StreamKind::kOther) continue;
+    bool place = uc && i < b.first_other && page_ours(d, st, p.page);
+    for (uint32_t k = 0; place && k < ends; ++k)
+      if (b.end_index[k] < i && b.end_page[k] == p.page) place = false;
+    const FrameView f = decode(ByteSpan(p.frame, p.len)).frame;
+    if (d.check_icrc) {
+      p.icrc_bad = !icrc_place(f, place ? p.dst : nullptr, p.data_len, &p.raw);
+      p.raw_ok = f.pad == 0;
+    } else if (place) {
+      copy_bytes(p.dst, f.base + f.payload, f.payload_len);
+    }
+    p.placed = place;
+  }
+  c.sync();
+  const uint64_t t1 = crew_clock();
+  // commit, in order
+  if (c.leader()) {
+    fence_acquire<S>();  // the frames' bytes after the poll's acquires, by other threads
+    const FramesDesc& fd = d.frames;
+    const bool rc = d.qp.transport == Transport::RC;
+    bool placing = false;  // execute has placements to make
+    uint32_t i = 0;
+    for (; i < n; ++i) {
+      StreamPacket& p = pk[i];
+      const bool stream = p.kind != StreamKind::kOther && !p.icrc_bad && st.in_message == 0 &&
+                          !st.resync && p.psn == st.expected_psn;
+      if (!stream && !p.icrc_bad) {  // the general path, alone or last in the batch
+        const DecodeResult r = decode(ByteSpan(p.frame, p.len));
+        BatchSlot s{};
+        s.r = r;
+        if (placing && !places_only(d, st, s)) break;
+        const IcrcVerdict v =
+            p.kind == StreamKind::kOther ? IcrcVerdict::kUnchecked : IcrcVerdict::kGood;
+        receive_decoded<S>(d, st, stg, r, p.len, p.ts, v);
+        p.execute = st.place_len != 0;
+        p.dst = st.place_dst;
+        p.frame = st.place_src;  // what execute copies from
+        p.payload_at = 0;
+        p.pay_len = st.place_len;
+        st.place_dst = nullptr;
+        st.place_src = nullptr;
+        st.place_len = 0;
+        ++i;
+        break;
+      }
+      count(st.tally, Counter::kRxPackets);
+      count(st.tally, Counter::kRxBytes, p.len);
+      if (p.icrc_bad) {  // dropped silently, as the general path does (RC too)
+        count(st.tally, Counter::kIcrcErrors);
+        continue;
+      }
+      if (rc) st.nak_sent = false;
+      const uint8_t* rec = p.data_len != p.pay_len ? p.frame + p.payload_at + p.data_len : nullptr;
+      if (frame_packet(fd, st, p.psn, p.page, p.offset, p.data_len, p.ts, p.raw,
+                       p.raw_ok && d.check_icrc, rec, &b.fold) &&
+          !p.placed) {
+        p.execute = true;  // its payload is the engine's to store: now, after the commit
+        placing = true;
+      }
+      st.write = WriteProgress{fd.region, p.va, p.va + p.pay_len, p.dma_len - p.pay_len};
+      st.in_message = 0;
+      st.expected_psn = psn_add(p.psn, 1);
+      if (rc) st.msn = psn_add(st.msn, 1);
+      if (p.kind == StreamKind::kEnd) {
+        close_frame(fd, st, p.imm, p.psn);
+        if (st.frames.pending && !record_folded_now<S>(d, st, b, placing)) {
+          ++i;
+          break;  // its record after execute (publish)
+        }
+      }
+      // The fold table for the stream's packet size, once two frames in a row open with it.
+      if (st.frames.packets == 1 && p.data_len != b.fold.n) {
+        if (p.data_len == b.fold_seen && p.data_len >= kFoldMinBytes)
+          crc32_zeros_table(b.fold, p.data_len);
+        b.fold_seen = p.data_len;
+      }
+    }
+    b.committed = first + i;
+  }
+  c.sync();
+  const uint64_t t2 = crew_clock();
+  // execute
+  const uint32_t committed = b.committed - first;
+  for (uint32_t i = c.team_index(); i < committed; i += c.teams()) {
+    const StreamPacket& p = pk[i];
+    if (p.execute) copy_bytes_team(t, p.dst, p.frame + p.payload_at, p.pay_len);
+  }
+  c.sync();
+  const uint64_t t3 = crew_clock();
+  // publish
+  if (c.leader() && st.ack_pending) {
+    st.ack_pending = false;
+    send_aeth<S>(d, st, stg, kAethAck, st.ack_psn);
+  }
+  if (st.frames.pending) {
+    const FrameState& fs = st.frames;
+    const uint64_t bytes = pending_frame_bytes(d.frames, fs);
+    int result = kNoReply;
+    if (d.frames.statistic) {
+      if (c.team_index() == 0) result = frame_statistic(c.team(), d, st);
+      c.sync();
+    }
+    if (fs.crc_valid && fs.crc_len == bytes) {
+      if (c.leader()) {
+        if (b.start_n != bytes) {
+          b.start_n = bytes;
+          b.start_crc = crc32_mulmod(crc32_x8n(bytes), 0xFFFFFFFFu);
+        }
+        count(st.tally, Counter::kFramesCrcFolded);
+        record_frame<S>(d, st, ~(fs.crc_raw ^ b.start_crc), result);
+      }
+    } else {
+      const uint32_t crc = crc32_crew(c, b, pending_frame_page(d, fs), bytes);
+      if (c.leader()) record_frame<S>(d, st, crc, result);
+    }
+  }
+  if (c.leader()) {
+    publish_completions(d, st);  // the records the commit wrote, their pages placed
+    st.rx_ci = b.committed;
+    b.done = end_pass<S>(d, st, stg, committed);
+    const uint64_t t4 = crew_clock();
+    b.cycles[0] += t1 - t0;
+    b.cycles[1] += t2 - t1;
+    b.cycles[2] += t3 - t2;
+    b.cycles[3] += t4 - t3;
+    ++b.batches;
+    b.batch_frames += committed;
+    b.classify_cycles[0] += t_poll - t0;
+    b.classify_cycles[1] += t_head - t_poll;
+    b.classify_cycles[2] += t1 - t_head;
+    b.classify_cycles[4] += n;
+  }
+  c.sync();
+  const uint32_t done = b.done;
+  c.sync();
+  return done;
+}
+
+// A frames queue's batch depth: queues.batch, whatever the executor (each thread takes
+// every threads-th packet of it).
+RT_HD inline uint32_t stream_depth(const EngineDesc& d) {
+  return d.batch < kMaxStreamBatch ? d.batch : kMaxStreamBatch;
+}
+
+// One pass of a queue's loop by a crew: the frames stream's step, or the batch step.
+template <Scope S, class Crew>
+RT_HD inline uint32_t crew_pass(const Crew& c, const EngineDesc& d, EngineState& st, Batch& b,
+                                Staging* stg = nullptr) {
+  if (d.handler.kind == HandlerKind::kFrames) return stream_step<S>(c, d, st, b, stg);
+  return crew_step<S>(c, d, st, b, stg);
+}
+
+}  // namespace rt
