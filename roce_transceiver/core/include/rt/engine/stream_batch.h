@@ -93,30 +93,66 @@ __device__ inline uint32_t crc32_step16(const Crc32Tables& tb, uint32_t c, uint3
   return crc32_chunk16(tb, w);
 }
 
+// The aligned 16-byte chunk at frame + at, where it has bytes of the frame (the last
+// one may end the slot, and the ring): zeros past the frame's end.
+__device__ inline uint4 frame_chunk(const uint8_t* frame, uint32_t at, uint32_t frame_len) {
+  return at < frame_len ? __ldcg(reinterpret_cast<const uint4*>(frame + at))
+                        : make_uint4(0, 0, 0, 0);
+}
+
+// One 16-byte chunk of the payload out of two aligned ones (cur, nxt): its CRC into c, and
+// stored at dst (null: not stored).
+template <uint32_t Q>
+__device__ inline uint32_t crc_place_chunk(const Crc32Tables& tb, uint32_t c, const uint4& cur,
+                                           const uint4& nxt, uint32_t sh, uint8_t* dst) {
+  const uint32_t w[8] = {cur.x, cur.y, cur.z, cur.w, nxt.x, nxt.y, nxt.z, nxt.w};
+  const uint32_t o0 = __funnelshift_r(w[Q], w[Q + 1], sh);
+  const uint32_t o1 = __funnelshift_r(w[Q + 1], w[Q + 2], sh);
+  const uint32_t o2 = __funnelshift_r(w[Q + 2], w[Q + 3], sh);
+  const uint32_t o3 = __funnelshift_r(w[Q + 3], w[Q + 4], sh);
+  if (dst) *reinterpret_cast<uint4*>(dst) = make_uint4(o0, o1, o2, o3);
+  return crc32_step16(tb, c, o0, o1, o2, o3);
+}
+
+// Chunks a thread has loaded ahead of the one it works on: a thread's loads are the SM's
+// bytes in flight (one at a time, 512 threads kept an SM at ~1 320 cycles a 4 KiB packet).
+constexpr uint32_t kPassAhead = 4;
+
 // `chunks` 16-byte chunks of a frame from byte `from` (Q = (from / 4) % 4, the word of
 // its first aligned chunk it starts in) into register c, each stored at dst (null: none)
-// as it goes: aligned 16-byte loads, funnel shifts to the payload's alignment.
+// as it goes: aligned 16-byte loads kPassAhead chunks ahead of their use, funnel shifts to
+// the payload's alignment.
 template <uint32_t Q>
 __device__ inline uint32_t crc_place_chunks(const Crc32Tables& tb, uint32_t c, const uint8_t* frame,
                                             uint32_t from, uint32_t chunks, uint8_t* dst,
                                             uint32_t frame_len) {
+  constexpr uint32_t G = kPassAhead;
   const uint32_t sh = (from & 3u) * 8u;
   const uint32_t base = from & ~15u;
-  uint4 cur = __ldcg(reinterpret_cast<const uint4*>(frame + base));
-  for (uint32_t k = 0; k < chunks; ++k) {
-    const uint32_t at = base + 16u * (k + 1u);
-    // The next aligned chunk only where it has bytes of the frame: the last one may
-    // end the slot (and the ring).
-    const uint4 nxt = at < frame_len ? __ldcg(reinterpret_cast<const uint4*>(frame + at))
-                                     : make_uint4(0, 0, 0, 0);
-    const uint32_t w[8] = {cur.x, cur.y, cur.z, cur.w, nxt.x, nxt.y, nxt.z, nxt.w};
-    const uint32_t o0 = __funnelshift_r(w[Q], w[Q + 1], sh);
-    const uint32_t o1 = __funnelshift_r(w[Q + 1], w[Q + 2], sh);
-    const uint32_t o2 = __funnelshift_r(w[Q + 2], w[Q + 3], sh);
-    const uint32_t o3 = __funnelshift_r(w[Q + 3], w[Q + 4], sh);
-    c = crc32_step16(tb, c, o0, o1, o2, o3);
-    if (dst) *reinterpret_cast<uint4*>(dst + 16u * k) = make_uint4(o0, o1, o2, o3);
-    cur = nxt;
+  uint4 cur = frame_chunk(frame, base, frame_len);
+  uint4 next[G];
+#pragma unroll
+  for (uint32_t g = 0; g < G; ++g) next[g] = frame_chunk(frame, base + 16u * (1u + g), frame_len);
+  uint32_t k = 0;
+  for (; k + G <= chunks; k += G) {
+    uint4 ahead[G];
+#pragma unroll
+    for (uint32_t g = 0; g < G; ++g)
+      ahead[g] = frame_chunk(frame, base + 16u * (k + 1u + G + g), frame_len);
+#pragma unroll
+    for (uint32_t g = 0; g < G; ++g) {
+      c = crc_place_chunk<Q>(tb, c, cur, next[g], sh, dst ? dst + 16u * (k + g) : nullptr);
+      cur = next[g];
+    }
+#pragma unroll
+    for (uint32_t g = 0; g < G; ++g) next[g] = ahead[g];
+  }
+#pragma unroll
+  for (uint32_t g = 0; g < G; ++g) {
+    if (k + g < chunks) {
+      c = crc_place_chunk<Q>(tb, c, cur, next[g], sh, dst ? dst + 16u * (k + g) : nullptr);
+      cur = next[g];
+    }
   }
   return c;
 }
@@ -233,6 +269,68 @@ RT_HD inline bool page_ours(const EngineDesc& d, const EngineState& st, uint32_t
 }
 
 }  // namespace engine_detail
+
+// Commit: the packets from pk[j] on that go on in the run of the one before it, which
+// frame_packet() took into the frame in progress, on a page that is ours: WRITE Onlys
+// without an end, good, the next PSN, the same page. What frame_packet() and the PSN
+// check do for each, with the state in registers and written back once (a lane walking
+// the state in shared memory cost the commit ~1 500 SM cycles a packet). Returns how many
+// it took; `placing` is set when one of them is left to execute.
+RT_HD inline uint32_t commit_run(const EngineDesc& d, EngineState& st, Batch& b, StreamPacket* pk,
+                                 uint32_t j, uint32_t n, bool& placing) {
+  FrameState& fs = st.frames;
+  const uint32_t page = fs.page;
+  const uint32_t psn_first = fs.psn_first;
+  const bool raw_known = d.check_icrc;
+  const Crc32ZerosTable& fold = b.fold;
+  const uint64_t fold_n = fold.n;
+  uint32_t next_psn = psn_add(pk[j - 1].psn, 1);
+  uint64_t end = fs.bytes, at = fs.crc_len, frame_bytes = 0;
+  uint32_t raw = fs.crc_raw;
+  bool valid = fs.crc_valid, execute = false;
+  uint32_t k = 0;
+  for (; j + k < n; ++k) {
+    StreamPacket& q = pk[j + k];
+    if (q.kind != StreamKind::kData || q.icrc_bad || q.psn != next_psn || q.page != page ||
+        psn_diff_sensor(q.psn, psn_first) < 0)
+      break;
+    frame_bytes += q.len;
+    if (q.data_len) {
+      const uint64_t e = uint64_t(q.offset) + q.data_len;
+      end = e > end ? e : end;
+      if (valid && (!q.raw_ok || !raw_known || q.offset != at)) {
+        valid = false;
+      } else if (valid) {
+        raw = (q.data_len == fold_n ? crc32_zeros_by(fold, raw)
+                                    : crc32_zeros(detail::crc32_tables(), raw, q.data_len)) ^
+              q.raw;
+        at += q.data_len;
+      }
+    }
+    if (!q.placed) {
+      q.execute = true;
+      execute = true;
+    }
+    next_psn = psn_add(q.psn, 1);
+  }
+  if (!k) return 0;
+  const StreamPacket& last = pk[j + k - 1];
+  fs.packets += k;
+  fs.last_psn = last.psn;
+  fs.rx_last_ns = last.ts;
+  fs.bytes = end;
+  fs.crc_valid = valid;
+  fs.crc_raw = raw;
+  fs.crc_len = at;
+  count(st.tally, Counter::kRxPackets, k);
+  count(st.tally, Counter::kRxBytes, frame_bytes);
+  st.write =
+      WriteProgress{d.frames.region, last.va, last.va + last.pay_len, last.dma_len - last.pay_len};
+  st.expected_psn = next_psn;
+  if (d.qp.transport == Transport::RC) st.msn = psn_add(st.msn, k);
+  placing = placing || execute;
+  return k;
+}
 
 // Leader: the record of the frame the commit just closed, its CRC folded from its packets.
 // False: the frame waits for publish (its page read, or its statistic run, after execute).
@@ -364,9 +462,9 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
       }
       if (rc) st.nak_sent = false;
       const uint8_t* rec = p.data_len != p.pay_len ? p.frame + p.payload_at + p.data_len : nullptr;
-      if (frame_packet(fd, st, p.psn, p.page, p.offset, p.data_len, p.ts, p.raw,
-                       p.raw_ok && d.check_icrc, rec, &b.fold) &&
-          !p.placed) {
+      const bool ours = frame_packet(fd, st, p.psn, p.page, p.offset, p.data_len, p.ts, p.raw,
+                                     p.raw_ok && d.check_icrc, rec, &b.fold);
+      if (ours && !p.placed) {
         p.execute = true;  // its payload is the engine's to store: now, after the commit
         placing = true;
       }
@@ -374,18 +472,19 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
       st.in_message = 0;
       st.expected_psn = psn_add(p.psn, 1);
       if (rc) st.msn = psn_add(st.msn, 1);
+      // The fold table for the stream's packet size, once two frames in a row open with it.
+      if (st.frames.packets == 1 && p.data_len != b.fold.n) {
+        if (p.data_len == b.fold_seen && p.data_len >= kFoldMinBytes)
+          crc32_zeros_table(b.fold, p.data_len);
+        b.fold_seen = p.data_len;
+      }
+      if (p.kind == StreamKind::kData && ours) i += commit_run(d, st, b, pk, i + 1, n, placing);
       if (p.kind == StreamKind::kEnd) {
         close_frame(fd, st, p.imm, p.psn);
         if (st.frames.pending && !record_folded_now<S>(d, st, b, placing)) {
           ++i;
           break;  // its record after execute (publish)
         }
-      }
-      // The fold table for the stream's packet size, once two frames in a row open with it.
-      if (st.frames.packets == 1 && p.data_len != b.fold.n) {
-        if (p.data_len == b.fold_seen && p.data_len >= kFoldMinBytes)
-          crc32_zeros_table(b.fold, p.data_len);
-        b.fold_seen = p.data_len;
       }
     }
     b.committed = first + i;
