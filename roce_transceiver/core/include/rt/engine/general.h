@@ -794,8 +794,9 @@ RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t cr
     if (crc_checked && !(rec.flags & kFrameCrcOk)) count(st.tally, Counter::kFrameCrcErrors);
     fd.page_free[fs.page] = 0;  // the host's now; published by the record's release below
     set_page_busy(fs, fs.page, true);
-    CompletionRecord& c = *reinterpret_cast<CompletionRecord*>(slot);
-    c = CompletionRecord{};
+    // Built here, stored in wide words: each store crosses the bus (a store a field was
+    // most of a frame's end in a stream of 4 KiB packets).
+    CompletionRecord c{};
     c.request_len = uint32_t(sizeof(FrameRecord));
     c.reply_len = result;
     c.imm = fs.imm;
@@ -812,8 +813,14 @@ RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t cr
     c.psn = fs.end_psn;
     c.rx_timestamp_ns = fs.rx_last_ns;
     c.done_timestamp_ns = now_ns();
-    copy_bytes(slot + sizeof(CompletionRecord), reinterpret_cast<const uint8_t*>(&rec),
-               uint32_t(sizeof rec));
+    store_record_header(slot, c);
+    static_assert(sizeof rec % 8 == 0 && sizeof(CompletionRecord) % 8 == 0, "8-byte words");
+    const auto* words = reinterpret_cast<const uint64_t*>(&rec);
+    auto* out = reinterpret_cast<uint64_t*>(slot + sizeof(CompletionRecord));
+#if RT_DEVICE_CODE
+#pragma unroll
+#endif
+    for (uint32_t k = 0; k < sizeof rec / 8; ++k) out[k] = words[k];
     // Published at once, not batched: the host gives the page back only once it has seen
     // the record, and a stream keeps the loop from settling.
     submit_completion(d, st, uint32_t(sizeof(CompletionRecord) + sizeof rec), c.done_timestamp_ns);

@@ -31,6 +31,10 @@
 
 #include "rt/engine/batch.h"
 
+#if RT_HOST_FUNCTIONS
+#include <cstring>
+#endif
+
 namespace rt {
 
 // Packets a frames batch holds at most (queues.batch's bound).
@@ -165,6 +169,74 @@ RT_HD inline uint32_t crc_place_bytes(const Crc32Tables& tb, uint32_t c, const u
   return ~crc32_update_with(tb, ~c, p, n);
 }
 
+// Payloads this long or longer are passed by a warp, a lane a 16-byte chunk (their
+// loads and stores coalesced); shorter ones by a thread (stream_step). One thread a
+// 4 KiB packet, 32 of them a warp, was 32 cache lines an instruction: the SM's load and
+// store pipe, not its CRC, set the rate (~1 300 SM cycles a packet).
+constexpr uint32_t kWarpPassBytes = 512;
+
+#if RT_DEVICE_CODE
+// A warp, one pass over a decoded frame's bytes: whether its ICRC matches, with its payload
+// stored at dst on the way (null: not stored), and the raw CRC register of its first
+// data_len payload bytes into *raw (every lane). Lane l takes chunks l, l + 32, ... of the
+// data: its register goes 512 bytes on at each, then over what follows its last one; the
+// lanes' registers XOR to the data's. Lane 0 meanwhile has the register of the headers
+// before it, and takes the data's last bytes, a record after it and the pad.
+__device__ inline bool icrc_place_warp(const WarpTeam& t, const FrameView& f, uint8_t* dst,
+                                       uint32_t data_len, uint32_t* raw) {
+  const Crc32Tables& tb = detail::crc32_tables();
+  const uint32_t lane = t.lane();
+  const uint32_t chunks = data_len / 16u;
+  const uint32_t from = f.payload;
+  const uint32_t base = from & ~15u, sh = (from & 3u) * 8u, q = (from >> 2) & 3u;
+  uint32_t r = 0;
+  uint32_t last = 0;  // this lane's last chunk + 1
+  for (uint32_t k0 = 0; k0 < chunks; k0 += 32u) {
+    const uint32_t k = k0 + lane;
+    // The aligned chunk this lane's output chunk starts in; the next one is its neighbour's.
+    const uint4 cur = frame_chunk(f.base, base + 16u * k, f.len);
+    const uint4 first_next = frame_chunk(f.base, base + 16u * (k0 + 32u), f.len);
+    uint4 nxt;
+    nxt.x = __shfl_down_sync(0xFFFFFFFFu, cur.x, 1);
+    nxt.y = __shfl_down_sync(0xFFFFFFFFu, cur.y, 1);
+    nxt.z = __shfl_down_sync(0xFFFFFFFFu, cur.z, 1);
+    nxt.w = __shfl_down_sync(0xFFFFFFFFu, cur.w, 1);
+    if (lane == 31) nxt = first_next;
+    if (k < chunks) {
+      const uint32_t w[8] = {cur.x, cur.y, cur.z, cur.w, nxt.x, nxt.y, nxt.z, nxt.w};
+      uint32_t o[4];
+#pragma unroll
+      for (uint32_t j = 0; j < 4; ++j) {
+        // q is the same for every lane: a select, not an indexed register.
+        const uint32_t lo = q == 0 ? w[j] : q == 1 ? w[j + 1] : q == 2 ? w[j + 2] : w[j + 3];
+        const uint32_t hi = q == 0 ? w[j + 1] : q == 1 ? w[j + 2] : q == 2 ? w[j + 3] : w[j + 4];
+        o[j] = __funnelshift_r(lo, hi, sh);
+      }
+      if (dst) *reinterpret_cast<uint4*>(dst + 16u * k) = make_uint4(o[0], o[1], o[2], o[3]);
+      r = crc32_step16(tb, k0 ? crc32_shift16(tb, 32, r) : 0u, o[0], o[1], o[2], o[3]);
+      last = k + 1;
+    }
+  }
+  // Over what follows this lane's last chunk, to the chunks' end (less than 32 chunks).
+  if (last) r = crc32_shift16(tb, chunks - last, r);
+  r = t.xor_all(last ? r : 0u);
+  uint32_t ok = 0, data_raw = 0;
+  if (t.leader()) {
+    const uint8_t* pay = f.base + f.payload;
+    const uint32_t done = chunks * 16u;
+    data_raw = crc_place_bytes(tb, r, pay + done, data_len - done, dst ? dst + done : nullptr);
+    const uint32_t start = icrc_register_at_payload(tb, f);
+    uint32_t c = crc32_zeros(tb, start, data_len) ^ data_raw;
+    c = crc_place_bytes(tb, c, pay + data_len, f.payload_len - data_len,
+                        dst ? dst + data_len : nullptr);
+    c = ~crc32_update_with(tb, ~c, pay + f.payload_len, f.pad);
+    ok = ~c == f.icrc_field();
+  }
+  *raw = t.from_leader(data_raw);
+  return t.from_leader(ok) != 0;
+}
+#endif
+
 // One thread, one pass over a decoded frame's bytes: whether its ICRC matches, with its
 // payload stored at dst on the way (null: not stored), and the raw CRC register of its
 // first data_len payload bytes into *raw. The register at the data's end less the
@@ -196,7 +268,7 @@ RT_HD inline bool icrc_place(const FrameView& f, uint8_t* dst, uint32_t data_len
 #else
   // A CPU's CRC (carry-less multiplies) is faster than its copy: two passes, each at speed.
   (void)tb;
-  if (dst) copy_bytes(dst, pay, f.payload_len);
+  if (dst) std::memcpy(dst, pay, f.payload_len);  // copy_bytes goes a byte at a time off 4
   *raw = ~crc32_update_fast(0xFFFFFFFFu, pay, data_len);
   return icrc_ok(f);
 #endif
@@ -291,27 +363,33 @@ RT_HD inline uint32_t commit_run(const EngineDesc& d, EngineState& st, Batch& b,
   uint32_t k = 0;
   for (; j + k < n; ++k) {
     StreamPacket& q = pk[j + k];
-    if (q.kind != StreamKind::kData || q.icrc_bad || q.psn != next_psn || q.page != page ||
-        psn_diff_sensor(q.psn, psn_first) < 0)
-      break;
-    frame_bytes += q.len;
-    if (q.data_len) {
-      const uint64_t e = uint64_t(q.offset) + q.data_len;
+    // Every field first, then one branch: a load a condition put each load's round trip
+    // after the one before.
+    const StreamKind kind = q.kind;
+    const bool bad = q.icrc_bad, placed = q.placed, raw_ok = q.raw_ok;
+    const uint32_t psn = q.psn, at_page = q.page, offset = q.offset, data_len = q.data_len;
+    const uint32_t len = q.len, q_raw = q.raw;
+    const bool goes_on = (kind == StreamKind::kData) & !bad & (psn == next_psn) &
+                         (at_page == page) & (psn_diff_sensor(psn, psn_first) >= 0);
+    if (!goes_on) break;
+    frame_bytes += len;
+    if (data_len) {
+      const uint64_t e = uint64_t(offset) + data_len;
       end = e > end ? e : end;
-      if (valid && (!q.raw_ok || !raw_known || q.offset != at)) {
+      if (valid && (!raw_ok || !raw_known || offset != at)) {
         valid = false;
       } else if (valid) {
-        raw = (q.data_len == fold_n ? crc32_zeros_by(fold, raw)
-                                    : crc32_zeros(detail::crc32_tables(), raw, q.data_len)) ^
-              q.raw;
-        at += q.data_len;
+        raw = (data_len == fold_n ? crc32_zeros_by(fold, raw)
+                                  : crc32_zeros(detail::crc32_tables(), raw, data_len)) ^
+              q_raw;
+        at += data_len;
       }
     }
-    if (!q.placed) {
+    if (!placed) {
       q.execute = true;
       execute = true;
     }
-    next_psn = psn_add(q.psn, 1);
+    next_psn = psn_add(psn, 1);
   }
   if (!k) return 0;
   const StreamPacket& last = pk[j + k - 1];
@@ -348,6 +426,76 @@ RT_HD inline bool record_folded_now(const EngineDesc& d, EngineState& st, Batch&
   count(st.tally, Counter::kFramesCrcFolded);
   record_frame<S>(d, st, ~(fs.crc_raw ^ b.start_crc), kNoReply, /*publish_now=*/false);
   return true;
+}
+
+// Commit, the crew leader: the batch's n packets in ring order (stream_step). Out of line:
+// its own registers, not the kernel's (spilled inside the loop, each a trip to memory).
+template <Scope S>
+RT_HD RT_COLD inline uint32_t stream_commit(const EngineDesc& d, EngineState& st, Batch& b,
+                                            Staging* stg, uint32_t n) {
+  using namespace engine_detail;
+  StreamPacket* pk = b.packets;
+  const FramesDesc& fd = d.frames;
+  const bool rc = d.qp.transport == Transport::RC;
+  bool placing = false;  // execute has placements to make
+  uint32_t i = 0;
+  for (; i < n; ++i) {
+    StreamPacket& p = pk[i];
+    const bool stream = p.kind != StreamKind::kOther && !p.icrc_bad && st.in_message == 0 &&
+                        !st.resync && p.psn == st.expected_psn;
+    if (!stream && !p.icrc_bad) {  // the general path, alone or last in the batch
+      const DecodeResult r = decode(ByteSpan(p.frame, p.len));
+      BatchSlot s{};
+      s.r = r;
+      if (placing && !places_only(d, st, s)) break;
+      const IcrcVerdict v =
+          p.kind == StreamKind::kOther ? IcrcVerdict::kUnchecked : IcrcVerdict::kGood;
+      receive_decoded<S>(d, st, stg, r, p.len, p.ts, v);
+      p.execute = st.place_len != 0;
+      p.dst = st.place_dst;
+      p.frame = st.place_src;  // what execute copies from
+      p.payload_at = 0;
+      p.pay_len = st.place_len;
+      st.place_dst = nullptr;
+      st.place_src = nullptr;
+      st.place_len = 0;
+      ++i;
+      break;
+    }
+    count(st.tally, Counter::kRxPackets);
+    count(st.tally, Counter::kRxBytes, p.len);
+    if (p.icrc_bad) {  // dropped silently, as the general path does (RC too)
+      count(st.tally, Counter::kIcrcErrors);
+      continue;
+    }
+    if (rc) st.nak_sent = false;
+    const uint8_t* rec = p.data_len != p.pay_len ? p.frame + p.payload_at + p.data_len : nullptr;
+    const bool ours = frame_packet(fd, st, p.psn, p.page, p.offset, p.data_len, p.ts, p.raw,
+                                   p.raw_ok && d.check_icrc, rec, &b.fold);
+    if (ours && !p.placed) {
+      p.execute = true;  // its payload is the engine's to store: now, after the commit
+      placing = true;
+    }
+    st.write = WriteProgress{fd.region, p.va, p.va + p.pay_len, p.dma_len - p.pay_len};
+    st.in_message = 0;
+    st.expected_psn = psn_add(p.psn, 1);
+    if (rc) st.msn = psn_add(st.msn, 1);
+    // The fold table for the stream's packet size, once two frames in a row open with it.
+    if (st.frames.packets == 1 && p.data_len != b.fold.n) {
+      if (p.data_len == b.fold_seen && p.data_len >= kFoldMinBytes)
+        crc32_zeros_table(b.fold, p.data_len);
+      b.fold_seen = p.data_len;
+    }
+    if (p.kind == StreamKind::kData && ours) i += commit_run(d, st, b, pk, i + 1, n, placing);
+    if (p.kind == StreamKind::kEnd) {
+      close_frame(fd, st, p.imm, p.psn);
+      if (st.frames.pending && !record_folded_now<S>(d, st, b, placing)) {
+        ++i;
+        break;  // its record after execute (publish)
+      }
+    }
+  }
+  return i;
 }
 
 // One pass of a frames queue's loop by a crew. Returns the work done, the same for
@@ -407,12 +555,22 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
   // classify, the pass over the bytes
   const uint32_t ends = b.ends < kMaxStreamEnds ? b.ends : kMaxStreamEnds;
   const bool uc = d.qp.transport == Transport::UC;
-  for (uint32_t i = me; i < n; i += threads) {
-    StreamPacket& p = pk[i];
-    if (p.kind == StreamKind::kOther) continue;
+  const auto placeable = [&](uint32_t i, const StreamPacket& p) {
     bool place = uc && i < b.first_other && page_ours(d, st, p.page);
     for (uint32_t k = 0; place && k < ends; ++k)
       if (b.end_index[k] < i && b.end_page[k] == p.page) place = false;
+    return place;
+  };
+  // A long payload a warp's: the grain fits the packet.
+  const auto by_warp = [&](const StreamPacket& p) {
+    return Crew::Team::kLanes == 32 && d.check_icrc && p.data_len >= kWarpPassBytes &&
+           (reinterpret_cast<uintptr_t>(p.frame) & 15u) == 0 &&
+           (reinterpret_cast<uintptr_t>(p.dst) & 15u) == 0;
+  };
+  for (uint32_t i = me; i < n; i += threads) {
+    StreamPacket& p = pk[i];
+    if (p.kind == StreamKind::kOther || by_warp(p)) continue;
+    const bool place = placeable(i, p);
     const FrameView f = decode(ByteSpan(p.frame, p.len)).frame;
     if (d.check_icrc) {
       p.icrc_bad = !icrc_place(f, place ? p.dst : nullptr, p.data_len, &p.raw);
@@ -422,72 +580,30 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
     }
     p.placed = place;
   }
+#if RT_DEVICE_CODE
+  if constexpr (Crew::Team::kLanes == 32) {
+    for (uint32_t i = c.team_index(); i < n; i += c.teams()) {
+      StreamPacket& p = pk[i];
+      if (p.kind == StreamKind::kOther || !by_warp(p)) continue;
+      const bool place = placeable(i, p);
+      const FrameView f = decode(ByteSpan(p.frame, p.len)).frame;
+      uint32_t raw = 0;
+      const bool ok = icrc_place_warp(t, f, place ? p.dst : nullptr, p.data_len, &raw);
+      if (t.leader()) {
+        p.icrc_bad = !ok;
+        p.raw = raw;
+        p.raw_ok = f.pad == 0;
+        p.placed = place;
+      }
+    }
+  }
+#endif
   c.sync();
   const uint64_t t1 = crew_clock();
   // commit, in order
   if (c.leader()) {
     fence_acquire<S>();  // the frames' bytes after the poll's acquires, by other threads
-    const FramesDesc& fd = d.frames;
-    const bool rc = d.qp.transport == Transport::RC;
-    bool placing = false;  // execute has placements to make
-    uint32_t i = 0;
-    for (; i < n; ++i) {
-      StreamPacket& p = pk[i];
-      const bool stream = p.kind != StreamKind::kOther && !p.icrc_bad && st.in_message == 0 &&
-                          !st.resync && p.psn == st.expected_psn;
-      if (!stream && !p.icrc_bad) {  // the general path, alone or last in the batch
-        const DecodeResult r = decode(ByteSpan(p.frame, p.len));
-        BatchSlot s{};
-        s.r = r;
-        if (placing && !places_only(d, st, s)) break;
-        const IcrcVerdict v =
-            p.kind == StreamKind::kOther ? IcrcVerdict::kUnchecked : IcrcVerdict::kGood;
-        receive_decoded<S>(d, st, stg, r, p.len, p.ts, v);
-        p.execute = st.place_len != 0;
-        p.dst = st.place_dst;
-        p.frame = st.place_src;  // what execute copies from
-        p.payload_at = 0;
-        p.pay_len = st.place_len;
-        st.place_dst = nullptr;
-        st.place_src = nullptr;
-        st.place_len = 0;
-        ++i;
-        break;
-      }
-      count(st.tally, Counter::kRxPackets);
-      count(st.tally, Counter::kRxBytes, p.len);
-      if (p.icrc_bad) {  // dropped silently, as the general path does (RC too)
-        count(st.tally, Counter::kIcrcErrors);
-        continue;
-      }
-      if (rc) st.nak_sent = false;
-      const uint8_t* rec = p.data_len != p.pay_len ? p.frame + p.payload_at + p.data_len : nullptr;
-      const bool ours = frame_packet(fd, st, p.psn, p.page, p.offset, p.data_len, p.ts, p.raw,
-                                     p.raw_ok && d.check_icrc, rec, &b.fold);
-      if (ours && !p.placed) {
-        p.execute = true;  // its payload is the engine's to store: now, after the commit
-        placing = true;
-      }
-      st.write = WriteProgress{fd.region, p.va, p.va + p.pay_len, p.dma_len - p.pay_len};
-      st.in_message = 0;
-      st.expected_psn = psn_add(p.psn, 1);
-      if (rc) st.msn = psn_add(st.msn, 1);
-      // The fold table for the stream's packet size, once two frames in a row open with it.
-      if (st.frames.packets == 1 && p.data_len != b.fold.n) {
-        if (p.data_len == b.fold_seen && p.data_len >= kFoldMinBytes)
-          crc32_zeros_table(b.fold, p.data_len);
-        b.fold_seen = p.data_len;
-      }
-      if (p.kind == StreamKind::kData && ours) i += commit_run(d, st, b, pk, i + 1, n, placing);
-      if (p.kind == StreamKind::kEnd) {
-        close_frame(fd, st, p.imm, p.psn);
-        if (st.frames.pending && !record_folded_now<S>(d, st, b, placing)) {
-          ++i;
-          break;  // its record after execute (publish)
-        }
-      }
-    }
-    b.committed = first + i;
+    b.committed = first + stream_commit<S>(d, st, b, stg, n);
   }
   c.sync();
   const uint64_t t2 = crew_clock();
