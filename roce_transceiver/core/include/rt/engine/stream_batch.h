@@ -179,9 +179,10 @@ constexpr uint32_t kWarpPassBytes = 512;
 // A warp, one pass over a decoded frame's bytes: whether its ICRC matches, with its payload
 // stored at dst on the way (null: not stored), and the raw CRC register of its first
 // data_len payload bytes into *raw (every lane). Lane l takes chunks l, l + 32, ... of the
-// data: its register goes 512 bytes on at each, then over what follows its last one; the
-// lanes' registers XOR to the data's. Lane 0 meanwhile has the register of the headers
-// before it, and takes the data's last bytes, a record after it and the pad.
+// data: its register goes on over the 31 chunks of the other lanes before each of its own,
+// then over what follows its last one; the lanes' registers XOR to the data's. Lane 0 meanwhile has
+// the register of the headers before it, and takes the data's last bytes, a record after it and the
+// pad.
 __device__ inline bool icrc_place_warp(const WarpTeam& t, const FrameView& f, uint8_t* dst,
                                        uint32_t data_len, uint32_t* raw) {
   const Crc32Tables& tb = detail::crc32_tables();
@@ -213,7 +214,7 @@ __device__ inline bool icrc_place_warp(const WarpTeam& t, const FrameView& f, ui
         o[j] = __funnelshift_r(lo, hi, sh);
       }
       if (dst) *reinterpret_cast<uint4*>(dst + 16u * k) = make_uint4(o[0], o[1], o[2], o[3]);
-      r = crc32_step16(tb, k0 ? crc32_shift16(tb, 32, r) : 0u, o[0], o[1], o[2], o[3]);
+      r = crc32_step16(tb, k0 ? crc32_shift16(tb, 31, r) : 0u, o[0], o[1], o[2], o[3]);
       last = k + 1;
     }
   }
