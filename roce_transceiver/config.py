@@ -654,7 +654,15 @@ SCHEMA = Section(
                     check=_multiple_of_64,
                 ),
                 "batch": Field(
-                    int, 32, "rx packets per loop pass at most", minimum=1, maximum=1024
+                    int,
+                    32,
+                    (
+                        "the batch depth: rx packets a loop pass takes at most, on every "
+                        "executor (the frames handler: a packet a thread of the crew, so 32 x "
+                        "cuda.warps fills it; its records must fit shared memory)"
+                    ),
+                    minimum=1,
+                    maximum=1024,
                 ),
                 "host_tx_depth": Field(int, 64, "slots for messages the host sends", **_DEPTH),
                 "completion_depth": Field(

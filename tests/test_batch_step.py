@@ -167,17 +167,17 @@ def test_a_page_crc_comes_from_its_packets_when_they_came_in_order(
     executor: str, record: str
 ) -> None:
     """At every batch depth, a frame whose data came in order, every packet without pad, its
-    first carrying 2 KiB or more, has its page CRC folded from the packets' own CRC pass
-    (frames_crc_folded) instead of the page read again, whatever its later packets' sizes
-    (2 148 = 2 048 + 100); a packet with pad (a frame of 1 023 bytes), a small first packet
-    (700 and 64 bytes), or a record appended after HSB's 128-byte pad past the data (3 000,
-    5 000, 2 148 with the record appended: the pad is in the packet's data) leave the page to
-    be read. Every way, each frame's CRC is zlib's of what was sent."""
+    first carrying 512 bytes or more (frames.h kFoldMinBytes), has its page CRC folded from
+    the packets' own CRC pass (frames_crc_folded) instead of the page read again, whatever its
+    later packets' sizes (2 148 = 2 048 + 100); a packet with pad (a frame of 1 023 bytes), a
+    small first packet (64 bytes), or a record appended after HSB's 128-byte pad past the data
+    (700, 3 000, 5 000, 2 148 with the record appended: the pad is in the packet's data) leave
+    the page to be read. Every way, each frame's CRC is zlib's of what was sent."""
     sizes = [4096, 3000, 8192, 700, 1023, 5000, 2048, 64, 2148]
 
-    def folds(n: int) -> bool:  # every packet pad-free, the first 2 KiB, no HSB pad in data
+    def folds(n: int) -> bool:  # every packet pad-free, the first 512 B, no HSB pad in data
         padded = record == "appended" and n % 2048 % 128 != 0
-        return n % 4 == 0 and n >= 2048 and not padded
+        return n % 4 == 0 and min(n, 2048) >= 512 and not padded
 
     foldable = sum(map(folds, sizes))
     for shape in shapes(executor):

@@ -31,14 +31,11 @@ namespace rt {
 constexpr uint32_t kMaxPages = 4096;  // the immediate's 12-bit page
 // A frame whose first packet carries this much data or more has its page CRC folded
 // from its packets (fold_page_crc); a stream of smaller packets has its page read at
-// the end instead. On the H200 a fold costs a crew's commit ~350 SM cycles a packet,
-// a page read ~0.4 a byte: 64 B packets went from 1.38 to 1.08 Mpps with the fold, 4 KiB
-// ones from 13.4 to 15.2 Gb/s, 1 KiB ones 7.8 to 7.6 Gb/s.
-constexpr uint32_t kFoldMinBytes = 2048;
-// A packet's payload CRC is taken out of its ICRC pass only from this size on (a second
-// register costs a 64 B packet's ICRC ~15 %): a frame whose later packet is smaller has its
-// page read.
-constexpr uint32_t kFoldPacketMinBytes = 256;
+// the end instead. The stream step (stream_batch.h) has each packet's data CRC from its
+// own pass and folds it in four lookups on the commit's lane; a page read ends its batch
+// at the frame's end. With 2 KiB here, 1 KiB packets went from 7.6 Gb/s a SM (the batch
+// step before it) to 2.4 on the H200: a 512-packet batch cut at every 65th packet.
+constexpr uint32_t kFoldMinBytes = 512;
 // A frame number this far (or farther) past the last, modulo 2^16, went back: a restart.
 constexpr uint32_t kFrameNumberRestart = 0x8000;
 
