@@ -20,11 +20,9 @@ from typing import Any
 
 import pytest
 from engine_helpers import EXECUTORS, Peer, make, wait_counters
-from frames_helpers import frames_config, sensor_for
-from test_batch_step import RING, content, drain, drain_frames, merged
+from test_batch_step import drain, sized_run
 
 from roce_transceiver.protocol import parse
-from roce_transceiver.transceiver import Transceiver
 
 #: Depths around the frames' lengths and the stream's: every split of a frame.
 DEPTHS = (1, 2, 3, 5, 8, 10, 11, 12, 16, 21, 22, 32, 33, 64, 100)
@@ -32,26 +30,7 @@ SIZES = (10 * 2048, 20 * 2048, 10 * 2048 + 300, 5000)  # frames of 11, 21, 12 an
 
 
 def _stream_run(executor: str, depth: int) -> dict[str, Any]:
-    config = merged(
-        frames_config(executor, True, pages=8),
-        {"queues": {"rx_depth": RING, "slot_bytes": 2304, "batch": depth}},
-    )
-    t = Transceiver(config)
-    sensor = sensor_for(t, payload=2048)
-    sent = [sensor.frame(n, content(n, size)) for n, size in enumerate(SIZES)]
-    packets = [p for f in sent for p in f.packets]
-    for p in packets:
-        assert t.inject(p)
-    with t:
-        records = drain_frames(t, len(packets))
-        stats = t.stats()
-    return {
-        "sent": sent,
-        "packets": len(packets),
-        "records": records,
-        "stats": stats,
-        "epochs": t.epoch_stats(),
-    }
+    return sized_run(executor, {"queues": {"batch": depth}}, SIZES, pages=8)
 
 
 def _record(r: dict[str, Any]) -> tuple[Any, ...]:

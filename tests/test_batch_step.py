@@ -155,6 +155,36 @@ def test_a_queue_whose_pages_are_all_held_refuses_the_same_packets_in_batches(
     assert len(runs[0]["records"]) == 2 and stats["frame_page_busy"] > 0, stats
 
 
+def sized_run(
+    executor: str,
+    shape: dict[str, Any],
+    sizes: tuple[int, ...] | list[int],
+    pages: int,
+    record: str = "separate",
+) -> dict[str, Any]:
+    """Frames of ``sizes`` in 2 KiB WRITEs (metadata on), all in the ring before the loop
+    starts, taken by a transceiver of ``shape``: what was sent, the records, the counters and
+    the loop's batches (epoch_stats)."""
+    queues = {"rx_depth": RING, "slot_bytes": 2304}  # 2 KiB, a record, the headers
+    config = merged(frames_config(executor, True, pages=pages), {"queues": queues})
+    t = Transceiver(merged(config, shape))
+    sensor = sensor_for(t, payload=2048, record=record)
+    sent = [sensor.frame(n, content(n, size)) for n, size in enumerate(sizes)]
+    packets = [p for f in sent for p in f.packets]
+    for p in packets:
+        assert t.inject(p)
+    with t:
+        records = drain_frames(t, len(packets))
+        stats = t.stats()
+    return {
+        "sent": sent,
+        "packets": len(packets),
+        "records": records,
+        "stats": stats,
+        "epochs": t.epoch_stats(),
+    }
+
+
 def streamed(shape: dict[str, Any]) -> bool:
     """Whether a shape takes the frames stream by the stream step (stream_batch.h): every
     shape does, on both executors, at every batch depth and warp count."""
@@ -181,17 +211,8 @@ def test_a_page_crc_comes_from_its_packets_when_they_came_in_order(
 
     foldable = sum(map(folds, sizes))
     for shape in shapes(executor):
-        queues = {"rx_depth": RING, "slot_bytes": 2304}  # 2 KiB, a record, the headers
-        config = merged(frames_config(executor, True, pages=16), {"queues": queues})
-        t = Transceiver(merged(config, shape))
-        sensor = sensor_for(t, payload=2048, record=record)
-        sent = [sensor.frame(n, content(n, size)) for n, size in enumerate(sizes)]
-        packets = [p for f in sent for p in f.packets]
-        for p in packets:
-            assert t.inject(p)
-        with t:
-            records = drain_frames(t, len(packets))
-            stats = t.stats()
+        run = sized_run(executor, shape, sizes, pages=16, record=record)
+        sent, records, stats = run["sent"], run["records"], run["stats"]
         assert [r["crc32"] for r in records] == [zlib.crc32(f.content) for f in sent], shape
         assert all(r["crc_ok"] for r in records), shape
         want = foldable if streamed(shape) else 0

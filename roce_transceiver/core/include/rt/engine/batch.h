@@ -135,6 +135,19 @@ RT_HD inline uint64_t crew_clock() {
 #endif
 }
 
+// Leader, at a batch's end: its phases' SM cycles (classify from t0, commit from t1, execute
+// from t2, publish from t3 to now) and its frames, into the crew's profile.
+RT_HD inline void count_batch(Batch& b, uint64_t t0, uint64_t t1, uint64_t t2, uint64_t t3,
+                              uint32_t frames) {
+  const uint64_t t4 = crew_clock();
+  b.cycles[0] += t1 - t0;
+  b.cycles[1] += t2 - t1;
+  b.cycles[2] += t3 - t2;
+  b.cycles[3] += t4 - t3;
+  ++b.batches;
+  b.batch_frames += frames;
+}
+
 // Team-wide: how many descriptors from rx sequence `from` on are published, in
 // a row, up to `max` (<= kMaxBatch): one acquire load a lane, all in flight.
 template <Scope S, class Team>
@@ -371,13 +384,7 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
   if (c.leader()) {
     st.rx_ci = committed;
     b.done = end_pass<S>(d, st, stg, committed - first);
-    const uint64_t t4 = crew_clock();
-    b.cycles[0] += t1 - t0;
-    b.cycles[1] += t2 - t1;
-    b.cycles[2] += t3 - t2;
-    b.cycles[3] += t4 - t3;
-    ++b.batches;
-    b.batch_frames += committed - first;
+    count_batch(b, t0, t1, t2, t3, committed - first);
   }
   c.sync();
   return b.done;

@@ -73,18 +73,9 @@ namespace engine_detail {
 // The raw ICRC register at a decoded frame's payload: the masked header and the
 // extension headers after the BTH (icrc_compute's first part).
 RT_HD inline uint32_t icrc_register_at_payload(const Crc32Tables& tb, const FrameView& f) {
-  using namespace icrc_detail;
-  const uint8_t* h = f.base + f.l3;
-  const uint32_t n = f.bth + uint32_t(sizeof(Bth)) - f.l3;
-  uint32_t c = kRegisterAfterLrh;
-  if (f.ip_version == 4 && n == 40)
-    c = crc_masked_header_fixed<4, 20>(tb, c, h);
-  else if (f.ip_version == 6 && n == 60)
-    c = crc_masked_header_fixed<6, 40>(tb, c, h);
-  else
-    c = crc_masked_header(tb, c, h, n, f.ip_version, f.l3_len);
   const uint32_t after_bth = f.bth + uint32_t(sizeof(Bth));
-  return ~crc32_update_with(tb, ~c, f.base + after_bth, f.payload - after_bth);
+  return ~crc32_update_with(tb, ~icrc_register_after_bth(tb, f), f.base + after_bth,
+                            f.payload - after_bth);
 }
 
 #if RT_DEVICE_CODE
@@ -647,13 +638,7 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
     publish_completions(d, st);  // the records the commit wrote, their pages placed
     st.rx_ci = b.committed;
     b.done = end_pass<S>(d, st, stg, committed);
-    const uint64_t t4 = crew_clock();
-    b.cycles[0] += t1 - t0;
-    b.cycles[1] += t2 - t1;
-    b.cycles[2] += t3 - t2;
-    b.cycles[3] += t4 - t3;
-    ++b.batches;
-    b.batch_frames += committed;
+    count_batch(b, t0, t1, t2, t3, committed);
     b.classify_cycles[0] += t_poll - t0;
     b.classify_cycles[1] += t_head - t_poll;
     b.classify_cycles[2] += t1 - t_head;

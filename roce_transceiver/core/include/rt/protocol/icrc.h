@@ -106,18 +106,20 @@ RT_HD inline uint32_t icrc_masked_prefix(const FrameView& f, uint8_t* out) {
 // decode_transport()). Computes; does not compare. The masked header is fed to
 // the CRC straight from the frame (a copy built byte by byte costs more on a
 // GPU than the CRC itself); the two common layouts get constant masks.
-RT_HD inline uint32_t icrc_compute(const FrameView& f) {
+// The raw ICRC register after the masked header (IP, UDP, BTH) of a decoded frame.
+RT_HD inline uint32_t icrc_register_after_bth(const Crc32Tables& tb, const FrameView& f) {
   using namespace icrc_detail;
-  const Crc32Tables& tb = detail::crc32_tables();
   const uint8_t* h = f.base + f.l3;
   const uint32_t n = f.bth + uint32_t(sizeof(Bth)) - f.l3;
-  uint32_t c = kRegisterAfterLrh;
-  if (f.ip_version == 4 && n == 40)
-    c = crc_masked_header_fixed<4, 20>(tb, c, h);
-  else if (f.ip_version == 6 && n == 60)
-    c = crc_masked_header_fixed<6, 40>(tb, c, h);
-  else  // IPv4 with options, or a layout not seen yet
-    c = crc_masked_header(tb, c, h, n, f.ip_version, f.l3_len);
+  const uint32_t c = kRegisterAfterLrh;
+  if (f.ip_version == 4 && n == 40) return crc_masked_header_fixed<4, 20>(tb, c, h);
+  if (f.ip_version == 6 && n == 60) return crc_masked_header_fixed<6, 40>(tb, c, h);
+  // IPv4 with options, or a layout not seen yet
+  return crc_masked_header(tb, c, h, n, f.ip_version, f.l3_len);
+}
+
+RT_HD inline uint32_t icrc_compute(const FrameView& f) {
+  const uint32_t c = icrc_register_after_bth(detail::crc32_tables(), f);
   const uint32_t after_bth = f.bth + uint32_t(sizeof(Bth));
   return crc32_update_fast(~c, f.base + after_bth, f.icrc - after_bth);
 }
