@@ -250,13 +250,13 @@ RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, Bat
   t.sync();
 }
 
-// Commit: may frame `s` be committed while placements of this batch are not
+// Commit: may frame `r` be committed while placements of this batch are not
 // done yet? Only a WRITE whose handling does nothing but note its own: no
 // handler reads it (the frames handler takes an immediate as a frame's end)
 // and, on RC, nothing is sent for it (no ACK asked, not a duplicate).
-RT_HD inline bool places_only(const EngineDesc& d, const EngineState& st, const BatchSlot& s) {
-  if (!s.r.ok()) return true;  // counted as malformed: nothing sent, nothing read
-  const FrameView& f = s.r.frame;
+RT_HD inline bool places_only(const EngineDesc& d, const EngineState& st, const DecodeResult& r) {
+  if (!r.ok()) return true;  // counted as malformed: nothing sent, nothing read
+  const FrameView& f = r.frame;
   if (!(f.op.flags & kWrite) || f.op.is(kResponse) || f.op.is(kAtomic)) return false;
   if (f.op.has(kImmDt) && d.handler.kind != HandlerKind::kFrames) return false;
   if (d.qp.transport != Transport::RC) return true;
@@ -350,7 +350,7 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
       uint32_t q = first;
       while (q != ready) {
         BatchSlot& s = b.slot[q & (b.depth - 1)];
-        if (placing && !places_only(d, st, s)) break;
+        if (placing && !places_only(d, st, s.r)) break;
         receive_decoded<S>(d, st, stg, s.r, s.len, s.ts, s.icrc);
         s.place_dst = st.place_dst;
         s.place_src = st.place_src;

@@ -402,6 +402,17 @@ RT_HD inline uint32_t commit_run(const EngineDesc& d, EngineState& st, Batch& b,
   return k;
 }
 
+// Leader: zlib's CRC of the pending frame's n bytes from the register its packets folded
+// (crc_raw), counted as folded; zlib's start for n is kept for the next frame of n.
+RT_HD inline uint32_t folded_page_crc(Batch& b, EngineState& st, uint64_t n) {
+  if (b.start_n != n) {
+    b.start_n = n;
+    b.start_crc = crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu);
+  }
+  count(st.tally, Counter::kFramesCrcFolded);
+  return ~(st.frames.crc_raw ^ b.start_crc);
+}
+
 // Leader: the record of the frame the commit just closed, its CRC folded from its packets.
 // False: the frame waits for publish (its page read, or its statistic run, after execute).
 template <Scope S>
@@ -411,12 +422,7 @@ RT_HD inline bool record_folded_now(const EngineDesc& d, EngineState& st, Batch&
   if (!fs.pending || placing || d.frames.statistic) return false;
   const uint64_t n = pending_frame_bytes(d.frames, fs);
   if (!fs.crc_valid || fs.crc_len != n) return false;
-  if (b.start_n != n) {
-    b.start_n = n;
-    b.start_crc = crc32_mulmod(crc32_x8n(n), 0xFFFFFFFFu);
-  }
-  count(st.tally, Counter::kFramesCrcFolded);
-  record_frame<S>(d, st, ~(fs.crc_raw ^ b.start_crc), kNoReply, /*publish_now=*/false);
+  record_frame<S>(d, st, folded_page_crc(b, st, n), kNoReply, /*publish_now=*/false);
   return true;
 }
 
@@ -437,9 +443,7 @@ RT_HD RT_COLD inline uint32_t stream_commit(const EngineDesc& d, EngineState& st
                         !st.resync && p.psn == st.expected_psn;
     if (!stream && !p.icrc_bad) {  // the general path, alone or last in the batch
       const DecodeResult r = decode(ByteSpan(p.frame, p.len));
-      BatchSlot s{};
-      s.r = r;
-      if (placing && !places_only(d, st, s)) break;
+      if (placing && !places_only(d, st, r)) break;
       const IcrcVerdict v =
           p.kind == StreamKind::kOther ? IcrcVerdict::kUnchecked : IcrcVerdict::kGood;
       receive_decoded<S>(d, st, stg, r, p.len, p.ts, v);
@@ -621,14 +625,7 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
       c.sync();
     }
     if (fs.crc_valid && fs.crc_len == bytes) {
-      if (c.leader()) {
-        if (b.start_n != bytes) {
-          b.start_n = bytes;
-          b.start_crc = crc32_mulmod(crc32_x8n(bytes), 0xFFFFFFFFu);
-        }
-        count(st.tally, Counter::kFramesCrcFolded);
-        record_frame<S>(d, st, ~(fs.crc_raw ^ b.start_crc), result);
-      }
+      if (c.leader()) record_frame<S>(d, st, folded_page_crc(b, st, bytes), result);
     } else {
       const uint32_t crc = crc32_crew(c, b, pending_frame_page(d, fs), bytes);
       if (c.leader()) record_frame<S>(d, st, crc, result);

@@ -188,59 +188,6 @@ RT_HD inline void icrc_team2(const Team& t, const uint8_t* fa, const IcrcLayout&
   }
 }
 
-// icrc_team(), and from the same pass over the chunks the raw CRC-32 register
-// (started from zero) of the input's last `tail` bytes, a multiple of 4: a
-// packet's payload when it has no pad, which the frames handler folds into its
-// page's CRC instead of reading the page again. Chunk j from the end holds only
-// tail bytes below H = tail / 16, chunk H both (when tail % 16), the ones above
-// only headers; so a lane keeps a second register, of the header's part, only in
-// the rounds that have header chunks (a packet's top one or two), and shifts it
-// down the remaining rounds once at the end.
-template <class Team>
-RT_HD inline uint32_t icrc_team_tail(const Team& t, const uint8_t* frame, const IcrcLayout& l,
-                                     uint32_t tail, uint32_t* tail_raw) {
-  using namespace icrc_team_detail;
-  if constexpr (Team::kLanes == 1) {
-    *tail_raw = ~crc32_update_fast(0xFFFFFFFFu, frame + l.end - tail, tail);
-    return icrc_team(t, frame, l);
-  } else {
-    const Crc32Tables& tb = detail::crc32_tables();
-    const Input in = input_of(l);
-    const uint32_t h = tail / kChunkBytes;  // the first chunk with a header byte
-    const uint32_t m_h = h / 32;            // the lowest round with one
-    const int32_t tail_from = in.len - int32_t(tail);
-    const bool nibbles = several_rounds(in.chunks);
-    uint32_t reg_pay = 0, reg_hdr = 0;
-    for (uint32_t m = (in.chunks + 31) / 32; m-- > 0;) {
-      const uint32_t j = t.lane() + 32 * m;
-      uint32_t c = 0, c_pay = 0;
-      if (j < in.chunks) {
-        uint32_t w[4];
-        const int32_t p = in.len - int32_t(kChunkBytes * (j + 1));
-        chunk_words(frame, l, p, w);
-        c = chunk_value(tb, w, nibbles);
-        if (j < h) {
-          c_pay = c;
-        } else if (j == h && tail % kChunkBytes) {  // the headers' end, then the tail's start
-          for (int32_t i = 0; i < 4; ++i)
-            if (p + 4 * i < tail_from) w[i] = 0;
-          c_pay = chunk_value(tb, w, nibbles);
-        }
-      }
-      const bool top = m == (in.chunks + 31) / 32 - 1;
-      reg_pay = (top ? reg_pay : crc32_shift16(tb, 32, reg_pay)) ^ c_pay;
-      if (m >= m_h) reg_hdr = (top ? reg_hdr : crc32_shift16(tb, 32, reg_hdr)) ^ (c ^ c_pay);
-    }
-    if (reg_hdr)
-      for (uint32_t m = 0; m < m_h; ++m) reg_hdr = crc32_shift16(tb, 32, reg_hdr);
-    const uint32_t lane_pay = t.lane() ? crc32_shift16(tb, t.lane(), reg_pay) : reg_pay;
-    const uint32_t lane_hdr = t.lane() && reg_hdr ? crc32_shift16(tb, t.lane(), reg_hdr) : reg_hdr;
-    const uint32_t pay = t.xor_all(lane_pay);
-    *tail_raw = pay;
-    return ~(pay ^ t.xor_all(lane_hdr));
-  }
-}
-
 RT_HD inline bool icrc_team_fits(const IcrcLayout& l) {
   return l.end > l.l3 && (l.end - l.l3) % 4 == 0;
 }
