@@ -368,7 +368,7 @@ class WritesWithImmediate:
         write(pattern(40, 10), VA + 2600, 8, dma_len=100)  # express: DMA length above the payload
         write(pattern(48, 11), OTHER_VA + 16, 9, rkey=OTHER_RKEY)  # express: the other region
         write(pattern(32, 12), VA + 3000, 10, ack_req=not rc)  # express: RC unasked, UC asking
-        # general: what execute_write refuses writes nothing (RC: NAK 0x62) and uses no PSN
+        # general: what accept_write refuses writes nothing (RC: NAK 0x62) and uses no PSN
         write(pattern(32, 13), VA + 400, 11, takes=False, rkey=RKEY + 1)  # unknown rkey
         write(pattern(32, 14), VA + LENGTH - 16, 12, takes=False)  # past the region's end
         write(pattern(32, 15), VA + 400, 13, takes=False, dma_len=16)  # longer than its DMA

@@ -144,7 +144,7 @@ def frame(transport: str, op: str, payload: bytes = b"", **fields: Any) -> bytes
 
 def local_verdict(data: bytes, transport: str) -> str | None:
     """The counter the engine must move for this packet, where the packet alone decides
-    (general.h receive_packet's order); None: a SEND, WRITE or atomic for the PSN check."""
+    (responder.h decide's order); None: a SEND, WRITE or atomic for the PSN check."""
     try:
         p = parse(data)
     except ProtocolError:
@@ -499,7 +499,7 @@ def check_packet(i: int, data: bytes, delta: dict[str, int], transport: str) -> 
 
 
 class PsnModel:
-    """The expected PSN, as IBA 9.7.5 has a responder keep it (general.h check_psn), held
+    """The expected PSN, as IBA 9.7.5 has a responder keep it (responder.h check_psn), held
     against what each SEND, WRITE or atomic was counted for: an accepted packet carried the
     expected PSN, a duplicate one behind it, a gap one ahead; UC resynchronises on the next
     First or Only after a gap and drops, uncounted, what comes before it."""

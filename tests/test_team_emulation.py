@@ -442,7 +442,7 @@ def test_lanes_share_the_engine_state_without_races(emulation_tsan, tmp_path):
 # --- the completion ring's publication ---------------------------------------------------------
 
 SETTLE_PASSES = 8  # rt/engine/engine.h kSettlePasses: idle passes before the loop settles
-RETRY_PASSES = 32  # rt/engine/general.h kCompletionRetryPasses
+RETRY_PASSES = 32  # rt/engine/records.h kCompletionRetryPasses
 
 
 def run_publish(exe: Path, tmp_path: Path, n: int, passes: str, *options: str) -> list[tuple]:

@@ -1,6 +1,6 @@
-// The warp paths of the engine on the host: icrc_team, crc32_team and
-// engine_step (with its express path) run by a 32-lane HostWarpTeam
-// (host_warp_team.h), next to the CPU executor's SoloTeam.
+// The warp paths of the engine on the host: icrc_team, crc32_team, engine_step
+// (with its express path) and the frames stream's step run by a 32-lane
+// HostWarpTeam (host_warp_team.h), next to the CPU executor's SoloTeam.
 //
 // Test goals (tests/test_team_emulation.py builds the inputs and checks the
 // results against zlib, scapy and the Python decoder):
@@ -8,7 +8,8 @@
 //   icrc IN OUT     the ICRC of RoCEv2 frames by both teams, with and without
 //                   precomputed masks, and two at once (icrc_team2)
 //   engine IN OUT key=value...
-//                   the frames of IN through engine_step, the way the CPU
+//                   the frames of IN through engine_step (handler=frames:
+//                   the stream step, a crew of one team), the way the CPU
 //                   executor runs it (SoloTeam, no staging) and the way the
 //                   persistent kernel does (32 lanes, staging buffers, one
 //                   frame a pass), plus the two mixed ways; every run's tx
@@ -36,7 +37,7 @@
 #include <vector>
 
 #include "host_warp_team.h"
-#include "rt/engine/engine.h"
+#include "rt/engine/stream_batch.h"
 
 namespace {
 
@@ -389,12 +390,39 @@ struct Outcome {
 constexpr uint32_t kQuietPasses = rt::kSettlePasses + 64;
 constexpr uint32_t kMaxPasses = 1u << 20;
 
+// A crew of one team: the frames stream's step (stream_batch.h) on the emulated warp, as
+// the kernel's crew of one warp runs it, or on the CPU thread's team of one.
+template <class T>
+struct TeamCrew {
+  using Team = T;
+  T t;
+  uint32_t teams() const { return 1; }
+  uint32_t team_index() const { return 0; }
+  Team team() const { return t; }
+  bool leader() const { return t.leader(); }
+  void sync() const { t.sync(); }
+};
+
+// What the frames stream's crew shares (a block's shared memory on the GPU).
+struct StreamBatch {
+  explicit StreamBatch(const rt::EngineDesc& d, uint32_t rx_ci) : packets(rt::stream_depth(d)) {
+    rt::batch_init(b, rt::stream_depth(d), nullptr, rx_ci, packets.data());
+  }
+  rt::Batch b{};
+  std::vector<rt::StreamPacket> packets;
+};
+
+// Requests take engine_step (the request queues' step); frames (`stream` set) the crew's
+// stream step.
 template <class Team>
-void drive(const Team& t, Engine& e, bool staged, uint32_t max_rx) {
+void drive(const Team& t, Engine& e, bool staged, uint32_t max_rx, StreamBatch* stream) {
   rt::Staging stg{e.staging.p, e.staging.p + kSlotBytes};
+  const auto pass = [&] {
+    if (stream) return rt::stream_step<S>(TeamCrew<Team>{t}, e.d, e.st, stream->b, &stg);
+    return rt::engine_step<S>(t, e.d, e.st, staged ? &stg : nullptr, max_rx);
+  };
   uint32_t quiet = 0;
-  for (uint32_t pass = 0; pass < kMaxPasses && quiet < kQuietPasses; ++pass)
-    quiet = rt::engine_step<S>(t, e.d, e.st, staged ? &stg : nullptr, max_rx) ? 0 : quiet + 1;
+  for (uint32_t k = 0; k < kMaxPasses && quiet < kQuietPasses; ++k) quiet = pass() ? 0 : quiet + 1;
   if (t.leader()) rt::publish<Scope::kSystem>(e.st.tally, e.d.counters);
   t.sync();
 }
@@ -413,11 +441,14 @@ Outcome run_engine(const EngineOptions& o, const std::vector<Record>& frames, bo
       std::exit(2);
     }
   }
+  std::unique_ptr<StreamBatch> stream;
+  if (e.d.handler.kind == rt::HandlerKind::kFrames)
+    stream = std::make_unique<StreamBatch>(e.d, e.st.rx_ci);
   if (warp) {
-    HostWarp w;
-    w.run([&](const HostWarpTeam& t) { drive(t, e, staged, 1); });  // as the kernel runs it
+    HostWarp w;  // as the kernel runs it
+    w.run([&](const HostWarpTeam& t) { drive(t, e, staged, 1, stream.get()); });
   } else {
-    drive(rt::SoloTeam{}, e, staged, 0xFFFFFFFFu);  // as the CPU thread runs it
+    drive(rt::SoloTeam{}, e, staged, 0xFFFFFFFFu, stream.get());  // as the CPU thread runs it
   }
   Outcome out;
   const uint32_t sent = *e.d.tx.producer;

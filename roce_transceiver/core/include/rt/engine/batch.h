@@ -5,23 +5,24 @@
 //             read it from its slot (staged next to the team when the ring is
 //             across a bus), decode, check its ICRC with every lane. Pure: the
 //             verdict goes into the frame's BatchSlot, the state is untouched.
-//   commit    the crew leader, in ring order: each frame through
-//             receive_decoded(), the general path after decode (PSN, message
-//             order, RETH checks, handlers, replies, NAKs). A WRITE's placement
-//             is noted in its slot, not done.
+//   commit    the crew leader, in ring order: each frame's decision
+//             (responder.h: PSN, message order, RETH checks), which sends
+//             nothing; its placement is noted in its slot.
 //   execute   per frame, in parallel: the placements the commit noted.
-//   publish   the RC ACK that waited for its data, slots back and counters
-//             (end_pass).
+//   publish   what the last frame's decision sends (a reply, an RC ACK after
+//             its data; transmit.h), slots back and counters (end_pass).
 //
 // The frames handler's queues take stream_batch.h's step instead, a thread a
 // packet (crew_pass picks).
 //
-// Exact: what the commit does is the one-frame-at-a-time general path; what it
-// defers is placement only, and a batch ends before any frame whose handling
-// could see a placement not yet done (a message for a handler, a reply, a
-// duplicate's ACK) and after one that waits for its own (an RC ACK). Frames classified but not
-// committed stay classified for the next pass. A lone frame takes engine_step() (its express path):
-// batches are for streams.
+// Exact: the decisions are the one-frame-at-a-time responder's, and what they
+// leave to do is carried out in the same order: placements before the sends of
+// the frame that follows them. A batch ends after a frame whose decision sends
+// (a message for a handler, an ACK or NAK), so its sends see every placement
+// before it and none after; and before an atomic behind noted placements (it
+// executes in its decision). Frames classified but not committed stay
+// classified for the next pass. A lone frame takes engine_step() (its express
+// path): batches are for streams.
 #pragma once
 
 #include "rt/crew.h"
@@ -250,18 +251,25 @@ RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, Bat
   t.sync();
 }
 
-// Commit: may frame `r` be committed while placements of this batch are not
-// done yet? Only a WRITE whose handling does nothing but note its own: no
-// handler reads it (the frames handler takes an immediate as a frame's end)
-// and, on RC, nothing is sent for it (no ACK asked, not a duplicate).
-RT_HD inline bool places_only(const EngineDesc& d, const EngineState& st, const DecodeResult& r) {
-  if (!r.ok()) return true;  // counted as malformed: nothing sent, nothing read
-  const FrameView& f = r.frame;
-  if (!(f.op.flags & kWrite) || f.op.is(kResponse) || f.op.is(kAtomic)) return false;
-  if (f.op.has(kImmDt) && d.handler.kind != HandlerKind::kFrames) return false;
-  if (d.qp.transport != Transport::RC) return true;
-  const Bth& bth = f.bth_hdr();
-  return !bth.ack_requested() && bth.psn.get() == st.expected_psn;
+// Commit: must frame `r` wait until the placements this batch noted are done? Only an
+// atomic: it executes in its decision, on memory a WRITE before it may cover. Every other
+// decision reads headers only, and what it sends goes out after execute.
+RT_HD inline bool waits_for_placements(const DecodeResult& r) {
+  return r.ok() && r.frame.op.is(kAtomic) && !r.frame.op.is(kResponse);
+}
+
+// Commit: the decision just made sends (a reply, an RC answer): its batch ends with it.
+RT_HD inline bool sends(const EngineState& st) {
+  return st.act.deliver || st.act.response != Response::kNone;
+}
+
+// Commit: the decision's placement, moved from st.act into the frame's own record.
+RT_HD inline uint32_t take_placement(EngineState& st, uint8_t** dst, const uint8_t** src) {
+  *dst = st.act.place_dst;
+  *src = st.act.place_src;
+  const uint32_t n = st.act.place_len;
+  st.act.place_len = 0;
+  return n;
 }
 
 // Crew-wide: zlib's CRC-32 of n bytes, a piece of whole 16-byte chunks a team;
@@ -350,18 +358,13 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
       uint32_t q = first;
       while (q != ready) {
         BatchSlot& s = b.slot[q & (b.depth - 1)];
-        if (placing && !places_only(d, st, s.r)) break;
-        receive_decoded<S>(d, st, stg, s.r, s.len, s.ts, s.icrc);
-        s.place_dst = st.place_dst;
-        s.place_src = st.place_src;
-        s.place_len = st.place_len;
-        st.place_dst = nullptr;
-        st.place_src = nullptr;
-        st.place_len = 0;
+        if (placing && waits_for_placements(s.r)) break;
+        decide(d, st, s.r, s.len, s.ts, s.icrc);
+        s.place_len = take_placement(st, &s.place_dst, &s.place_src);
         order_placement(b, first, q, s.place_dst, s.place_len);
         ++q;
         placing = placing || s.place_len;
-        if (st.ack_pending) break;  // waits for its own placement
+        if (sends(st)) break;  // after execute has placed what came before it (publish)
       }
       b.committed = q;
     }
@@ -377,10 +380,7 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
   c.sync();
   const uint64_t t3 = crew_clock();
   // publish
-  if (c.leader() && st.ack_pending) {
-    st.ack_pending = false;
-    send_aeth<S>(d, st, stg, kAethAck, st.ack_psn);
-  }
+  if (c.leader() && sends(st)) send_actions<S>(d, st, stg);
   if (c.leader()) {
     st.rx_ci = committed;
     b.done = end_pass<S>(d, st, stg, committed - first);

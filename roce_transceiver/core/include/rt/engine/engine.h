@@ -1,11 +1,13 @@
 // The data-path engine (Ethernet mode): the persistent loop's body.
 //
-// engine_step() polls a batch from the rx ring, validates each frame, runs
-// the RoCE transport of one queue pair (UC or RC responder: PSN, message
-// sequence, RETH placement, ACK/NAK), hands completed messages to the
-// handler, transmits replies, releases the slots, then sends what the host
-// queued and publishes the counters. The CPU executor calls it from a thread,
-// the CUDA executor from a persistent kernel: this file is the one source.
+// engine_step() takes requests off the rx ring one at a time: each the
+// express path's (express.h) when its header is the predicted one, else the
+// responder's decision (responder.h) and its actions carried out by the team
+// (transmit.h); then it releases the slots, sends what the host queued and
+// publishes the counters. It is the request queues' step; batches and the
+// frames stream take the crew's (batch.h, stream_batch.h), which end their
+// passes here too (end_pass). The CPU executor calls them from a thread, the
+// CUDA executor from a persistent kernel: these files are the one source.
 //
 // RT_HD code: no exceptions, no std containers, no virtual calls; every loop
 // is bounded by a batch or a length.
@@ -73,10 +75,9 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
       // before the leader changes it: a lane still reading would take the express
       // path alone (found by the host warp's divergence check, tests/cpp).
       t.sync();
-      if (t.leader()) receive_packet<S>(d, st, stg, ByteSpan(a.frame, a.len), a.ts, icrc);
+      if (t.leader()) decide(d, st, decode(ByteSpan(a.frame, a.len)), a.len, a.ts, icrc);
       t.sync();
-      if (st.place_len) place_pending<S>(t, d, st, stg);
-      if (st.frames.pending) finish_frame<S>(t, d, st);
+      carry_out<S>(t, d, st, stg);
     }
     if (t.leader()) ++st.rx_ci;
     t.sync();

@@ -1,12 +1,13 @@
 // The engine's front: how a team takes a frame off the rx ring (arrive), and
 // the express path for the requests whose header the queue pair predicted
 // (prediction.h): SEND Onlys and WRITE Onlys with Immediate, UC or RC, with
-// or without an ACK request. The express path accepts only what the general
-// path (general.h) would, changes the state the same way and sends the same
-// frames in the same order.
+// or without an ACK request. The express path accepts only what the responder
+// (responder.h) would, changes the state the same way and sends the same frames
+// in the same order as its actions carried out (transmit.h).
 #pragma once
 
-#include "rt/engine/general.h"
+#include "rt/engine/responder.h"
+#include "rt/engine/transmit.h"
 #include "rt/protocol/icrc_words.h"
 #include "rt/team.h"
 
@@ -95,6 +96,41 @@ RT_HD inline Arrival arrive(const Team& t, const EngineDesc& d, const EngineStat
   return Arrival{stg->rx, len, ts, true};
 }
 
+// Team-wide, for a frame the responder takes: its ICRC checked by every
+// lane (a long WRITE costs one thread tens of microseconds on a GPU). The
+// leader decodes to find the layout; a frame that does not decode is left to
+// the responder, which says why.
+template <class Team>
+RT_HD inline IcrcVerdict icrc_verdict(const Team& t, const EngineDesc& d, const uint8_t* frame,
+                                      uint32_t len) {
+  if constexpr (Team::kLanes == 1) {
+    return IcrcVerdict::kUnchecked;  // one thread: the responder's own check is as fast
+  } else {
+    // Below a read-ahead's worth one thread's CRC costs about what the
+    // leader's extra decode would.
+    if (!d.check_icrc || len <= kReadAheadBytes) return IcrcVerdict::kUnchecked;
+    uint32_t ok = 0, l3 = 0, l3_len = 0, version = 0, masked = 0, end = 0;
+    if (t.leader()) {
+      const DecodeResult r = decode(ByteSpan(frame, len));
+      if (r.ok()) {
+        const FrameView& f = r.frame;
+        ok = 1;
+        l3 = f.l3;
+        l3_len = f.l3_len;
+        version = f.ip_version;
+        masked = f.bth + uint32_t(sizeof(Bth)) - f.l3;
+        end = f.icrc;
+      }
+    }
+    if (!t.from_leader(ok)) return IcrcVerdict::kUnchecked;
+    const IcrcLayout l{t.from_leader(l3),     t.from_leader(l3_len), t.from_leader(version),
+                       t.from_leader(masked), t.from_leader(end),    nullptr};
+    if (!icrc_team_fits(l)) return IcrcVerdict::kUnchecked;
+    const bool good = icrc_team(t, frame, l) == load_le32(frame + l.end);
+    return good ? IcrcVerdict::kGood : IcrcVerdict::kBad;
+  }
+}
+
 // Where a predicted WRITE Only with Immediate lands.
 struct WriteTarget {
   uint8_t* dst;     // the region's byte at the RETH's address
@@ -104,9 +140,9 @@ struct WriteTarget {
   uint32_t imm;
 };
 
-// The RETH checks of execute_write (rkey, bounds, a payload within the DMA
+// The RETH checks of accept_write (rkey, bounds, a payload within the DMA
 // length) on a predicted WRITE: true with `w` filled when it may land; false
-// leaves it to the general path, which counts and NAKs it. Every lane reads the
+// leaves it to the responder, which counts and NAKs it. Every lane reads the
 // same bytes and finds the same.
 RT_HD inline bool write_target(const EngineDesc& d, const Prediction& p, const uint8_t* frame,
                                const ExpressRequest& req, WriteTarget* w) {
@@ -165,7 +201,7 @@ RT_HD inline void icrc_jobs(const Team& t, IcrcJob a, IcrcJob b, IcrcJob c = Icr
 }
 
 // Team-wide: whether the tx ring has the two slots a reply and its ACK take.
-// With fewer the general path decides what goes (it counts what does not).
+// With fewer the responder's path decides what goes (it counts what does not).
 template <Scope S, class Team>
 RT_HD inline bool room_for_two(const Team& t, const EngineDesc& d, EngineState& st) {
   uint32_t room = 0;
@@ -194,8 +230,8 @@ enum ExpressPiece : uint32_t {
 // the header, check the ICRC with every lane, place a WRITE's payload, run the
 // handler, patch the reply template and, on RC for an ACK request, the ACK
 // template. True when the frame was taken; false leaves it, and the state, to
-// the general path. Everything counted, changed and sent here is what
-// receive_packet() counts, changes and sends for the same frame: the reply,
+// the responder. Everything counted, changed and sent here is what
+// decide() counts and changes, and carry_out() sends, for the same frame: the reply,
 // then the ACK (IBA 9.7.5.1: the MSN counts this message, the PSN is its),
 // here both behind one doorbell.
 template <Scope S, class Team, class Marks = NoMarks>
@@ -224,7 +260,7 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
     t.sync();  // the leader's patch, seen by every lane's ICRC
   }
   if (write) {
-    // A WRITE's data lands before its handler reads it from the region (as the general path
+    // A WRITE's data lands before its handler reads it from the region (as the responder
     // has it), so only a request whose ICRC matched: the ICRC first, with the ACK's.
     icrc_jobs(t, IcrcJob{verify ? a.frame : nullptr, req.layout, &rx_icrc},
               IcrcJob{ack && verify ? p.ack.bytes : nullptr, al, &ack_icrc});
@@ -279,7 +315,7 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   }
   marks.mark(kPieceDoorbell);
   if (t.leader()) {
-    // What receive_packet(), count_handled(), submit_counted() and send_aeth() count, at
+    // What decide(), count_handled(), submit_counted() and send_response() count, at
     // once (independent adds, one dirty mask): after the doorbell, off the round trip.
     const uint32_t sent = (reply_len ? 1 : 0) + (ack ? 1 : 0);
     count_all(st.tally, CountOf{Counter::kRxPackets, 1}, CountOf{Counter::kRxBytes, a.len},
@@ -302,7 +338,7 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
       st.nak_sent = false;
       st.msn = psn_add(st.msn, 1);
     }
-    if (write) {  // the WRITE's state, as execute_write leaves it
+    if (write) {  // the WRITE's state, as accept_write leaves it
       st.write.region = w.region;
       st.write.start_va = w.va;
       st.write.next_va = w.va + req.payload_len;

@@ -5,7 +5,7 @@
 // with a WRITE Only with Immediate (immediate = psn[19:0] << 12 | page). With
 // metadata, that last packet's payload ends with the 128-byte metadata record
 // (hsb.h); without, it is the last data packet. The engine places every packet
-// (general.h), and this file keeps the frame's account: bytes, PSN range,
+// (stream_batch.h, responder.h), and this file keeps the frame's state: bytes, PSN range,
 // packets lost, then at the end the CRC-32 of page[0, bytes) and a FrameRecord
 // for the host.
 //

@@ -10,8 +10,8 @@
 // request brings its own of), a reply header encoded once, whose lengths, PSN,
 // pad and checksums are patched per reply, and on RC an ACK encoded once, whose
 // PSN, MSN and ICRC are. A request that matches skips decoding; one that does
-// not goes the general way (general.h), which decides everything the match
-// relies on: the match only ever accepts what the general path would accept.
+// not goes to the responder (responder.h), which decides everything the match
+// relies on: the match only ever accepts what the responder would accept.
 //
 // Team-wide functions (team.h) split the header into 16-byte chunks.
 #pragma once
@@ -221,7 +221,7 @@ RT_HD inline uint32_t patch_reply(const Prediction& p, uint8_t* frame, uint32_t 
 }
 
 // Leader: the ACK in the template for the request at `psn`, with MSN `msn`
-// (the messages completed, this one counted), as send_aeth() encodes it.
+// (the messages completed, this one counted), as send_response() encodes it.
 // Returns the frame's length; its ICRC is the caller's (a team computes it,
 // over the template, which the ACK is then copied from).
 RT_HD inline uint32_t patch_ack(Prediction& p, uint32_t psn, uint32_t msn) {

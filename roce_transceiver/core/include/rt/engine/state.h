@@ -53,6 +53,29 @@ struct EngineDesc {
   Counters* counters;  // host-visible
 };
 
+// What a team answers to an RC request after deciding about it: nothing, an ACK or NAK
+// (IBA 9.7.5.1), or an ATOMIC ACKNOWLEDGE carrying the value before (9.7.5.1.2).
+enum class Response : uint8_t { kNone, kAeth, kAtomicAck };
+
+// What the responder decided for one packet (responder.h) and the team carries out after it
+// (transmit.h carry_out), in this order: the payload placed, a message delivered to the
+// handler (its reply and record), then the response. The decision sends nothing, runs no
+// handler and copies no payload; the carrying out decides nothing.
+struct Actions {
+  uint8_t* place_dst;  // a WRITE's or a SEND's payload, into its region or the assembly buffer
+  const uint8_t* place_src;
+  uint32_t place_len;  // 0: nothing to place
+  bool deliver;        // `msg` is complete: run the handler, send its reply, record it
+  Message msg;
+  uint32_t msg_psn;  // the PSN that completed it
+  uint64_t msg_ts;   // and when it arrived
+  Response response;
+  uint8_t syndrome;   // kAeth's
+  uint32_t resp_psn;  // the PSN the response acknowledges
+  uint32_t resp_msn;  // our MSN as the decision left it
+  uint64_t orig;      // kAtomicAck's value before
+};
+
 // The loop's own state, in memory close to the executor.
 struct EngineState {
   uint32_t rx_ci;
@@ -76,18 +99,28 @@ struct EngineState {
   uint32_t msg_len;         // SEND bytes assembled so far
   WriteProgress write;      // the WRITE in progress
   AtomicReplay atomic;      // RC: the last atomic executed, replayed to a duplicate of it
-  // What the leader decided and the team carries out after it (engine_step): a WRITE's
-  // payload into its region or page, each lane 16 bytes at a time, and the RC ACK that may
-  // only follow the data (place_len 0: nothing pending).
-  uint8_t* place_dst;
-  const uint8_t* place_src;
-  uint32_t place_len;
-  bool ack_pending;
-  uint32_t ack_psn;
+  // What the decision about the packet just taken left to carry out (responder.h).
+  Actions act;
   CounterTally tally;
   Prediction pred;    // the express path's view of the queue pair
   FrameState frames;  // handler kFrames: the frame in progress
 };
+
+// The decision's RC answer to the request at `psn`: an AETH of `syndrome` with our MSN as
+// the decision leaves it (the ACK of a message counts it; IBA 9.7.5.1).
+RT_HD inline void answer(EngineState& st, uint8_t syndrome, uint32_t psn) {
+  st.act.response = Response::kAeth;
+  st.act.syndrome = syndrome;
+  st.act.resp_psn = psn;
+  st.act.resp_msn = st.msn;
+}
+
+// The decision's placement: n bytes from `src` to `dst`, by the team after it.
+RT_HD inline void place(EngineState& st, uint8_t* dst, const uint8_t* src, uint32_t n) {
+  st.act.place_dst = dst;
+  st.act.place_src = src;
+  st.act.place_len = n;
+}
 
 // Leader: the host sees every completion record written so far (one release at the system
 // scope for all of them). Called when completion_batch are written, when the loop settles,

@@ -8,23 +8,23 @@
 //             on UC, stores its payload in its page: 16-byte loads, the CRC of a
 //             16-byte chunk from conflict-free nibble tables, 16-byte stores;
 //             the data's own CRC register comes out of the same pass. A packet
-//             that is not a stream WRITE is left to the general path.
+//             that is not a stream WRITE is left to the responder.
 //   commit    the crew leader, in ring order: the PSN and the frame account
-//             (frame_packet, the general path's own), a frame's end, and its
-//             record at once when its page CRC is folded from its packets. What
-//             is not a stream WRITE in order goes to receive_decoded() and ends
-//             the batch.
+//             (frame_packet, frame_stream.h: the one accounting), a frame's end,
+//             and its record at once when its page CRC is folded from its
+//             packets. What is not a stream WRITE in order is the responder's
+//             (decide, responder.h) and ends the batch.
 //   execute   the placements the commit noted (RC, where nothing is placed
-//             before its PSN is known to be the next; the general path's).
-//   publish   a frame whose page is read for its CRC, the RC ACK that waited for
-//             its data, slots back, counters (end_pass).
+//             before its PSN is known to be the next; the responder's).
+//   publish   what the responder's decision sends (transmit.h), a frame whose
+//             page is read for its CRC, slots back, counters (end_pass).
 //
 // Placement before the verdict. On UC a stream WRITE whose checks pass is always
 // executed (it starts a message, so no PSN or sequence error drops it): its
-// payload goes where the general path would put it, and only into a page the
+// payload goes where the responder would put it, and only into a page the
 // engine holds. A page becomes the host's at a frame's end, so a packet does not
 // go into the page of an end earlier in its batch; and nothing after the first
-// packet the general path takes is placed early. A packet whose ICRC then fails
+// packet the responder takes is placed early. A packet whose ICRC then fails
 // wrote into a page whose frame lacks its PSN: that frame records the packet as
 // lost and its page CRC is read from the page, never folded past it.
 #pragma once
@@ -41,7 +41,7 @@ namespace rt {
 constexpr uint32_t kMaxStreamBatch = 1024;
 
 enum class StreamKind : uint8_t {
-  kOther,  // the general path's (receive_decoded)
+  kOther,  // the responder's (decide)
   kData,   // WRITE Only into the pages
   kEnd,    // WRITE Only with Immediate into the pages: a frame's end
 };
@@ -267,7 +267,7 @@ RT_HD inline bool icrc_place(const FrameView& f, uint8_t* dst, uint32_t data_len
 }
 
 // Classify's header pass: what the stream step may take of `r` on its own. The same
-// checks as receive_decoded() and frames_write() before they touch the state; anything
+// checks as decide() and frames_write() before they touch the state; anything
 // else is kOther.
 RT_HD inline StreamKind stream_kind(const EngineDesc& d, const DecodeResult& r, StreamPacket& p) {
   if (!r.ok()) return StreamKind::kOther;
@@ -307,20 +307,29 @@ RT_HD inline StreamKind stream_kind(const EngineDesc& d, const DecodeResult& r, 
 // Crew-wide helpers on words of the crew's shared batch.
 template <class Crew>
 RT_HD inline void crew_min(const Crew&, uint32_t* word, uint32_t v) {
-#if RT_DEVICE_CODE
   if constexpr (Crew::Team::kLanes > 1) {
+#if RT_DEVICE_CODE
     atomicMin(word, v);
+#else  // a host team's lanes are threads (tests/cpp's emulated warp)
+    uint32_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
+    while (v < seen && !__atomic_compare_exchange_n(word, &seen, v, true, __ATOMIC_RELAXED,
+                                                    __ATOMIC_RELAXED)) {
+    }
+#endif
     return;
   }
-#endif
   if (v < *word) *word = v;
 }
 
 template <class Crew>
 RT_HD inline uint32_t crew_add(const Crew&, uint32_t* word, uint32_t v) {
+  if constexpr (Crew::Team::kLanes > 1) {
 #if RT_DEVICE_CODE
-  if constexpr (Crew::Team::kLanes > 1) return atomicAdd(word, v);
+    return atomicAdd(word, v);
+#else
+    return __atomic_fetch_add(word, v, __ATOMIC_RELAXED);
 #endif
+  }
   const uint32_t old = *word;
   *word = old + v;
   return old;
@@ -422,7 +431,7 @@ RT_HD inline bool record_folded_now(const EngineDesc& d, EngineState& st, Batch&
   if (!fs.pending || placing || d.frames.statistic) return false;
   const uint64_t n = pending_frame_bytes(d.frames, fs);
   if (!fs.crc_valid || fs.crc_len != n) return false;
-  record_frame<S>(d, st, folded_page_crc(b, st, n), kNoReply, /*publish_now=*/false);
+  record_frame(d, st, folded_page_crc(b, st, n), kNoReply, /*publish_now=*/false);
   return true;
 }
 
@@ -430,7 +439,7 @@ RT_HD inline bool record_folded_now(const EngineDesc& d, EngineState& st, Batch&
 // its own registers, not the kernel's (spilled inside the loop, each a trip to memory).
 template <Scope S>
 RT_HD RT_COLD inline uint32_t stream_commit(const EngineDesc& d, EngineState& st, Batch& b,
-                                            Staging* stg, uint32_t n) {
+                                            uint32_t n) {
   using namespace engine_detail;
   StreamPacket* pk = b.packets;
   const FramesDesc& fd = d.frames;
@@ -441,26 +450,21 @@ RT_HD RT_COLD inline uint32_t stream_commit(const EngineDesc& d, EngineState& st
     StreamPacket& p = pk[i];
     const bool stream = p.kind != StreamKind::kOther && !p.icrc_bad && st.in_message == 0 &&
                         !st.resync && p.psn == st.expected_psn;
-    if (!stream && !p.icrc_bad) {  // the general path, alone or last in the batch
+    if (!stream && !p.icrc_bad) {  // the responder's, alone or last in the batch
       const DecodeResult r = decode(ByteSpan(p.frame, p.len));
-      if (placing && !places_only(d, st, r)) break;
+      if (placing && waits_for_placements(r)) break;
       const IcrcVerdict v =
           p.kind == StreamKind::kOther ? IcrcVerdict::kUnchecked : IcrcVerdict::kGood;
-      receive_decoded<S>(d, st, stg, r, p.len, p.ts, v);
-      p.execute = st.place_len != 0;
-      p.dst = st.place_dst;
-      p.frame = st.place_src;  // what execute copies from
+      decide(d, st, r, p.len, p.ts, v);
+      p.pay_len = take_placement(st, &p.dst, &p.frame);  // execute copies from p.frame
+      p.execute = p.pay_len != 0;
       p.payload_at = 0;
-      p.pay_len = st.place_len;
-      st.place_dst = nullptr;
-      st.place_src = nullptr;
-      st.place_len = 0;
       ++i;
-      break;
+      break;  // what it sends, after execute (publish)
     }
     count(st.tally, Counter::kRxPackets);
     count(st.tally, Counter::kRxBytes, p.len);
-    if (p.icrc_bad) {  // dropped silently, as the general path does (RC too)
+    if (p.icrc_bad) {  // dropped silently, as the responder does (RC too)
       count(st.tally, Counter::kIcrcErrors);
       continue;
     }
@@ -559,7 +563,8 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
   };
   // A long payload a warp's: the grain fits the packet.
   const auto by_warp = [&](const StreamPacket& p) {
-    return Crew::Team::kLanes == 32 && d.check_icrc && p.data_len >= kWarpPassBytes &&
+    return RT_DEVICE_CODE && Crew::Team::kLanes == 32 && d.check_icrc &&
+           p.data_len >= kWarpPassBytes &&
            (reinterpret_cast<uintptr_t>(p.frame) & 15u) == 0 &&
            (reinterpret_cast<uintptr_t>(p.dst) & 15u) == 0;
   };
@@ -599,7 +604,7 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
   // commit, in order
   if (c.leader()) {
     fence_acquire<S>();  // the frames' bytes after the poll's acquires, by other threads
-    b.committed = first + stream_commit<S>(d, st, b, stg, n);
+    b.committed = first + stream_commit<S>(d, st, b, n);
   }
   c.sync();
   const uint64_t t2 = crew_clock();
@@ -612,10 +617,7 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
   c.sync();
   const uint64_t t3 = crew_clock();
   // publish
-  if (c.leader() && st.ack_pending) {
-    st.ack_pending = false;
-    send_aeth<S>(d, st, stg, kAethAck, st.ack_psn);
-  }
+  if (c.leader() && sends(st)) send_actions<S>(d, st, stg);
   if (st.frames.pending) {
     const FrameState& fs = st.frames;
     const uint64_t bytes = pending_frame_bytes(d.frames, fs);
@@ -625,10 +627,10 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
       c.sync();
     }
     if (fs.crc_valid && fs.crc_len == bytes) {
-      if (c.leader()) record_frame<S>(d, st, folded_page_crc(b, st, bytes), result);
+      if (c.leader()) record_frame(d, st, folded_page_crc(b, st, bytes), result);
     } else {
       const uint32_t crc = crc32_crew(c, b, pending_frame_page(d, fs), bytes);
-      if (c.leader()) record_frame<S>(d, st, crc, result);
+      if (c.leader()) record_frame(d, st, crc, result);
     }
   }
   if (c.leader()) {

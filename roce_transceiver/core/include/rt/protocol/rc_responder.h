@@ -1,5 +1,5 @@
 // The RC responder's rules (IBA 9.7.5, 9.4.5), as verdicts: written once and called by both
-// RC responders of this project, the engine's general path (engine/general.h) and the software
+// RC responders of this project, the engine's responder (engine/responder.h) and the software
 // ConnectX's responder half (verbs/soft_connectx.h). Each check returns what the rule says;
 // the caller acts on it (sends the ACK or NAK the verdict names, counts, places the bytes), so
 // the acting stays with whoever owns the rings and the counters.
