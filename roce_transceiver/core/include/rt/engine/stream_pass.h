@@ -1,0 +1,320 @@
+// The frames stream's classify (stream_batch.h): the packet's kind from its header
+// (stream_kind) and one pass over its bytes that checks its ICRC and, where the commit will
+// find it the engine's, stores its payload in its page (icrc_place: a thread a packet;
+// icrc_place_warp: a warp a long one), with the data's own CRC register for the page's fold.
+#pragma once
+
+#include "rt/engine/batch.h"
+
+#if RT_HOST_FUNCTIONS
+#include <cstring>
+#endif
+
+namespace rt {
+
+// Packets a frames batch holds at most (queues.batch's bound).
+constexpr uint32_t kMaxStreamBatch = 1024;
+
+enum class StreamKind : uint8_t {
+  kOther,  // the responder's (decide)
+  kData,   // WRITE Only into the pages
+  kEnd,    // WRITE Only with Immediate into the pages: a frame's end
+};
+
+// One packet of a frames batch, as classify leaves it.
+struct StreamPacket {
+  const uint8_t* frame;  // in its rx slot
+  uint8_t* dst;          // its payload's place in the page
+  uint64_t ts;
+  uint64_t va;
+  uint32_t len;         // frame bytes
+  uint32_t payload_at;  // the payload's first byte in the frame
+  uint32_t psn;
+  uint32_t page, offset;
+  uint32_t pay_len;   // payload bytes
+  uint32_t data_len;  // without a metadata record at its end
+  uint32_t dma_len;
+  uint32_t raw;  // the data's raw CRC register (raw_ok)
+  uint32_t imm;
+  StreamKind kind;
+  bool placed;    // classify stored the payload
+  bool raw_ok;    // raw is known
+  bool icrc_bad;  // check_icrc and the ICRC did not match
+  bool execute;   // the commit left the payload for execute to store
+};
+
+namespace engine_detail {
+
+// The raw ICRC register at a decoded frame's payload: the masked header and the
+// extension headers after the BTH (icrc_compute's first part).
+RT_HD inline uint32_t icrc_register_at_payload(const Crc32Tables& tb, const FrameView& f) {
+  const uint32_t after_bth = f.bth + uint32_t(sizeof(Bth));
+  return ~crc32_update_with(tb, ~icrc_register_after_bth(tb, f), f.base + after_bth,
+                            f.payload - after_bth);
+}
+
+#if RT_DEVICE_CODE
+// The raw register after 16 bytes (four little-endian words) from register c: the
+// register enters as the first word, then 32 nibble lookups, each in a 16-word table a
+// bank each (no two lanes of a warp wait on one another, as they do on 256-word tables).
+__device__ inline uint32_t crc32_step16(const Crc32Tables& tb, uint32_t c, uint32_t w0, uint32_t w1,
+                                        uint32_t w2, uint32_t w3) {
+  const uint32_t w[4] = {w0 ^ c, w1, w2, w3};
+  return crc32_chunk16(tb, w);
+}
+
+// The aligned 16-byte chunk at frame + at, where it has bytes of the frame (the last
+// one may end the slot, and the ring): zeros past the frame's end.
+__device__ inline uint4 frame_chunk(const uint8_t* frame, uint32_t at, uint32_t frame_len) {
+  return at < frame_len ? __ldcg(reinterpret_cast<const uint4*>(frame + at))
+                        : make_uint4(0, 0, 0, 0);
+}
+
+// One 16-byte chunk of the payload out of two aligned ones (cur, nxt): its CRC into c, and
+// stored at dst (null: not stored).
+template <uint32_t Q>
+__device__ inline uint32_t crc_place_chunk(const Crc32Tables& tb, uint32_t c, const uint4& cur,
+                                           const uint4& nxt, uint32_t sh, uint8_t* dst) {
+  const uint32_t w[8] = {cur.x, cur.y, cur.z, cur.w, nxt.x, nxt.y, nxt.z, nxt.w};
+  const uint32_t o0 = __funnelshift_r(w[Q], w[Q + 1], sh);
+  const uint32_t o1 = __funnelshift_r(w[Q + 1], w[Q + 2], sh);
+  const uint32_t o2 = __funnelshift_r(w[Q + 2], w[Q + 3], sh);
+  const uint32_t o3 = __funnelshift_r(w[Q + 3], w[Q + 4], sh);
+  if (dst) *reinterpret_cast<uint4*>(dst) = make_uint4(o0, o1, o2, o3);
+  return crc32_step16(tb, c, o0, o1, o2, o3);
+}
+
+// Chunks a thread has loaded ahead of the one it works on: a thread's loads are the SM's
+// bytes in flight (one at a time, 512 threads kept an SM at ~1 320 cycles a 4 KiB packet).
+constexpr uint32_t kPassAhead = 4;
+
+// `chunks` 16-byte chunks of a frame from byte `from` (Q = (from / 4) % 4, the word of
+// its first aligned chunk it starts in) into register c, each stored at dst (null: none)
+// as it goes: aligned 16-byte loads kPassAhead chunks ahead of their use, funnel shifts to
+// the payload's alignment.
+template <uint32_t Q>
+__device__ inline uint32_t crc_place_chunks(const Crc32Tables& tb, uint32_t c, const uint8_t* frame,
+                                            uint32_t from, uint32_t chunks, uint8_t* dst,
+                                            uint32_t frame_len) {
+  constexpr uint32_t G = kPassAhead;
+  const uint32_t sh = (from & 3u) * 8u;
+  const uint32_t base = from & ~15u;
+  uint4 cur = frame_chunk(frame, base, frame_len);
+  uint4 next[G];
+#pragma unroll
+  for (uint32_t g = 0; g < G; ++g) next[g] = frame_chunk(frame, base + 16u * (1u + g), frame_len);
+  uint32_t k = 0;
+  for (; k + G <= chunks; k += G) {
+    uint4 ahead[G];
+#pragma unroll
+    for (uint32_t g = 0; g < G; ++g)
+      ahead[g] = frame_chunk(frame, base + 16u * (k + 1u + G + g), frame_len);
+#pragma unroll
+    for (uint32_t g = 0; g < G; ++g) {
+      c = crc_place_chunk<Q>(tb, c, cur, next[g], sh, dst ? dst + 16u * (k + g) : nullptr);
+      cur = next[g];
+    }
+#pragma unroll
+    for (uint32_t g = 0; g < G; ++g) next[g] = ahead[g];
+  }
+#pragma unroll
+  for (uint32_t g = 0; g < G; ++g) {
+    if (k + g < chunks) {
+      c = crc_place_chunk<Q>(tb, c, cur, next[g], sh, dst ? dst + 16u * (k + g) : nullptr);
+      cur = next[g];
+    }
+  }
+  return c;
+}
+#endif
+
+// n bytes at p into raw register c, and to dst (null: not stored), at any alignment.
+RT_HD inline uint32_t crc_place_bytes(const Crc32Tables& tb, uint32_t c, const uint8_t* p,
+                                      uint32_t n, uint8_t* dst) {
+  if (dst) copy_bytes(dst, p, n);
+  return ~crc32_update_with(tb, ~c, p, n);
+}
+
+// Payloads this long or longer are passed by a warp, a lane a 16-byte chunk (their
+// loads and stores coalesced); shorter ones by a thread (stream_step). One thread a
+// 4 KiB packet, 32 of them a warp, was 32 cache lines an instruction: the SM's load and
+// store pipe, not its CRC, set the rate (~1 300 SM cycles a packet).
+constexpr uint32_t kWarpPassBytes = 512;
+
+#if RT_DEVICE_CODE
+// A warp, one pass over a decoded frame's bytes: whether its ICRC matches, with its payload
+// stored at dst on the way (null: not stored), and the raw CRC register of its first
+// data_len payload bytes into *raw (every lane). Lane l takes chunks l, l + 32, ... of the
+// data: its register goes on over the 31 chunks of the other lanes before each of its own,
+// then over what follows its last one; the lanes' registers XOR to the data's. Lane 0 meanwhile has
+// the register of the headers before it, and takes the data's last bytes, a record after it and the
+// pad.
+__device__ inline bool icrc_place_warp(const WarpTeam& t, const FrameView& f, uint8_t* dst,
+                                       uint32_t data_len, uint32_t* raw) {
+  const Crc32Tables& tb = detail::crc32_tables();
+  const uint32_t lane = t.lane();
+  const uint32_t chunks = data_len / 16u;
+  const uint32_t from = f.payload;
+  const uint32_t base = from & ~15u, sh = (from & 3u) * 8u, q = (from >> 2) & 3u;
+  uint32_t r = 0;
+  uint32_t last = 0;  // this lane's last chunk + 1
+  for (uint32_t k0 = 0; k0 < chunks; k0 += 32u) {
+    const uint32_t k = k0 + lane;
+    // The aligned chunk this lane's output chunk starts in; the next one is its neighbour's.
+    const uint4 cur = frame_chunk(f.base, base + 16u * k, f.len);
+    const uint4 first_next = frame_chunk(f.base, base + 16u * (k0 + 32u), f.len);
+    uint4 nxt;
+    nxt.x = __shfl_down_sync(0xFFFFFFFFu, cur.x, 1);
+    nxt.y = __shfl_down_sync(0xFFFFFFFFu, cur.y, 1);
+    nxt.z = __shfl_down_sync(0xFFFFFFFFu, cur.z, 1);
+    nxt.w = __shfl_down_sync(0xFFFFFFFFu, cur.w, 1);
+    if (lane == 31) nxt = first_next;
+    if (k < chunks) {
+      const uint32_t w[8] = {cur.x, cur.y, cur.z, cur.w, nxt.x, nxt.y, nxt.z, nxt.w};
+      uint32_t o[4];
+#pragma unroll
+      for (uint32_t j = 0; j < 4; ++j) {
+        // q is the same for every lane: a select, not an indexed register.
+        const uint32_t lo = q == 0 ? w[j] : q == 1 ? w[j + 1] : q == 2 ? w[j + 2] : w[j + 3];
+        const uint32_t hi = q == 0 ? w[j + 1] : q == 1 ? w[j + 2] : q == 2 ? w[j + 3] : w[j + 4];
+        o[j] = __funnelshift_r(lo, hi, sh);
+      }
+      if (dst) *reinterpret_cast<uint4*>(dst + 16u * k) = make_uint4(o[0], o[1], o[2], o[3]);
+      r = crc32_step16(tb, k0 ? crc32_shift16(tb, 31, r) : 0u, o[0], o[1], o[2], o[3]);
+      last = k + 1;
+    }
+  }
+  // Over what follows this lane's last chunk, to the chunks' end (less than 32 chunks).
+  if (last) r = crc32_shift16(tb, chunks - last, r);
+  r = t.xor_all(last ? r : 0u);
+  uint32_t ok = 0, data_raw = 0;
+  if (t.leader()) {
+    const uint8_t* pay = f.base + f.payload;
+    const uint32_t done = chunks * 16u;
+    data_raw = crc_place_bytes(tb, r, pay + done, data_len - done, dst ? dst + done : nullptr);
+    const uint32_t start = icrc_register_at_payload(tb, f);
+    uint32_t c = crc32_zeros(tb, start, data_len) ^ data_raw;
+    c = crc_place_bytes(tb, c, pay + data_len, f.payload_len - data_len,
+                        dst ? dst + data_len : nullptr);
+    c = ~crc32_update_with(tb, ~c, pay + f.payload_len, f.pad);
+    ok = ~c == f.icrc_field();
+  }
+  *raw = t.from_leader(data_raw);
+  return t.from_leader(ok) != 0;
+}
+#endif
+
+// One thread, one pass over a decoded frame's bytes: whether its ICRC matches, with its
+// payload stored at dst on the way (null: not stored), and the raw CRC register of its
+// first data_len payload bytes into *raw. The register at the data's end less the
+// register at its start shifted over it is the data's own: a second register would cost
+// the pass a lookup a byte.
+RT_HD inline bool icrc_place(const FrameView& f, uint8_t* dst, uint32_t data_len, uint32_t* raw) {
+  const Crc32Tables& tb = detail::crc32_tables();
+  const uint8_t* pay = f.base + f.payload;
+#if RT_DEVICE_CODE
+  const uint32_t start = icrc_register_at_payload(tb, f);
+  uint32_t c = start;
+  const bool wide = (reinterpret_cast<uintptr_t>(f.base) & 15u) == 0 &&
+                    (!dst || (reinterpret_cast<uintptr_t>(dst) & 15u) == 0);
+  const uint32_t chunks = wide ? data_len / 16u : 0;
+  switch (chunks ? (f.payload >> 2) & 3u : 4u) {
+    case 0: c = crc_place_chunks<0>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
+    case 1: c = crc_place_chunks<1>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
+    case 2: c = crc_place_chunks<2>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
+    case 3: c = crc_place_chunks<3>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
+    default: break;
+  }
+  const uint32_t done = chunks * 16u;
+  c = crc_place_bytes(tb, c, pay + done, data_len - done, dst ? dst + done : nullptr);
+  *raw = c ^ crc32_zeros(tb, start, data_len);
+  c = crc_place_bytes(tb, c, pay + data_len, f.payload_len - data_len,
+                      dst ? dst + data_len : nullptr);
+  c = ~crc32_update_with(tb, ~c, pay + f.payload_len, f.pad);
+  return ~c == f.icrc_field();
+#else
+  // A CPU's CRC (carry-less multiplies) is faster than its copy: two passes, each at speed.
+  (void)tb;
+  if (dst) std::memcpy(dst, pay, f.payload_len);  // copy_bytes goes a byte at a time off 4
+  *raw = ~crc32_update_fast(0xFFFFFFFFu, pay, data_len);
+  return icrc_ok(f);
+#endif
+}
+
+// Classify's header pass: what the stream step may take of `r` on its own. The same
+// checks as decide() and frames_write() before they touch the state; anything
+// else is kOther.
+RT_HD inline StreamKind stream_kind(const EngineDesc& d, const DecodeResult& r, StreamPacket& p) {
+  if (!r.ok()) return StreamKind::kOther;
+  const FrameView& f = r.frame;
+  if (!(f.op.flags & kWrite) || !f.op.is(kOnly) || !f.op.has(kReth) || f.ip_version == 0)
+    return StreamKind::kOther;
+  if (f.op.transport != d.qp.transport) return StreamKind::kOther;
+  const Bth& bth = f.bth_hdr();
+  if (bth.dest_qp.get() != d.qp.qpn || !pkey_matches(bth.pkey.get(), d.qp.pkey))
+    return StreamKind::kOther;
+  if (d.qp.transport == Transport::RC && bth.ack_requested()) return StreamKind::kOther;
+  const Reth& reth = f.ext_hdr<Reth>(kReth);
+  const uint64_t va = reth.va.get();
+  const uint32_t dma_len = reth.dma_len.get();
+  const FramesDesc& fd = d.frames;
+  if (f.payload_len > dma_len || find_region(d, reth.rkey.get(), va, dma_len) != int(fd.region))
+    return StreamKind::kOther;
+  const MemRegion& region = d.regions[fd.region];
+  const uint32_t at = uint32_t(va - region.va);  // inside the region: its length is 32 bits
+  p.page = at / fd.page_bytes;
+  p.offset = at % fd.page_bytes;
+  if (p.page >= fd.pages || p.offset + f.payload_len > fd.page_bytes) return StreamKind::kOther;
+  const bool end = f.op.has(kImmDt);
+  p.psn = bth.psn.get();
+  p.va = va;
+  p.dma_len = dma_len;
+  p.dst = region.base + at;
+  p.pay_len = f.payload_len;
+  p.payload_at = f.payload;
+  // With metadata the end packet's trailing 128 bytes are the record (frames_write).
+  const bool record = end && fd.metadata && f.payload_len >= kHsbMetadataBytes;
+  p.data_len = record ? f.payload_len - kHsbMetadataBytes : f.payload_len;
+  p.imm = end ? f.ext_hdr<ImmDt>(kImmDt).imm.get() : 0;
+  return end ? StreamKind::kEnd : StreamKind::kData;
+}
+
+// Crew-wide helpers on words of the crew's shared batch.
+template <class Crew>
+RT_HD inline void crew_min(const Crew&, uint32_t* word, uint32_t v) {
+  if constexpr (Crew::Team::kLanes > 1) {
+#if RT_DEVICE_CODE
+    atomicMin(word, v);
+#else  // a host team's lanes are threads (tests/cpp's emulated warp)
+    uint32_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
+    while (v < seen && !__atomic_compare_exchange_n(word, &seen, v, true, __ATOMIC_RELAXED,
+                                                    __ATOMIC_RELAXED)) {
+    }
+#endif
+    return;
+  }
+  if (v < *word) *word = v;
+}
+
+template <class Crew>
+RT_HD inline uint32_t crew_add(const Crew&, uint32_t* word, uint32_t v) {
+  if constexpr (Crew::Team::kLanes > 1) {
+#if RT_DEVICE_CODE
+    return atomicAdd(word, v);
+#else
+    return __atomic_fetch_add(word, v, __ATOMIC_RELAXED);
+#endif
+  }
+  const uint32_t old = *word;
+  *word = old + v;
+  return old;
+}
+
+// The page is the engine's, as frame_packet() will find it: not held by the host, or
+// released by it since (page_free, monotonic until the next record).
+RT_HD inline bool page_ours(const EngineDesc& d, const EngineState& st, uint32_t page) {
+  return !page_busy(st.frames, page) || load_acquire<Scope::kSystem>(&d.frames.page_free[page]);
+}
+
+}  // namespace engine_detail
+}  // namespace rt
