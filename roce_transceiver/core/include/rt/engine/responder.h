@@ -251,8 +251,8 @@ RT_HD RT_COLD inline void decide(const EngineDesc& d, EngineState& st, const Dec
   }
   if (check_psn(d, st, f) == Verdict::kDrop) return;
   if (check_sequence(d, st, f) == Verdict::kDrop) return;
-  const Verdict v = (f.op.flags & kSend) ? accept_send(d, st, f, rx_ts)
-                                         : accept_write(d, st, f, rx_ts);
+  const Verdict v =
+      (f.op.flags & kSend) ? accept_send(d, st, f, rx_ts) : accept_write(d, st, f, rx_ts);
   if (v == Verdict::kDrop) return;
   st.expected_psn = psn_add(psn, 1);
   if (d.qp.transport == Transport::RC) {

@@ -100,8 +100,7 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
   // A long payload a warp's: the grain fits the packet.
   const auto by_warp = [&](const StreamPacket& p) {
     return RT_DEVICE_CODE && Crew::Team::kLanes == 32 && d.check_icrc &&
-           p.data_len >= kWarpPassBytes &&
-           (reinterpret_cast<uintptr_t>(p.frame) & 15u) == 0 &&
+           p.data_len >= kWarpPassBytes && (reinterpret_cast<uintptr_t>(p.frame) & 15u) == 0 &&
            (reinterpret_cast<uintptr_t>(p.dst) & 15u) == 0;
   };
   for (uint32_t i = me; i < n; i += threads) {

@@ -287,8 +287,8 @@ RT_HD inline void crew_min(const Crew&, uint32_t* word, uint32_t v) {
     atomicMin(word, v);
 #else  // a host team's lanes are threads (tests/cpp's emulated warp)
     uint32_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
-    while (v < seen && !__atomic_compare_exchange_n(word, &seen, v, true, __ATOMIC_RELAXED,
-                                                    __ATOMIC_RELAXED)) {
+    while (v < seen &&
+           !__atomic_compare_exchange_n(word, &seen, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
 #endif
     return;

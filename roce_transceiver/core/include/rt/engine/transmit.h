@@ -12,7 +12,6 @@
 namespace rt {
 namespace engine_detail {
 
-
 // The tx slot at tx_pi holds a frame of `len` bytes: submit it and count it.
 template <Scope S>
 RT_HD inline void submit_counted(const EngineDesc& d, EngineState& st, uint32_t len) {
@@ -55,11 +54,10 @@ template <Scope S>
 RT_HD inline void send_response(const EngineDesc& d, EngineState& st, const Staging* stg,
                                 const Actions& a) {
   if (a.response == Response::kAtomicAck) {
-    const FrameSpec spec = atomic_ack_spec(d.reply_spec, d.qp.peer_qpn, a.resp_psn, a.resp_msn,
-                                           a.orig);
+    const FrameSpec spec =
+        atomic_ack_spec(d.reply_spec, d.qp.peer_qpn, a.resp_psn, a.resp_msn, a.orig);
     if (transmit<S>(d, st, stg, spec, ByteSpan())) count(st.tally, Counter::kAcksSent);
-  } else if (transmit<S>(d, st, stg, ack_spec(d, a.syndrome, a.resp_psn, a.resp_msn),
-                         ByteSpan())) {
+  } else if (transmit<S>(d, st, stg, ack_spec(d, a.syndrome, a.resp_psn, a.resp_msn), ByteSpan())) {
     count(st.tally, a.syndrome == kAethAck ? Counter::kAcksSent : Counter::kNaksSent);
   }
 }
@@ -138,7 +136,6 @@ RT_HD RT_COLD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st
   if (n) rx_release<Scope::kSystem>(d.host_tx, st.host_ci);
   return n;
 }
-
 
 // Leader: the decision's sends, in the order the wire wants them: a delivered message's
 // reply (and record), then the RC answer. Clears them.
