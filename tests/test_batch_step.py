@@ -353,8 +353,9 @@ def overlap_ops(transport: str, seed: int = 26) -> list[tuple[Any, ...]]:
     """Operations on the same bytes, each right after the one it must see: a WRITE Only and
     then a FETCH_ADD of its word, a COMPARE_SWAP that matches only what the WRITE wrote (and
     one that matches only what was there before it), a WRITE with Immediate over part of a
-    WRITE, an atomic on a word a WRITE with Immediate wrote. Atomics are RC's alone. Random
-    bytes: a WRITE placed late or not at all shows in every word it covers.
+    WRITE, a WRITE over a WRITE with Immediate, an atomic on a word a WRITE with Immediate
+    wrote. Atomics are RC's alone. Random bytes: a WRITE placed late or not at all shows in
+    every word it covers.
     ``("write" | "write_imm", offset, payload[, imm])``, ``("fetch_add", offset, add)``,
     ``("compare_swap", offset, compare, swap)``; offsets from the region's start."""
     rng = random.Random(seed)
@@ -372,6 +373,10 @@ def overlap_ops(transport: str, seed: int = 26) -> list[tuple[Any, ...]]:
     ops.append(("write", at[2], rng.randbytes(16) + word[2].to_bytes(8, "little")))
     if rc:
         ops.append(("compare_swap", at[2] + 16, word[2], word[3]))  # matches the WRITE's
+    # A WRITE over what a WRITE with Immediate just wrote: the handler's message is the
+    # immediate's bytes, so its batch must end with it (placements after it come later).
+    ops.append(("write_imm", at[3], rng.randbytes(32), 0x2600_0004))
+    ops.append(("write", at[3], rng.randbytes(32)))
     ops.append(("write", at[4], word[4].to_bytes(8, "little")))
     if rc:
         ops.append(("compare_swap", at[4], 0, word[5]))  # matches what was there before
