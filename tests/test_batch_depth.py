@@ -20,9 +20,13 @@ from typing import Any
 
 import pytest
 from engine_helpers import EXECUTORS, Peer, make, wait_counters
-from test_batch_step import drain, sized_run
+from frames_helpers import frames_config
+from test_batch_step import content, drain, drain_frames, merged, sized_run
 
-from roce_transceiver.protocol import parse
+from roce_transceiver.config import load_config
+from roce_transceiver.peers.sensor import Sensor
+from roce_transceiver.protocol import icrc, parse
+from roce_transceiver.transceiver import Transceiver
 
 #: Depths around the frames' lengths and the stream's: every split of a frame.
 DEPTHS = (1, 2, 3, 5, 8, 10, 11, 12, 16, 21, 22, 32, 33, 64, 100)
@@ -59,6 +63,51 @@ def test_a_stream_split_across_batches_of_every_depth_gives_the_same_frames(
             # Each pass takes `depth` (the ring was full), but where a frame's page must be
             # read for its CRC the batch ends after the frame's end: at least this many.
             assert e["batches"] >= -(-run["packets"] // depth), depth
+
+
+def _as_rc(packet: bytes) -> bytes:
+    """A sensor's UC WRITE Only (0x2A, 0x2B) as the RC one (0x0A, 0x0B), its ICRC made right."""
+    out = bytearray(packet)
+    at = 14 + 20 + 8  # the BTH's opcode, after Ethernet, IPv4 and UDP
+    assert out[at] in (0x2A, 0x2B)
+    out[at] -= 0x20
+    out[-4:] = icrc(bytes(out)).to_bytes(4, "little")
+    return bytes(out)
+
+
+def _rc_stream_run(executor: str, depth: int) -> dict[str, Any]:
+    """The stream of _stream_run over RC: nothing is placed before the commit, so every
+    packet of a run the commit takes at once is stored by execute."""
+    uc = merged(frames_config(executor, True, pages=8), {"queues": {"rx_depth": 256}})
+    queues = {"rx_depth": 256, "slot_bytes": 2304, "batch": depth}
+    t = Transceiver(merged(uc, {"qp": {"transport": "RC"}, "queues": queues}))
+    sensor = Sensor.for_config(load_config(uc), payload=2048)
+    sent = [sensor.frame(n, content(n, size)) for n, size in enumerate(SIZES)]
+    packets = [_as_rc(p) for f in sent for p in f.packets]
+    for p in packets:
+        assert t.inject(p)
+    with t:
+        records = drain_frames(t, len(packets))
+        stats = t.stats()
+    return {"sent": sent, "records": records, "stats": stats}
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_an_rc_stream_split_across_batches_gives_the_same_frames(executor: str) -> None:
+    runs = {depth: _rc_stream_run(executor, depth) for depth in (1, 7, 16, 32, 64)}
+    oracle = runs[1]
+    for depth, run in runs.items():
+        assert [r["crc32"] for r in run["records"]] == [
+            zlib.crc32(f.content) for f in run["sent"]
+        ], depth
+        assert [r["payload_crc"] for r in run["records"]] == [
+            zlib.crc32(f.content) for f in run["sent"]
+        ], depth  # the page's bytes, as execute stored them
+        assert all(r["ok"] for r in run["records"]), depth
+        assert [_record(r) for r in run["records"]] == [_record(r) for r in oracle["records"]], (
+            depth
+        )
+        assert run["stats"] == oracle["stats"], depth
 
 
 def _requests(peer: Peer, n: int) -> list[bytes]:

@@ -53,6 +53,7 @@ def test_bench_ingest_on_the_cpu_executor(tmp_path) -> None:
     for row in r["rows"]:
         assert row["frames_whole"] == row["frames"] > 1 and row["frames_dropped"] == 0
         assert row["packets_per_s"] > 0 and row["floor"]["copy_one_thread_gbit_per_s"] > 0
+        assert "plain_pass_gbit_per_s" not in row["floor"]  # the cuda executor's floor
     assert json.loads(path.read_text())["rows"] == r["rows"]
 
 
@@ -83,6 +84,8 @@ def test_bench_ingest_on_the_gpu_with_device_memory_rings(tmp_path) -> None:
     for row in r["rows"]:
         assert row["frames_whole"] == row["frames"] and row["packets_per_s"] > 0
         assert row["floor"]["copy_one_warp_gbit_per_s"] > 0
+        # The plain per-packet pass of the row's own packets, every one of them passed.
+        assert row["floor"]["plain_pass_gbit_per_s"] > 0 and row["floor"]["plain_pass_mpps"] > 0
     # Issue 26: every epoch length, one launch included, records every frame.
     lat = r["frame_to_host"]
     assert [row["epoch_us"] for row in lat["rows"]] == [10_000, 1_000, 0]

@@ -388,6 +388,7 @@ def test_epoch_stats_are_zeros_on_the_cpu_executor_and_name_each_figure() -> Non
     assert {k: stats[k] for k in epochs} == dict.fromkeys(epochs, 0)
     assert stats["batch_depth"] == 16 and stats["batch_cycles"] == (0, 0, 0, 0)
     assert stats["classify_cycles"] == (0, 0, 0, 0, 0)
+    assert stats["commit_cycles"] == (0, 0, 0)
     assert stats["blocks"] == 1  # a thread a queue
     assert stats["batch_frames"] <= 6 and set(stats) == {
         *epochs,
@@ -397,4 +398,5 @@ def test_epoch_stats_are_zeros_on_the_cpu_executor_and_name_each_figure() -> Non
         "batch_frames",
         "batch_cycles",
         "classify_cycles",
+        "commit_cycles",
     }

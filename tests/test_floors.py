@@ -193,6 +193,110 @@ def test_measure_floors_without_a_gpu_gives_reasons_not_figures():
         assert "no CUDA support" in r or "no usable CUDA GPU" in r
 
 
+# ---- the plain per-packet pass ----------------------------------------------------------------
+
+# A queue's QP and region as the ingest benchmark's config gives them: the floor's target.
+_PLAIN = {"qpn_first": 0x100, "qpn_count": 1, "rkey": 7, "region_va": 1 << 20, "region_bytes": 4096}
+
+
+def _plain_pass(packets=(bytes(64),), slot_bytes=256, blocks=1, threads=32, **kw):
+    return _core.floor_plain_pass(list(packets), slot_bytes, blocks, threads, **{**_PLAIN, **kw})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"packets": ()}, "no packets"),
+        ({"packets": (bytes(300),)}, "packet 0 is 300 bytes: must be between 1 and slot_bytes=256"),
+        ({"packets": (bytes(64), b"")}, "packet 1 is 0 bytes"),
+        ({"slot_bytes": 200}, "slot_bytes=200: must be a multiple of 16"),
+        ({"blocks": 0}, "blocks=0: must be between 1 and"),
+        ({"threads": 48}, "threads=48: must be a multiple of 32 between 32 and 1024"),
+        ({"threads": 2048}, "threads=2048"),
+        ({"qpn_count": 0}, "must be at least one, all below 2^24"),
+        ({"qpn_first": (1 << 24) - 1, "qpn_count": 2}, "all below 2^24"),
+        ({"region_bytes": 0}, "region_bytes=0"),
+        ({"region_bytes": (1 << 32) + 1}, "must be between 1 and 4294967296"),
+        ({"repeats": 0}, "repeats=0: must be between 1 and 1000"),
+    ],
+)
+def test_plain_pass_rejects_bad_arguments_in_every_build(kwargs, message):
+    # Checked before anything touches CUDA: the same ValueError with or without a GPU.
+    with pytest.raises(ValueError, match=r"^plain_pass: ") as e:
+        _plain_pass(**kwargs)
+    assert message in str(e.value)
+
+
+@pytest.mark.skipif(_gpu_visible(), reason="a GPU is visible: the plain pass runs (see -m gpu)")
+def test_plain_pass_without_a_gpu_raises_runtime_error_saying_why():
+    with pytest.raises(RuntimeError, match=r"^plain_pass: ") as e:
+        _plain_pass()
+    assert "no CUDA support" in str(e.value) or "no usable CUDA GPU" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def ingest_stream():
+    """20 whole frames (320 packets) of the ingest benchmark's 4 KiB stream and its config."""
+    from roce_transceiver.bench import ingest
+    from roce_transceiver.config import load_config
+
+    _, sent, _ = ingest._stream(4096, False)
+    cfg = load_config(ingest._config("cuda", 4096, False, len(sent), 1))
+    frames = sent[:20]
+    return cfg, [p for s in frames for p in s.packets], sum(len(s.content) for s in frames)
+
+
+def _plain_pass_of(cfg, packets, threads=128):
+    fr = cfg["frames"]
+    return _core.floor_plain_pass(
+        packets,
+        cfg["queues"]["slot_bytes"],
+        1,
+        threads,
+        qpn_first=cfg["qp"]["qpn"],
+        qpn_count=1,
+        rkey=fr["rkey"],
+        region_va=fr["va"],
+        region_bytes=fr["pages"] * fr["page_bytes"],
+        repeats=3,
+    )
+
+
+@pytest.mark.gpu
+def test_plain_pass_passes_every_packet_of_the_ingest_stream(ingest_stream):
+    cfg, packets, payload_bytes = ingest_stream
+    r = _plain_pass_of(cfg, packets)
+    assert (r["good"], r["bad"], r["bytes"]) == (len(packets), 0, payload_bytes)
+    assert math.isfinite(r["ns"]) and r["ns"] > 0
+
+
+@pytest.mark.gpu
+def test_plain_pass_counts_a_corrupted_payload_and_a_foreign_qp_bad(ingest_stream):
+    cfg, packets, payload_bytes = ingest_stream
+    packets = list(packets)
+    corrupt = bytearray(packets[5])
+    corrupt[-10] ^= 0x01  # a payload byte (the last 4 are the ICRC): the ICRC no longer matches
+    packets[5] = bytes(corrupt)
+    r = _plain_pass_of(cfg, packets, threads=32)
+    assert (r["good"], r["bad"]) == (len(packets) - 1, 1)
+    assert r["bytes"] == payload_bytes - 4096
+    # The same packets as another QP's: the header checks refuse every one.
+    fr = cfg["frames"]
+    other = _core.floor_plain_pass(
+        packets,
+        cfg["queues"]["slot_bytes"],
+        2,
+        64,
+        qpn_first=cfg["qp"]["qpn"] + 1,
+        qpn_count=4,
+        rkey=fr["rkey"],
+        region_va=fr["va"],
+        region_bytes=fr["pages"] * fr["page_bytes"],
+        repeats=1,
+    )
+    assert (other["good"], other["bad"], other["bytes"]) == (0, len(packets), 0)
+
+
 # ---- GPU floors (the H200) --------------------------------------------------------------------
 
 

@@ -14,9 +14,13 @@ With several queues (``--queues``, queues.count) there is a stream a queue, each
 QP and pages, all preloaded, so the queues' engines (a block each: an SM each) take them at
 once; the rate is every queue's packets over the span from the first record to the last.
 
-The floor, in the same run: a device-to-device copy of the same payload bytes by the engine's
+The floors, in the same run: a device-to-device copy of the same payload bytes by the engine's
 resources (one warp, the crew's warps, one whole SM of 1024 threads; a block of each per
-queue), timed with CUDA events (cupy); on the cpu executor, one thread's memcpy of the same
+queue), timed with CUDA events (cupy); and the plain per-packet pass of the row's own packets
+by the same SMs (``_core.floor_plain_pass``: a block a queue of the crew's threads, a thread a
+packet doing the header checks, the ICRC and the placement copy in one pass, the engine's own
+``icrc_place``, with no batch, no commit and no ordering), in Gb/s of payload and in Mpps; it
+must pass every packet, or the row fails. On the cpu executor, one thread's memcpy of the same
 bytes (numpy).
 
 Then the frame-end-to-host latency (frame_latency.py): frames one at a time on the loopback
@@ -135,6 +139,12 @@ def _profile(epochs: dict[str, Any]) -> dict[str, Any]:
         out["classify_cycles_per_frame"] = {
             p: c / max(1, counted) for p, c in zip(("poll", "header", "pass"), parts, strict=False)
         }
+        # Inside the commit: runs taken at once, frame ends (with records), the responder's
+        # decisions; the rest of it is the packets it walked one by one.
+        out["commit_cycles_per_frame"] = {
+            p: c / frames
+            for p, c in zip(("runs", "ends", "responder"), epochs["commit_cycles"], strict=True)
+        }
     return out
 
 
@@ -231,6 +241,53 @@ def _copy_floor_gpu(total_bytes: int, warps: int, blocks: int = 1) -> dict[str, 
     return out
 
 
+def _plain_pass_floor(
+    packets: list[bytes], cfg: dict[str, Any], warps: int, queues: int
+) -> dict[str, float]:
+    """The plain per-packet pass of ``packets`` by a block of ``warps`` warps a queue, into the
+    pages ``cfg`` (the row's loaded config) gives the queues' QPs. An honest floor does the
+    real work: every packet must pass its checks and its ICRC."""
+    from roce_transceiver import _core
+
+    fr = cfg["frames"]
+    r = _core.floor_plain_pass(
+        packets,
+        cfg["queues"]["slot_bytes"],
+        blocks=queues,
+        threads=32 * warps,
+        qpn_first=cfg["qp"]["qpn"],
+        qpn_count=queues,
+        rkey=fr["rkey"],
+        region_va=fr["va"],
+        region_bytes=fr["pages"] * fr["page_bytes"],
+    )
+    if r["good"] != len(packets) or r["bad"]:
+        raise RuntimeError(
+            f"the plain-pass floor passed {r['good']} of {len(packets)} packets "
+            f"({r['bad']} bad): it did not do the engine's work"
+        )
+    seconds = r["ns"] * 1e-9
+    return {
+        "plain_pass_gbit_per_s": r["bytes"] * 8 / seconds / 1e9,
+        "plain_pass_mpps": len(packets) / seconds / 1e6,
+    }
+
+
+def _floor_text(floor: dict[str, float]) -> str:
+    """``one_warp 12.3, ..., plain_pass 45.6 (11.10 Mpps)``: Gb/s, a floor's Mpps after it."""
+    pieces = []
+    for k, v in floor.items():
+        if not k.endswith("_gbit_per_s"):
+            continue
+        name = k.removesuffix("_gbit_per_s")
+        mpps = floor.get(f"{name}_mpps")
+        pieces.append(
+            f"{name.removeprefix('copy_')} {v:.1f}"
+            + (f" ({mpps:.2f} Mpps)" if mpps is not None else "")
+        )
+    return ", ".join(pieces)
+
+
 def _copy_floor_cpu(total_bytes: int, warps: int, blocks: int = 1) -> dict[str, float]:
     import numpy as np
 
@@ -257,7 +314,8 @@ def run(
     latency_frames: int = 200,
 ) -> dict[str, Any]:
     """One row per payload size, metadata mode, queue count and crew (cuda), each with the
-    copy floor of its bytes by the same resources; then, unless ``latency_frames`` is 0, the
+    copy floor of its bytes by the same resources (and, on the cuda executor, the plain
+    per-packet pass of its packets); then, unless ``latency_frames`` is 0, the
     frame-end-to-host latency of that many frames (bench/frame_latency.py)."""
     if executor == "auto":
         from roce_transceiver import _core
@@ -274,6 +332,10 @@ def run(
                     total = row["packets"] * payload
                     floor = _copy_floor_gpu if executor == "cuda" else _copy_floor_cpu
                     row["floor"] = floor(total, w, nq)
+                    if executor == "cuda":
+                        frames = row["frames"] // nq
+                        cfg = load_config(_config(executor, payload, metadata, frames, w, nq))
+                        row["floor"].update(_plain_pass_floor(stream[2], cfg, w, nq))
                     rows.append(row)
     print(
         f"{'payload':>8} {'metadata':>8} {'queues':>6} {'warps':>5} {'Mpps':>8} {'Gb/s':>8} "
@@ -282,10 +344,7 @@ def run(
         file=out,
     )
     for r in rows:
-        floor = ", ".join(
-            f"{k.removeprefix('copy_').removesuffix('_gbit_per_s')} {v:.1f}"
-            for k, v in r["floor"].items()
-        )
+        floor = _floor_text(r["floor"])
         prof = r["profile"]
         cycles = ""
         if "cycles_per_frame" in prof:
@@ -295,6 +354,8 @@ def run(
                 + "/".join(f"{c:.0f}" for c in prof["cycles_per_frame"].values())
                 + f" ({prof['frames_per_batch']:.1f} a batch; classify's poll/header/pass "
                 + "/".join(f"{c:.0f}" for c in pieces)
+                + "; commit's runs/ends/responder "
+                + "/".join(f"{c:.0f}" for c in prof["commit_cycles_per_frame"].values())
                 + ")"
             )
         print(

@@ -480,6 +480,7 @@ EpochStats EngineKernel::epoch_stats() const {
     const volatile CrewProfile& p = c.crew[q];
     for (uint32_t k = 0; k < 4; ++k) e.batch_cycles[k] += p.batch_cycles[k];
     for (uint32_t k = 0; k < 5; ++k) e.classify_cycles[k] += p.classify_cycles[k];
+    for (uint32_t k = 0; k < 3; ++k) e.commit_cycles[k] += p.commit_cycles[k];
     e.batches += p.batches;
     e.batch_frames += p.batch_frames;
   }

@@ -2,6 +2,7 @@
 // floor shares, and, in builds without CUDA, stand-ins for the GPU floors.
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
@@ -34,6 +35,41 @@ void check_message_size(const char* floor, size_t size) {
     throw std::invalid_argument(std::string(floor) + ": size=" + std::to_string(size) +
                                 ": must be between 1 and " + std::to_string(kFloorMaxMessageBytes) +
                                 " bytes");
+}
+
+void check_plain_pass(const std::vector<std::string>& packets, uint32_t slot_bytes, uint32_t blocks,
+                      uint32_t threads, const PlainPassTarget& target, int repeats) {
+  const auto bad = [](const std::string& why) {
+    throw std::invalid_argument("plain_pass: " + why);
+  };
+  // 16-byte slots keep the pass's wide loads aligned, as the rx ring's slots are.
+  if (slot_bytes < 16 || slot_bytes % 16 != 0)
+    bad("slot_bytes=" + std::to_string(slot_bytes) + ": must be a multiple of 16, at least 16");
+  if (packets.empty()) bad("no packets");
+  if (uint64_t(packets.size()) * slot_bytes > kPlainPassMaxBytes)
+    bad(std::to_string(packets.size()) + " packets of " + std::to_string(slot_bytes) +
+        "-byte slots: more than " + std::to_string(kPlainPassMaxBytes) + " bytes of ring");
+  for (size_t k = 0; k < packets.size(); ++k)
+    if (packets[k].empty() || packets[k].size() > slot_bytes)
+      bad("packet " + std::to_string(k) + " is " + std::to_string(packets[k].size()) +
+          " bytes: must be between 1 and slot_bytes=" + std::to_string(slot_bytes));
+  if (blocks < 1 || blocks > kPlainPassMaxBlocks)
+    bad("blocks=" + std::to_string(blocks) + ": must be between 1 and " +
+        std::to_string(kPlainPassMaxBlocks));
+  if (threads < 32 || threads > kPlainPassMaxThreads || threads % 32 != 0)
+    bad("threads=" + std::to_string(threads) + ": must be a multiple of 32 between 32 and " +
+        std::to_string(kPlainPassMaxThreads));
+  if (target.qpn_count < 1 || uint64_t(target.qpn_first) + target.qpn_count > (1u << 24))
+    bad("QPs " + std::to_string(target.qpn_first) + " + " + std::to_string(target.qpn_count) +
+        ": must be at least one, all below 2^24");
+  if (target.region_bytes < 1 || target.region_bytes > kPlainPassMaxBytes ||
+      target.region_va > UINT64_MAX - target.region_bytes)
+    bad("region_bytes=" + std::to_string(target.region_bytes) +
+        " at va=" + std::to_string(target.region_va) + ": must be between 1 and " +
+        std::to_string(kPlainPassMaxBytes) + ", not past the end of the address space");
+  if (repeats < 1 || repeats > kPlainPassMaxRepeats)
+    bad("repeats=" + std::to_string(repeats) + ": must be between 1 and " +
+        std::to_string(kPlainPassMaxRepeats));
 }
 
 std::string iteration_name(uint64_t seq, int64_t iterations) {
@@ -154,6 +190,13 @@ std::vector<double> launch_per_message(int64_t iterations, size_t size, bool gra
   detail::check_iterations(floor, iterations);
   detail::check_message_size(floor, size);
   no_cuda(floor);
+}
+
+PlainPassResult plain_pass(const std::vector<std::string>& packets, uint32_t slot_bytes,
+                           uint32_t blocks, uint32_t threads, const PlainPassTarget& target,
+                           int repeats) {
+  detail::check_plain_pass(packets, slot_bytes, blocks, threads, target, repeats);
+  no_cuda("plain_pass");
 }
 
 OpCosts device_op_costs(const std::vector<uint8_t>&, int) { no_cuda("device_op_costs"); }

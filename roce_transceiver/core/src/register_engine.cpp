@@ -340,6 +340,8 @@ void register_engine(pb::module_& m) {
              d["classify_cycles"] =
                  pb::make_tuple(s.classify_cycles[0], s.classify_cycles[1], s.classify_cycles[2],
                                 s.classify_cycles[3], s.classify_cycles[4]);
+             d["commit_cycles"] =
+                 pb::make_tuple(s.commit_cycles[0], s.commit_cycles[1], s.commit_cycles[2]);
              return d;
            })
       .def("counters",

@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <string>
 #include <vector>
 
 #include "register.h"
@@ -58,6 +59,33 @@ void register_floors(pybind11::module_& m) {
       "Per message (ns): copy `size` bytes into pinned memory, launch an echo kernel (a CUDA "
       "graph if graph=True), synchronise the stream; timed on the host with steady_clock, after "
       "a warm-up; every echo is checked. Raises RuntimeError without a GPU.");
+  m.def(
+      "floor_plain_pass",
+      [](const std::vector<std::string>& packets, uint32_t slot_bytes, uint32_t blocks,
+         uint32_t threads, uint32_t qpn_first, uint32_t qpn_count, uint32_t rkey,
+         uint64_t region_va, uint64_t region_bytes, int repeats) {
+        const bench::PlainPassTarget target{qpn_first, qpn_count, rkey, region_va, region_bytes};
+        bench::PlainPassResult r;
+        {
+          pybind11::gil_scoped_release nogil;
+          r = bench::plain_pass(packets, slot_bytes, blocks, threads, target, repeats);
+        }
+        pybind11::dict out;
+        out["ns"] = r.ns;
+        out["good"] = r.good;
+        out["bad"] = r.bad;
+        out["bytes"] = r.bytes;
+        return out;
+      },
+      arg("packets"), arg("slot_bytes"), arg("blocks"), arg("threads"), arg("qpn_first"),
+      arg("qpn_count"), arg("rkey"), arg("region_va"), arg("region_bytes"), arg("repeats") = 5,
+      "The plain per-packet pass by `blocks` blocks of `threads` threads, a thread a packet: "
+      "the engine's own header checks, ICRC and placement in one pass (icrc_place), with no "
+      "batch, commit or ordering, over `packets` (bytes) in a device ring of slot_bytes slots, "
+      "into a device region at region_va. {'ns': the best of `repeats` launches after a warm-up "
+      "(CUDA events), 'good': packets that passed every check, 'bad': the others, 'bytes': the "
+      "good ones' payload bytes}. Raises ValueError for bad arguments (in every build), "
+      "RuntimeError without a GPU.");
   m.def(
       "device_op_costs",
       [](pybind11::bytes request, int repeats) {

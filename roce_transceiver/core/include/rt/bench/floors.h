@@ -3,7 +3,8 @@
 // Every round-trip benchmark prints its figure next to these, measured in the
 // same run (DESIGN.md section 8), so a figure is read as a ratio to what the
 // hardware allows rather than as an absolute. Each floor runs a warm-up first
-// and returns one round-trip time per measured iteration, in nanoseconds.
+// and returns one round-trip time per measured iteration, in nanoseconds; the
+// one throughput floor, plain_pass, the best time of a launch over a stream.
 //
 // Plain C++ so host code compiled by g++ (the pybind11 bindings) can call it.
 // The GPU floors live in cuda/floors.cu; a build without CUDA links stubs
@@ -67,6 +68,46 @@ std::vector<double> device_block_pingpong(int64_t iterations,
 // the end of the synchronisation (the check is outside the timed part).
 std::vector<double> launch_per_message(int64_t iterations, size_t size = 32, bool graph = false);
 
+// ---- the plain per-packet pass ---------------------------------------------------------
+
+// Where plain_pass takes a packet as its own: the header checks of the frames stream's
+// classify (stream_kind), on a range of QPs and one region.
+struct PlainPassTarget {
+  uint32_t qpn_first = 0;  // BTH dest QPs qpn_first .. qpn_first + qpn_count - 1
+  uint32_t qpn_count = 1;
+  uint32_t rkey = 0;
+  uint64_t region_va = 0;  // the region the RETH's VA range must lie in
+  uint64_t region_bytes = 0;
+};
+
+struct PlainPassResult {
+  double ns = 0;       // the fastest measured launch, CUDA events around it
+  uint64_t good = 0;   // packets that passed every check, their ICRC too
+  uint64_t bad = 0;    // the others
+  uint64_t bytes = 0;  // payload bytes of the good packets, placed in the region
+};
+
+// Bounds plain_pass checks its arguments against. A block's threads are 32..1024; the
+// region and the ring are at most 4 GiB, the engine's regions' bound (32-bit lengths).
+inline constexpr uint32_t kPlainPassMaxThreads = 1024;
+inline constexpr uint32_t kPlainPassMaxBlocks = 4096;
+inline constexpr uint64_t kPlainPassMaxBytes = uint64_t(1) << 32;
+inline constexpr int kPlainPassMaxRepeats = 1000;
+
+// The engine's own per-packet pass with no batch, no commit and no ordering: the floor of
+// the frames stream's step by the same SMs. `packets` go into a device-memory ring of
+// `slot_bytes`-byte slots (packet k in slot k, as the rx ring holds them), and `blocks`
+// blocks of `threads` threads take them, thread g packets g, g + blocks * threads, ...
+// Per packet: decode (rt::decode), the header checks (a WRITE Only, with or without
+// immediate, with a RETH; dest QP, rkey and the VA range as `target` says; payload within
+// the DMA length), then one pass over the payload that checks the ICRC and stores it at
+// its VA in a device region of target.region_bytes (icrc_place, the stream step's own).
+// A packet with a bad ICRC has been stored too, as classify stores it before the commit
+// knows. One warm-up launch, then the best of `repeats`; every launch must count the same.
+PlainPassResult plain_pass(const std::vector<std::string>& packets, uint32_t slot_bytes,
+                           uint32_t blocks, uint32_t threads, const PlainPassTarget& target,
+                           int repeats);
+
 namespace detail {
 // Shared by every floor and build, so all reject the same inputs and name
 // what was outstanding in the same words.
@@ -75,6 +116,9 @@ namespace detail {
 void check_iterations(const char* floor, int64_t iterations);
 void check_timeout(const char* floor, double timeout_s);
 void check_message_size(const char* floor, size_t size);
+// All of plain_pass's arguments, before anything touches CUDA.
+void check_plain_pass(const std::vector<std::string>& packets, uint32_t slot_bytes, uint32_t blocks,
+                      uint32_t threads, const PlainPassTarget& target, int repeats);
 
 // Round trip `seq` (1-based, counting the warm-up) as a person counts it:
 // "warm-up iteration 7 of 1000" or "iteration 1234 of 10000".

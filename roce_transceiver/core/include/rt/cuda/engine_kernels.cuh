@@ -27,6 +27,7 @@ struct CrewProfile {
   uint64_t batches;
   uint64_t batch_frames;
   uint64_t classify_cycles[5];
+  uint64_t commit_cycles[3];  // the frames stream's commit: runs, frame ends, decisions
 };
 
 // Pinned, mapped: the host's stop request and what the epochs cost, for the host.
@@ -174,6 +175,10 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
       for (uint32_t k = 0; k < 5; ++k) {
         p.classify_cycles[k] += batch->classify_cycles[k];
         store_relaxed<Scope::kSystem>(&host->classify_cycles[k], p.classify_cycles[k]);
+      }
+      for (uint32_t k = 0; k < 3; ++k) {
+        p.commit_cycles[k] += batch->commit_cycles[k];
+        store_relaxed<Scope::kSystem>(&host->commit_cycles[k], p.commit_cycles[k]);
       }
       p.batches += batch->batches;
       p.batch_frames += batch->batch_frames;

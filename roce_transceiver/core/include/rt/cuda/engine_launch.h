@@ -46,8 +46,9 @@ struct EpochStats {
   uint64_t batches = 0;
   uint64_t batch_frames = 0;
   uint64_t classify_cycles[5] = {0, 0, 0, 0, 0};  // team 0's: stage, decode, ICRC, verdict; frames
-  uint32_t batch_depth = 1;                       // frames a batch holds at most (1: no crew)
-  uint32_t blocks = 0;                            // one a queue
+  uint64_t commit_cycles[3] = {0, 0, 0};  // the frames stream's commit: runs, frame ends, decisions
+  uint32_t batch_depth = 1;               // frames a batch holds at most (1: no crew)
+  uint32_t blocks = 0;                    // one a queue
 };
 
 class EngineKernel {

@@ -36,6 +36,8 @@ constexpr uint32_t kMaxBatch = 32;
 // Frame ends a frames batch keeps for classify's placement rule (stream_batch.h); a
 // batch with more places nothing before the commit after the last one kept.
 constexpr uint32_t kMaxStreamEnds = 64;
+// Packets a frames batch holds at most (queues.batch's bound).
+constexpr uint32_t kMaxStreamBatch = 1024;
 
 struct StreamPacket;  // stream_batch.h
 
@@ -88,6 +90,13 @@ struct Batch {
   StreamPacket* packets;
   uint32_t first_other, ends;
   uint32_t end_index[kMaxStreamEnds], end_page[kMaxStreamEnds];
+  // Its runs (stream_commit.h): bit i set where packet i does not go on from the one
+  // before it; the tables that fold a run's CRCs at once (for the fold's packet size).
+  uint32_t breaks[kMaxStreamBatch / 32];
+  Crc32RunShifts runs;
+  // Inside the frames stream's commit: runs taken at once, frame ends, the responder's
+  // decisions (the rest: packets the commit walked one by one).
+  uint64_t commit_cycles[3];
 };
 
 // The batch depth of a queue: a power of two, at most kMaxBatch and
@@ -123,6 +132,8 @@ RT_HD inline void batch_init(Batch& b, uint32_t depth, uint8_t* staging, uint32_
   b.batches = 0;
   b.batch_frames = 0;
   for (uint64_t& c : b.classify_cycles) c = 0;
+  for (uint64_t& c : b.commit_cycles) c = 0;
+  b.runs.n = ~uint64_t(0);
 }
 
 namespace engine_detail {

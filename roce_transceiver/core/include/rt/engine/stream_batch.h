@@ -10,11 +10,16 @@
 //             16-byte chunk from conflict-free nibble tables, 16-byte stores;
 //             the data's own CRC register comes out of the same pass. A packet
 //             that is not a stream WRITE is left to the responder.
+//   runs      the crew: which packets go on from the one before (links), and at
+//             each run's head its length and its packets' CRCs folded together
+//             (link_runs, stream_commit.h): a bitmask of breaks and bit scans, not a lane
+//             walking the packets.
 //   commit    the crew leader, in ring order: the PSN and the frame account
-//             (frame_packet, frame_stream.h: the one accounting), a frame's end,
-//             and its record at once when its page CRC is folded from its
-//             packets. What is not a stream WRITE in order is the responder's
-//             (decide, responder.h) and ends the batch.
+//             (frame_packet, frame_stream.h: the one accounting) of a run's head,
+//             the run after it at once (commit_linked_run), a frame's end, and its
+//             record at once when its page CRC is folded from its packets. What
+//             is not a stream WRITE in order is the responder's (decide,
+//             responder.h) and ends the batch.
 //   execute   the placements the commit noted (RC, where nothing is placed
 //             before its PSN is known to be the next; the responder's).
 //   publish   what the responder's decision sends (transmit.h), a frame whose
@@ -73,7 +78,8 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
     p.len = desc.len < d.rx.slot_bytes ? desc.len : d.rx.slot_bytes;
     p.ts = desc.timestamp_ns;
     p.frame = d.rx.slot(first + i);
-    p.placed = p.execute = p.raw_ok = p.icrc_bad = false;
+    p.placed = p.execute = p.raw_ok = p.icrc_bad = p.run_taken = false;
+    p.run_len = p.run_fold = p.run_flags = 0;
     p.kind = stream_kind(d, decode(ByteSpan(p.frame, p.len)), p);
     if (p.kind == StreamKind::kOther) crew_min(c, &b.first_other, i);
     if (p.kind == StreamKind::kEnd) {
@@ -135,6 +141,8 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
   }
 #endif
   c.sync();
+  link_runs(c, d, b, n);
+  c.sync();
   const uint64_t t1 = crew_clock();
   // commit, in order
   if (c.leader()) {
@@ -147,7 +155,8 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
   const uint32_t committed = b.committed - first;
   for (uint32_t i = c.team_index(); i < committed; i += c.teams()) {
     const StreamPacket& p = pk[i];
-    if (p.execute) copy_bytes_team(t, p.dst, p.frame + p.payload_at, p.pay_len);
+    if (p.execute || (p.link && !p.placed && pk[p.head].run_taken))
+      copy_bytes_team(t, p.dst, p.frame + p.payload_at, p.pay_len);
   }
   c.sync();
   const uint64_t t3 = crew_clock();
@@ -167,6 +176,13 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
       const uint32_t crc = crc32_crew(c, b, pending_frame_page(d, fs), bytes);
       if (c.leader()) record_frame(d, st, crc, result);
     }
+  }
+  if (b.fold.n != b.runs.n && b.fold.n != ~uint64_t(0)) {  // the stream's size: its runs' tables
+    c.sync();
+    for (uint32_t e = me; e < kRunShiftEntries; e += threads)
+      (&b.runs.t[0][0][0])[e] = crc32_run_shift_entry(b.fold.n, e);
+    c.sync();
+    if (c.leader()) b.runs.n = b.fold.n;
   }
   if (c.leader()) {
     publish_completions(d, st);  // the records the commit wrote, their pages placed

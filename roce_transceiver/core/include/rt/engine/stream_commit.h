@@ -1,6 +1,8 @@
 // The frames stream's commit (stream_batch.h), on the crew leader in ring order: the PSN
-// and the frame account (frame_packet, frame_stream.h) of each stream WRITE, a run of them
-// with the state in registers (commit_run), a frame's end and its record when its page CRC
+// and the frame account (frame_packet, frame_stream.h) of each stream WRITE that heads a
+// run, the run after it at once from what the crew found before the commit (link_runs,
+// commit_linked_run) or, where that cannot be, walked with the state in registers
+// (commit_run), a frame's end and its record when its page CRC
 // folds from its packets; the responder's decision (decide) for anything else, which ends
 // the batch. It sends nothing and copies no payload.
 #pragma once
@@ -8,6 +10,145 @@
 #include "rt/engine/stream_pass.h"
 
 namespace rt {
+
+// What a run's members share, at its head (run_flags).
+constexpr uint32_t kRunRawUnknown = 1;  // a member's data CRC is not known
+constexpr uint32_t kRunUnplaced = 2;    // a member's payload is left to execute
+
+namespace engine_detail {
+
+RT_HD inline uint32_t lowest_bit(uint32_t v) {  // v != 0
+#if RT_DEVICE_CODE
+  return uint32_t(__ffs(v)) - 1u;
+#else
+  return uint32_t(__builtin_ctz(v));
+#endif
+}
+
+RT_HD inline uint32_t highest_bit(uint32_t v) {  // v != 0
+#if RT_DEVICE_CODE
+  return 31u - uint32_t(__clz(v));
+#else
+  return 31u - uint32_t(__builtin_clz(v));
+#endif
+}
+
+// Packet i goes on from packet i - 1 as commit_run takes a packet into the run before it,
+// as far as the packets alone say: WRITE Onlys without an end, good, the next PSN, the same
+// page, the same size, right after it in the page. (What the state says, the commit checks
+// once a run: commit_linked_run.)
+RT_HD inline bool links(const StreamPacket* pk, uint32_t i) {
+  if (i == 0) return false;
+  const StreamPacket& p = pk[i];
+  const StreamPacket& q = pk[i - 1];
+  return p.kind == StreamKind::kData && q.kind == StreamKind::kData && !p.icrc_bad &&
+         p.psn == psn_add(q.psn, 1) && p.page == q.page && p.len == q.len &&
+         p.data_len == q.data_len && p.offset == q.offset + q.data_len;
+}
+
+// The first break after packet i (n: none before the batch's end).
+RT_HD inline uint32_t next_break(const Batch& b, uint32_t i, uint32_t n) {
+  uint32_t w = i / 32;
+  uint32_t bits = b.breaks[w] & ~((2u << (i % 32)) - 1u);  // i % 32 == 31: none left
+  while (!bits && ++w < (n + 31) / 32) bits = b.breaks[w];
+  if (!bits) return n;
+  const uint32_t at = w * 32 + lowest_bit(bits);
+  return at < n ? at : n;
+}
+
+// The last break before packet i (packet 0 is always one).
+RT_HD inline uint32_t last_break(const Batch& b, uint32_t i) {
+  uint32_t w = i / 32;
+  uint32_t bits = b.breaks[w] & ((1u << (i % 32)) - 1u);
+  while (!bits) bits = b.breaks[--w];
+  return w * 32 + highest_bit(bits);
+}
+
+}  // namespace engine_detail
+
+// Commit's runs, by the crew before the commit: which packets go on from the one before
+// (links), then at each run's head its length, its members' data CRCs each shifted over
+// the members after it and XORed (the run's fold: the commit shifts the frame's register
+// over the run once and XORs it in), and what its members share. Everything the commit
+// would find walking the run, but the state.
+template <class Crew>
+RT_HD inline void link_runs(const Crew& c, const EngineDesc& d, Batch& b, uint32_t n) {
+  using namespace engine_detail;
+  const uint32_t threads = c.teams() * c.team().size();
+  const uint32_t me = c.team_index() * c.team().size() + c.team().lane();
+  StreamPacket* pk = b.packets;
+  for (uint32_t w = me; w < (n + 31) / 32; w += threads) b.breaks[w] = 0;
+  c.sync();
+  for (uint32_t i = me; i < n; i += threads) {
+    const bool link = links(pk, i);
+    pk[i].link = link;
+    if (!link) crew_or(c, &b.breaks[i / 32], 1u << (i % 32));
+  }
+  c.sync();
+  const bool folds = d.check_icrc && b.runs.n != ~uint64_t(0);
+  for (uint32_t i = me; i < n; i += threads) {
+    StreamPacket& p = pk[i];
+    const uint32_t end = next_break(b, i, n);
+    if (!p.link) {
+      p.run_len = end - i - 1;
+      continue;
+    }
+    const uint32_t h = last_break(b, i);
+    p.head = h;
+    StreamPacket& head = pk[h];
+    uint32_t flags = p.placed ? 0u : kRunUnplaced;
+    if (!p.raw_ok) flags |= kRunRawUnknown;
+    if (flags) crew_or(c, &head.run_flags, flags);
+    if (folds && p.raw_ok && p.data_len == b.runs.n)
+      crew_xor(c, &head.run_fold, crc32_run_shift(b.runs, p.raw, end - 1 - i));
+  }
+}
+
+// Commit: the run after pk[h] at once, from what link_runs() found: what commit_run()
+// does for each of its packets, for all of them. 0: the run is commit_run's to walk (the
+// commit did not reach h as its head, the run leaves the frame's PSNs, or its CRCs fold
+// only by the packet).
+RT_HD inline uint32_t commit_linked_run(const EngineDesc& d, EngineState& st, Batch& b,
+                                        StreamPacket* pk, uint32_t h, bool& placing) {
+  StreamPacket& head = pk[h];
+  const uint32_t k = head.run_len;
+  if (!k || head.link) return 0;
+  FrameState& fs = st.frames;
+  const StreamPacket& first = pk[h + 1];
+  const StreamPacket& last = pk[h + k];
+  if (psn_diff_sensor(first.psn, fs.psn_first) < 0 || psn_diff_sensor(last.psn, fs.psn_first) < 0)
+    return 0;
+  const uint32_t data_len = first.data_len;
+  bool valid = fs.crc_valid;
+  uint32_t raw = fs.crc_raw;
+  uint64_t at = fs.crc_len;
+  if (data_len) {
+    if (valid && (!d.check_icrc || (head.run_flags & kRunRawUnknown) || first.offset != at)) {
+      valid = false;
+    } else if (valid) {
+      if (data_len != b.runs.n) return 0;
+      raw = crc32_run_shift(b.runs, raw, k) ^ head.run_fold;
+      at += uint64_t(k) * data_len;
+    }
+    const uint64_t e = uint64_t(last.offset) + data_len;
+    fs.bytes = e > fs.bytes ? e : fs.bytes;
+  }
+  fs.packets += k;
+  fs.last_psn = last.psn;
+  fs.rx_last_ns = last.ts;
+  fs.crc_valid = valid;
+  fs.crc_raw = raw;
+  fs.crc_len = at;
+  count(st.tally, Counter::kRxPackets, k);
+  count(st.tally, Counter::kRxBytes, uint64_t(k) * first.len);
+  st.write =
+      WriteProgress{d.frames.region, last.va, last.va + last.pay_len, last.dma_len - last.pay_len};
+  st.expected_psn = psn_add(last.psn, 1);
+  if (d.qp.transport == Transport::RC) st.msn = psn_add(st.msn, k);
+  head.run_taken = (head.run_flags & kRunUnplaced) != 0;
+  placing = placing || head.run_taken;
+  return k;
+}
 
 // Commit: the packets from pk[j] on that go on in the run of the one before it, which
 // frame_packet() took into the frame in progress, on a page that is ours: WRITE Onlys
@@ -121,7 +262,9 @@ RT_HD RT_COLD inline uint32_t stream_commit(const EngineDesc& d, EngineState& st
       if (placing && waits_for_placements(r)) break;
       const IcrcVerdict v =
           p.kind == StreamKind::kOther ? IcrcVerdict::kUnchecked : IcrcVerdict::kGood;
+      const uint64_t c0 = crew_clock();
       decide(d, st, r, p.len, p.ts, v);
+      b.commit_cycles[2] += crew_clock() - c0;
       p.pay_len = take_placement(st, &p.dst, &p.frame);  // execute copies from p.frame
       p.execute = p.pay_len != 0;
       p.payload_at = 0;
@@ -152,10 +295,18 @@ RT_HD RT_COLD inline uint32_t stream_commit(const EngineDesc& d, EngineState& st
         crc32_zeros_table(b.fold, p.data_len);
       b.fold_seen = p.data_len;
     }
-    if (p.kind == StreamKind::kData && ours) i += commit_run(d, st, b, pk, i + 1, n, placing);
+    if (p.kind == StreamKind::kData && ours) {
+      const uint64_t c0 = crew_clock();
+      const uint32_t k = commit_linked_run(d, st, b, pk, i, placing);
+      i += k ? k : commit_run(d, st, b, pk, i + 1, n, placing);
+      b.commit_cycles[0] += crew_clock() - c0;
+    }
     if (p.kind == StreamKind::kEnd) {
+      const uint64_t c0 = crew_clock();
       close_frame(fd, st, p.imm, p.psn);
-      if (st.frames.pending && !record_folded_now<S>(d, st, b, placing)) {
+      const bool later = st.frames.pending && !record_folded_now<S>(d, st, b, placing);
+      b.commit_cycles[1] += crew_clock() - c0;
+      if (later) {
         ++i;
         break;  // its record after execute (publish)
       }

@@ -12,9 +12,6 @@
 
 namespace rt {
 
-// Packets a frames batch holds at most (queues.batch's bound).
-constexpr uint32_t kMaxStreamBatch = 1024;
-
 enum class StreamKind : uint8_t {
   kOther,  // the responder's (decide)
   kData,   // WRITE Only into the pages
@@ -36,11 +33,21 @@ struct StreamPacket {
   uint32_t dma_len;
   uint32_t raw;  // the data's raw CRC register (raw_ok)
   uint32_t imm;
+  // Its run (stream_commit.h): a packet that goes on from the one before it (link) has the
+  // run's head, the packet before the run; the head has the run's length, its members'
+  // CRCs folded to the run's end and what they share (kRun*).
+  uint32_t head;
+  uint32_t run_len;
+  uint32_t run_fold;
+  uint32_t run_flags;
   StreamKind kind;
   bool placed;    // classify stored the payload
   bool raw_ok;    // raw is known
   bool icrc_bad;  // check_icrc and the ICRC did not match
   bool execute;   // the commit left the payload for execute to store
+  bool link;      // goes on from the packet before it, as commit_run would take it
+  bool
+      run_taken;  // the head's: the commit took its run at once, execute stores what was not placed
 };
 
 namespace engine_detail {
@@ -308,6 +315,32 @@ RT_HD inline uint32_t crew_add(const Crew&, uint32_t* word, uint32_t v) {
   const uint32_t old = *word;
   *word = old + v;
   return old;
+}
+
+template <class Crew>
+RT_HD inline void crew_or(const Crew&, uint32_t* word, uint32_t v) {
+  if constexpr (Crew::Team::kLanes > 1) {
+#if RT_DEVICE_CODE
+    atomicOr(word, v);
+#else
+    __atomic_fetch_or(word, v, __ATOMIC_RELAXED);
+#endif
+    return;
+  }
+  *word |= v;
+}
+
+template <class Crew>
+RT_HD inline void crew_xor(const Crew&, uint32_t* word, uint32_t v) {
+  if constexpr (Crew::Team::kLanes > 1) {
+#if RT_DEVICE_CODE
+    atomicXor(word, v);
+#else
+    __atomic_fetch_xor(word, v, __ATOMIC_RELAXED);
+#endif
+    return;
+  }
+  *word ^= v;
 }
 
 // The page is the engine's, as frame_packet() will find it: not held by the host, or

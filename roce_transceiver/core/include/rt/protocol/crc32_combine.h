@@ -103,6 +103,33 @@ RT_HD inline uint32_t crc32_zeros_by(const Crc32ZerosTable& z, uint32_t c) {
   return z.t[0][c & 0xFF] ^ z.t[1][(c >> 8) & 0xFF] ^ z.t[2][(c >> 16) & 0xFF] ^ z.t[3][c >> 24];
 }
 
+// The raw register c after m * n zero bytes, for any m below 2^kRunShiftLevels: one
+// product by x^(8 n 2^k) for each set bit k of m, each eight lookups in nibble tables
+// (sixteen words: a lane a bank). A commit folds a run of a stream's packets of n data
+// bytes at once, each packet's register shifted over the packets after it.
+constexpr uint32_t kRunShiftLevels = 10;
+struct Crc32RunShifts {
+  uint64_t n;                          // what they are for; ~0: nothing yet
+  uint32_t t[kRunShiftLevels][8][16];  // [k][j][v]: (v x^(4j) in the register) x^(8 n 2^k)
+};
+constexpr uint32_t kRunShiftEntries = kRunShiftLevels * 8 * 16;
+
+// Entry e of the tables for n (a crew builds them an entry a thread; then sets n).
+RT_HD inline uint32_t crc32_run_shift_entry(uint64_t n, uint32_t e) {
+  const uint32_t k = e / 128, j = (e / 16) % 8, v = e % 16;
+  return crc32_mulmod(crc32_x8n(n << k), v << (4 * j));
+}
+
+RT_HD inline uint32_t crc32_run_shift(const Crc32RunShifts& s, uint32_t c, uint32_t m) {
+  for (uint32_t k = 0; m; ++k, m >>= 1) {
+    if (!(m & 1u)) continue;
+    const uint32_t(&t)[8][16] = s.t[k];
+    c = t[0][c & 15u] ^ t[1][(c >> 4) & 15u] ^ t[2][(c >> 8) & 15u] ^ t[3][(c >> 12) & 15u] ^
+        t[4][(c >> 16) & 15u] ^ t[5][(c >> 20) & 15u] ^ t[6][(c >> 24) & 15u] ^ t[7][c >> 28];
+  }
+  return c;
+}
+
 // The register left by raw CRC of `len` bytes, starting from a zero register
 // and without zlib's final inversion: what each lane computes for its piece.
 RT_HD inline uint32_t crc32_raw(const uint8_t* p, size_t len) {
