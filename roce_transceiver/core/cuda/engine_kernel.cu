@@ -184,13 +184,17 @@ struct EngineFunction {
   }
 };
 
-// The built-in kernels: [crew][system scope], as kEngineKernelNames.
-EngineFunction builtin_kernel(bool crew, bool system) {
-  const void* k[2][2] = {{reinterpret_cast<const void*>(rt_engine_kernel_device),
+// The built-in kernels: [one warp, crew, frames stream][system scope] (the first two as
+// kEngineKernelNames).
+enum KernelKind : int { kOneWarp = 0, kCrewKernel = 1, kStreamKernel = 2 };
+EngineFunction builtin_kernel(int kind, bool system) {
+  const void* k[3][2] = {{reinterpret_cast<const void*>(rt_engine_kernel_device),
                           reinterpret_cast<const void*>(rt_engine_kernel_system)},
                          {reinterpret_cast<const void*>(rt_crew_kernel_device),
-                          reinterpret_cast<const void*>(rt_crew_kernel_system)}};
-  return EngineFunction{k[crew][system], nullptr};
+                          reinterpret_cast<const void*>(rt_crew_kernel_system)},
+                         {reinterpret_cast<const void*>(rt_stream_kernel_device),
+                          reinterpret_cast<const void*>(rt_stream_kernel_system)}};
+  return EngineFunction{k[kind][system], nullptr};
 }
 
 // Dynamic shared memory a crew kernel may have beside its static shared memory.
@@ -233,8 +237,8 @@ EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   // first launch of a kernel waits for the device to go idle. Load every kernel
   // launched beside the engine now, before the engine starts.
   cudaFuncAttributes attr;
-  for (bool crew : {false, true})
-    for (bool system : {false, true}) builtin_kernel(crew, system).static_smem();
+  for (int kind : {kOneWarp, kCrewKernel, kStreamKernel})
+    for (bool system : {false, true}) builtin_kernel(kind, system).static_smem();
   check_cuda(cudaFuncGetAttributes(&attr, far_end_kernel<Scope::kDevice>), "load far_end_kernel");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   check_cuda(cudaStreamCreateWithFlags(&impl_->far_stream, cudaStreamNonBlocking),
@@ -363,7 +367,11 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   // A frames queue always takes the stream step (stream_batch.h), by a crew of one warp or
   // more; requests take the one-warp loop (their express path) unless warps > 1.
   const bool crew = opts.warps > 1 || descs[0].handler.kind == HandlerKind::kFrames;
-  EngineFunction kernel = builtin_kernel(crew, !wire_on_device);
+  const bool stream = descs[0].handler.kind == HandlerKind::kFrames;
+  EngineFunction kernel = builtin_kernel(stream ? kStreamKernel
+                                         : crew ? kCrewKernel
+                                                : kOneWarp,
+                                         !wire_on_device);
   if (!opts.kernel_image.empty()) {
     // A user handler's kernels, NVRTC's cubin: the same kernels by the same names, with the
     // handler compiled in. Loaded now, before the loop runs: a module load waits for the

@@ -87,8 +87,10 @@ __device__ void copy_words(const WarpTeam& team, T* dst, const T* src) {
 // as a crew (kCrew true: crew_step, batches of frames classified and placed by
 // every warp; batch.h). Warp 0 keeps the engine's state in shared memory, where
 // every thread reads it; the block's thread 0 is the leader that keeps the
-// books. Block 0's leader also keeps the epochs' and the heartbeat's.
-template <Scope S, bool kCrew>
+// books. Block 0's leader also keeps the epochs' and the heartbeat's. kStream: the
+// crew runs a frames queue's stream step (stream_batch.h) and nothing else, in a kernel
+// of its own: inside the one that also holds crew_step, its pass spilled (1 KiB a thread).
+template <Scope S, bool kCrew, bool kStream = false>
 __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state, KernelControl* ctl,
                           EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns,
                           uint32_t depth) {
@@ -134,8 +136,10 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
              &ctl->warmup_max_ns);
   }
   for (bool first = true;; first = false) {
-    if constexpr (kCrew)
-      crew_pass<S>(crew, d, st, *batch, &stg);
+    if constexpr (kStream)
+      stream_step<S>(crew, d, st, *batch, &stg);
+    else if constexpr (kCrew)
+      crew_step<S>(crew, d, st, *batch, &stg);
     else
       engine_step<S>(team, d, st, &stg, d.batch);  // queues.batch frames a pass at most
     if (crew.leader()) {
@@ -196,7 +200,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
 // of the engine takes them by reference, and a parameter whose address is
 // taken is copied to each thread's local memory, where 512 threads' copies
 // fall out of L1 (a crew's verdict and commit spent thousands of cycles there).
-template <Scope S>
+template <Scope S, bool kStream>
 __device__ void run_crew(const EngineDesc* descs, EngineState* states, KernelControl* ctl,
                          EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns,
                          uint32_t depth) {
@@ -208,7 +212,7 @@ __device__ void run_crew(const EngineDesc* descs, EngineState* states, KernelCon
   if (threadIdx.x < 32) copy_words(WarpTeam{}, &d, &descs[q]);
   if (threadIdx.x == 0) stg = Staging{staging, staging + descs[q].rx.slot_bytes};
   __syncthreads();
-  run_epoch<S, true>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, depth);
+  run_epoch<S, true, kStream>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, depth);
 }
 
 // One warp a queue's epoch: each thread keeps its own copy of the descriptor (in
@@ -232,6 +236,8 @@ constexpr const char* kEngineKernelNames[2][2] = {
     {"rt_engine_kernel_device", "rt_engine_kernel_system"},
     {"rt_crew_kernel_device", "rt_crew_kernel_system"}};
 constexpr uint32_t kEngineKernelBits[2][2] = {{1, 2}, {4, 8}};
+// The frames stream's kernels (bits 16 and 32): built in only (a user handler is never the
+// frames handler, so NVRTC's modules leave them out).
 #endif
 
 }  // namespace rt::cuda
@@ -246,7 +252,7 @@ constexpr uint32_t kEngineKernelBits[2][2] = {{1, 2}, {4, 8}};
 // unless set). A user handler's module has the one its transceiver launches: each kernel is
 // most of NVRTC's time.
 #if !defined(RT_ENGINE_KERNEL_SET)
-#define RT_ENGINE_KERNEL_SET 15
+#define RT_ENGINE_KERNEL_SET 63
 #endif
 
 // One warp a queue: each thread keeps its own copy of the descriptor (in registers and
@@ -267,13 +273,30 @@ extern "C" __global__ void rt_engine_kernel_system(RT_ENGINE_KERNEL_PARAMS) {
 #if RT_ENGINE_KERNEL_SET & 4
 extern "C" __global__ void __launch_bounds__(::rt::kMaxCrewWarps * 32, 1)
     rt_crew_kernel_device(RT_ENGINE_KERNEL_PARAMS, uint32_t depth) {
-  ::rt::cuda::run_crew<::rt::Scope::kDevice>(descs, states, ctl, recs, heartbeat, epoch_ns, depth);
+  ::rt::cuda::run_crew<::rt::Scope::kDevice, false>(descs, states, ctl, recs, heartbeat, epoch_ns,
+                                                    depth);
 }
 #endif
 #if RT_ENGINE_KERNEL_SET & 8
 extern "C" __global__ void __launch_bounds__(::rt::kMaxCrewWarps * 32, 1)
     rt_crew_kernel_system(RT_ENGINE_KERNEL_PARAMS, uint32_t depth) {
-  ::rt::cuda::run_crew<::rt::Scope::kSystem>(descs, states, ctl, recs, heartbeat, epoch_ns, depth);
+  ::rt::cuda::run_crew<::rt::Scope::kSystem, false>(descs, states, ctl, recs, heartbeat, epoch_ns,
+                                                    depth);
+}
+#endif
+
+#if RT_ENGINE_KERNEL_SET & 16
+extern "C" __global__ void __launch_bounds__(::rt::kMaxCrewWarps * 32, 1)
+    rt_stream_kernel_device(RT_ENGINE_KERNEL_PARAMS, uint32_t depth) {
+  ::rt::cuda::run_crew<::rt::Scope::kDevice, true>(descs, states, ctl, recs, heartbeat, epoch_ns,
+                                                   depth);
+}
+#endif
+#if RT_ENGINE_KERNEL_SET & 32
+extern "C" __global__ void __launch_bounds__(::rt::kMaxCrewWarps * 32, 1)
+    rt_stream_kernel_system(RT_ENGINE_KERNEL_PARAMS, uint32_t depth) {
+  ::rt::cuda::run_crew<::rt::Scope::kSystem, true>(descs, states, ctl, recs, heartbeat, epoch_ns,
+                                                   depth);
 }
 #endif
 

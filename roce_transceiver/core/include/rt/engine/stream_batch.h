@@ -3,7 +3,8 @@
 // stream_commit.h, the step that drives them here.
 //
 //   classify  two passes, each thread its packets (k, k + threads, ...). The
-//             header: decode, and the checks a stream packet passes on its own
+//             header: staged (its first 96 bytes in one round trip), decoded from
+//             there, and the checks a stream packet passes on its own
 //             (QP, P_Key, transport, no ACK asked, its RETH inside the pages).
 //             Then one pass over the packet's bytes that computes its ICRC and,
 //             on UC, stores its payload in its page: 16-byte loads, the CRC of a
@@ -78,9 +79,7 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
     p.len = desc.len < d.rx.slot_bytes ? desc.len : d.rx.slot_bytes;
     p.ts = desc.timestamp_ns;
     p.frame = d.rx.slot(first + i);
-    p.placed = p.execute = p.raw_ok = p.icrc_bad = p.run_taken = false;
-    p.run_len = p.run_fold = p.run_flags = 0;
-    p.kind = stream_kind(d, decode(ByteSpan(p.frame, p.len)), p);
+    classify_header(d, p);
     if (p.kind == StreamKind::kOther) crew_min(c, &b.first_other, i);
     if (p.kind == StreamKind::kEnd) {
       const uint32_t k = crew_add(c, &b.ends, 1);
@@ -103,43 +102,11 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
       if (b.end_index[k] < i && b.end_page[k] == p.page) place = false;
     return place;
   };
-  // A long payload a warp's: the grain fits the packet.
-  const auto by_warp = [&](const StreamPacket& p) {
-    return RT_DEVICE_CODE && Crew::Team::kLanes == 32 && d.check_icrc &&
-           p.data_len >= kWarpPassBytes && (reinterpret_cast<uintptr_t>(p.frame) & 15u) == 0 &&
-           (reinterpret_cast<uintptr_t>(p.dst) & 15u) == 0;
-  };
   for (uint32_t i = me; i < n; i += threads) {
     StreamPacket& p = pk[i];
-    if (p.kind == StreamKind::kOther || by_warp(p)) continue;
-    const bool place = placeable(i, p);
-    const FrameView f = decode(ByteSpan(p.frame, p.len)).frame;
-    if (d.check_icrc) {
-      p.icrc_bad = !icrc_place(f, place ? p.dst : nullptr, p.data_len, &p.raw);
-      p.raw_ok = f.pad == 0;
-    } else if (place) {
-      copy_bytes(p.dst, f.base + f.payload, f.payload_len);
-    }
-    p.placed = place;
+    if (p.kind == StreamKind::kOther) continue;
+    classify_pass(d, p, placeable(i, p));
   }
-#if RT_DEVICE_CODE
-  if constexpr (Crew::Team::kLanes == 32) {
-    for (uint32_t i = c.team_index(); i < n; i += c.teams()) {
-      StreamPacket& p = pk[i];
-      if (p.kind == StreamKind::kOther || !by_warp(p)) continue;
-      const bool place = placeable(i, p);
-      const FrameView f = decode(ByteSpan(p.frame, p.len)).frame;
-      uint32_t raw = 0;
-      const bool ok = icrc_place_warp(t, f, place ? p.dst : nullptr, p.data_len, &raw);
-      if (t.leader()) {
-        p.icrc_bad = !ok;
-        p.raw = raw;
-        p.raw_ok = f.pad == 0;
-        p.placed = place;
-      }
-    }
-  }
-#endif
   c.sync();
   link_runs(c, d, b, n);
   c.sync();

@@ -1,7 +1,13 @@
 // The frames stream's classify (stream_batch.h): the packet's kind from its header
 // (stream_kind) and one pass over its bytes that checks its ICRC and, where the commit will
-// find it the engine's, stores its payload in its page (icrc_place: a thread a packet;
-// icrc_place_warp: a warp a long one), with the data's own CRC register for the page's fold.
+// find it the engine's, stores its payload in its page (icrc_place: a thread a packet, of
+// any size), with the data's own CRC register for the page's fold. A warp a packet (its
+// lanes' registers each shifted over the other lanes' chunks, the next row's loads ahead)
+// was no faster on the H200 in the engine's kernel: 4 KiB 1 389 SM cycles a packet against
+// 1 371 (metadata on: 1 386 against 1 072), 1 KiB 680 against 398; its probe alone
+// (bench/probes) was 717 against 943 at 4 KiB. Why the engine's pass costs more than the
+// probe's, either way, is not probed apart (the kernel's spills were not it: 1 038 bytes
+// to 52 made no difference).
 #pragma once
 
 #include "rt/engine/batch.h"
@@ -18,8 +24,15 @@ enum class StreamKind : uint8_t {
   kEnd,    // WRITE Only with Immediate into the pages: a frame's end
 };
 
+// Header bytes classify stages next to each packet: every header a stream WRITE has, but
+// IPv4 options or IPv6 behind an 802.1Q tag with an immediate (decode_staged).
+constexpr uint32_t kStreamHeadBytes = 96;
+
 // One packet of a frames batch, as classify leaves it.
 struct StreamPacket {
+  // Its first bytes, staged (stage_head): decode's loads a header field at a time then wait on
+  // shared memory, not each on a round trip to the rx ring.
+  alignas(16) uint8_t header[kStreamHeadBytes];
   const uint8_t* frame;  // in its rx slot
   uint8_t* dst;          // its payload's place in the page
   uint64_t ts;
@@ -142,85 +155,20 @@ RT_HD inline uint32_t crc_place_bytes(const Crc32Tables& tb, uint32_t c, const u
   return ~crc32_update_with(tb, ~c, p, n);
 }
 
-// Payloads this long or longer are passed by a warp, a lane a 16-byte chunk (their
-// loads and stores coalesced); shorter ones by a thread (stream_step). One thread a
-// 4 KiB packet, 32 of them a warp, was 32 cache lines an instruction: the SM's load and
-// store pipe, not its CRC, set the rate (~1 300 SM cycles a packet).
-constexpr uint32_t kWarpPassBytes = 512;
-
-#if RT_DEVICE_CODE
-// A warp, one pass over a decoded frame's bytes: whether its ICRC matches, with its payload
-// stored at dst on the way (null: not stored), and the raw CRC register of its first
-// data_len payload bytes into *raw (every lane). Lane l takes chunks l, l + 32, ... of the
-// data: its register goes on over the 31 chunks of the other lanes before each of its own,
-// then over what follows its last one; the lanes' registers XOR to the data's. Lane 0 meanwhile has
-// the register of the headers before it, and takes the data's last bytes, a record after it and the
-// pad.
-__device__ inline bool icrc_place_warp(const WarpTeam& t, const FrameView& f, uint8_t* dst,
-                                       uint32_t data_len, uint32_t* raw) {
-  const Crc32Tables& tb = detail::crc32_tables();
-  const uint32_t lane = t.lane();
-  const uint32_t chunks = data_len / 16u;
-  const uint32_t from = f.payload;
-  const uint32_t base = from & ~15u, sh = (from & 3u) * 8u, q = (from >> 2) & 3u;
-  uint32_t r = 0;
-  uint32_t last = 0;  // this lane's last chunk + 1
-  for (uint32_t k0 = 0; k0 < chunks; k0 += 32u) {
-    const uint32_t k = k0 + lane;
-    // The aligned chunk this lane's output chunk starts in; the next one is its neighbour's.
-    const uint4 cur = frame_chunk(f.base, base + 16u * k, f.len);
-    const uint4 first_next = frame_chunk(f.base, base + 16u * (k0 + 32u), f.len);
-    uint4 nxt;
-    nxt.x = __shfl_down_sync(0xFFFFFFFFu, cur.x, 1);
-    nxt.y = __shfl_down_sync(0xFFFFFFFFu, cur.y, 1);
-    nxt.z = __shfl_down_sync(0xFFFFFFFFu, cur.z, 1);
-    nxt.w = __shfl_down_sync(0xFFFFFFFFu, cur.w, 1);
-    if (lane == 31) nxt = first_next;
-    if (k < chunks) {
-      const uint32_t w[8] = {cur.x, cur.y, cur.z, cur.w, nxt.x, nxt.y, nxt.z, nxt.w};
-      uint32_t o[4];
-#pragma unroll
-      for (uint32_t j = 0; j < 4; ++j) {
-        // q is the same for every lane: a select, not an indexed register.
-        const uint32_t lo = q == 0 ? w[j] : q == 1 ? w[j + 1] : q == 2 ? w[j + 2] : w[j + 3];
-        const uint32_t hi = q == 0 ? w[j + 1] : q == 1 ? w[j + 2] : q == 2 ? w[j + 3] : w[j + 4];
-        o[j] = __funnelshift_r(lo, hi, sh);
-      }
-      if (dst) *reinterpret_cast<uint4*>(dst + 16u * k) = make_uint4(o[0], o[1], o[2], o[3]);
-      r = crc32_step16(tb, k0 ? crc32_shift16(tb, 31, r) : 0u, o[0], o[1], o[2], o[3]);
-      last = k + 1;
-    }
-  }
-  // Over what follows this lane's last chunk, to the chunks' end (less than 32 chunks).
-  if (last) r = crc32_shift16(tb, chunks - last, r);
-  r = t.xor_all(last ? r : 0u);
-  uint32_t ok = 0, data_raw = 0;
-  if (t.leader()) {
-    const uint8_t* pay = f.base + f.payload;
-    const uint32_t done = chunks * 16u;
-    data_raw = crc_place_bytes(tb, r, pay + done, data_len - done, dst ? dst + done : nullptr);
-    const uint32_t start = icrc_register_at_payload(tb, f);
-    uint32_t c = crc32_zeros(tb, start, data_len) ^ data_raw;
-    c = crc_place_bytes(tb, c, pay + data_len, f.payload_len - data_len,
-                        dst ? dst + data_len : nullptr);
-    c = ~crc32_update_with(tb, ~c, pay + f.payload_len, f.pad);
-    ok = ~c == f.icrc_field();
-  }
-  *raw = t.from_leader(data_raw);
-  return t.from_leader(ok) != 0;
-}
-#endif
-
 // One thread, one pass over a decoded frame's bytes: whether its ICRC matches, with its
 // payload stored at dst on the way (null: not stored), and the raw CRC register of its
 // first data_len payload bytes into *raw. The register at the data's end less the
 // register at its start shifted over it is the data's own: a second register would cost
-// the pass a lookup a byte.
-RT_HD inline bool icrc_place(const FrameView& f, uint8_t* dst, uint32_t data_len, uint32_t* raw) {
+// the pass a lookup a byte. `head` is the frame decoded, its base the header's bytes (the
+// frame's, or a copy of them); `frame` its bytes.
+RT_HD inline bool icrc_place(const FrameView& head, const uint8_t* frame, uint8_t* dst,
+                             uint32_t data_len, uint32_t* raw) {
   const Crc32Tables& tb = detail::crc32_tables();
+  FrameView f = head;
+  f.base = frame;
   const uint8_t* pay = f.base + f.payload;
 #if RT_DEVICE_CODE
-  const uint32_t start = icrc_register_at_payload(tb, f);
+  const uint32_t start = icrc_register_at_payload(tb, head);
   uint32_t c = start;
   const bool wide = (reinterpret_cast<uintptr_t>(f.base) & 15u) == 0 &&
                     (!dst || (reinterpret_cast<uintptr_t>(dst) & 15u) == 0);
@@ -246,6 +194,33 @@ RT_HD inline bool icrc_place(const FrameView& f, uint8_t* dst, uint32_t data_len
   *raw = ~crc32_update_fast(0xFFFFFFFFu, pay, data_len);
   return icrc_ok(f);
 #endif
+}
+
+// Classify: the frame's first kStreamHeadBytes into p.header, in one round trip (the loads all
+// in flight) where both are 16-byte aligned.
+RT_HD inline void stage_head(StreamPacket& p) {
+#if RT_DEVICE_CODE
+  if (((reinterpret_cast<uintptr_t>(p.frame) | reinterpret_cast<uintptr_t>(p.header)) & 15u) == 0) {
+    constexpr uint32_t kChunks = kStreamHeadBytes / 16;
+    uint4 v[kChunks];
+#pragma unroll
+    for (uint32_t k = 0; k < kChunks; ++k)
+      v[k] = __ldcg(reinterpret_cast<const uint4*>(p.frame) + k);
+#pragma unroll
+    for (uint32_t k = 0; k < kChunks; ++k) reinterpret_cast<uint4*>(p.header)[k] = v[k];
+    return;
+  }
+#endif
+  copy_bytes(p.header, p.frame, kStreamHeadBytes);
+}
+
+// The packet decoded from its staged header (decode reads nothing of a frame but its
+// headers, and never past the length it is given); one whose headers go past them, from
+// its slot.
+RT_HD inline DecodeResult decode_staged(const StreamPacket& p) {
+  DecodeResult r = decode(ByteSpan(p.header, p.len));
+  if (r.ok() && r.frame.payload > kStreamHeadBytes) r = decode(ByteSpan(p.frame, p.len));
+  return r;
 }
 
 // Classify's header pass: what the stream step may take of `r` on its own. The same
@@ -284,6 +259,29 @@ RT_HD inline StreamKind stream_kind(const EngineDesc& d, const DecodeResult& r, 
   p.data_len = record ? f.payload_len - kHsbMetadataBytes : f.payload_len;
   p.imm = end ? f.ext_hdr<ImmDt>(kImmDt).imm.get() : 0;
   return end ? StreamKind::kEnd : StreamKind::kData;
+}
+
+// Classify, a packet's header (its descriptor's fields in p already): staged, decoded, its
+// kind. (Out of line, each call saved and restored ~140 registers: 548 bytes of local
+// memory a packet.)
+RT_HD inline void classify_header(const EngineDesc& d, StreamPacket& p) {
+  p.placed = p.execute = p.raw_ok = p.icrc_bad = p.run_taken = false;
+  p.run_len = p.run_fold = p.run_flags = 0;
+  stage_head(p);
+  p.kind = stream_kind(d, decode_staged(p), p);
+}
+
+// Classify, the pass over a stream WRITE's bytes: its ICRC and, where `place`, its payload
+// stored in its page.
+RT_HD inline void classify_pass(const EngineDesc& d, StreamPacket& p, bool place) {
+  const FrameView f = decode_staged(p).frame;
+  if (d.check_icrc) {
+    p.icrc_bad = !icrc_place(f, p.frame, place ? p.dst : nullptr, p.data_len, &p.raw);
+    p.raw_ok = f.pad == 0;
+  } else if (place) {
+    copy_bytes(p.dst, p.frame + f.payload, f.payload_len);
+  }
+  p.placed = place;
 }
 
 // Crew-wide helpers on words of the crew's shared batch.
