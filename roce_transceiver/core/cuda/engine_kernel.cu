@@ -367,7 +367,8 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   // A frames queue always takes the stream step (stream_batch.h), by a crew of one warp or
   // more; requests take the one-warp loop (their express path) unless warps > 1.
   const bool crew = opts.warps > 1 || descs[0].handler.kind == HandlerKind::kFrames;
-  const bool stream = descs[0].handler.kind == HandlerKind::kFrames;
+  // The built-in frames stream's own kernel; a user's statistic's module has the crew's.
+  const bool stream = descs[0].handler.kind == HandlerKind::kFrames && opts.kernel_image.empty();
   EngineFunction kernel = builtin_kernel(stream ? kStreamKernel
                                          : crew ? kCrewKernel
                                                 : kOneWarp,

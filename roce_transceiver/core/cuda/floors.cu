@@ -472,7 +472,7 @@ __global__ void __launch_bounds__(kPlainPassMaxThreads)
     const DecodeResult r = decode(ByteSpan(ring + size_t(k) * slot_bytes, lens[k]));
     uint8_t* dst = plain_pass_dst(r, target, region);
     uint32_t raw = 0;  // the page CRC's share: the floor has no page CRC to fold it into
-    if (dst && engine_detail::icrc_place(r.frame, r.frame.base, dst, r.frame.payload_len, &raw)) {
+    if (dst && engine_detail::icrc_place(r.frame, dst, r.frame.payload_len, &raw)) {
       ++good;
       bytes += r.frame.payload_len;
     } else {

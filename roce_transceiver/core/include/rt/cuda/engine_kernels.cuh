@@ -90,6 +90,8 @@ __device__ void copy_words(const WarpTeam& team, T* dst, const T* src) {
 // books. Block 0's leader also keeps the epochs' and the heartbeat's. kStream: the
 // crew runs a frames queue's stream step (stream_batch.h) and nothing else, in a kernel
 // of its own: inside the one that also holds crew_step, its pass spilled (1 KiB a thread).
+// The crew kernel still takes either step (crew_pass): a user's frames statistic runs in
+// it, from NVRTC's module, which has no stream kernel.
 template <Scope S, bool kCrew, bool kStream = false>
 __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state, KernelControl* ctl,
                           EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns,
@@ -139,7 +141,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
     if constexpr (kStream)
       stream_step<S>(crew, d, st, *batch, &stg);
     else if constexpr (kCrew)
-      crew_step<S>(crew, d, st, *batch, &stg);
+      crew_pass<S>(crew, d, st, *batch, &stg);  // a user's frames statistic: NVRTC's module
     else
       engine_step<S>(team, d, st, &stg, d.batch);  // queues.batch frames a pass at most
     if (crew.leader()) {

@@ -46,6 +46,8 @@ struct StreamPacket {
   uint32_t dma_len;
   uint32_t raw;  // the data's raw CRC register (raw_ok)
   uint32_t imm;
+  uint32_t pad;
+  uint32_t icrc_start;  // the raw ICRC register at the payload (check_icrc)
   // Its run (stream_commit.h): a packet that goes on from the one before it (link) has the
   // run's head, the packet before the run; the head has the run's length, its members'
   // CRCs folded to the run's end and what they share (kRun*).
@@ -155,34 +157,41 @@ RT_HD inline uint32_t crc_place_bytes(const Crc32Tables& tb, uint32_t c, const u
   return ~crc32_update_with(tb, ~c, p, n);
 }
 
-// One thread, one pass over a decoded frame's bytes: whether its ICRC matches, with its
-// payload stored at dst on the way (null: not stored), and the raw CRC register of its
-// first data_len payload bytes into *raw. The register at the data's end less the
-// register at its start shifted over it is the data's own: a second register would cost
-// the pass a lookup a byte. `head` is the frame decoded, its base the header's bytes (the
-// frame's, or a copy of them); `frame` its bytes.
-RT_HD inline bool icrc_place(const FrameView& head, const uint8_t* frame, uint8_t* dst,
-                             uint32_t data_len, uint32_t* raw) {
+// Where a packet's pass starts: its bytes, and what its header said of them.
+struct PassFrame {
+  const uint8_t* frame;
+  uint32_t len;          // frame bytes
+  uint32_t payload;      // the payload's first byte
+  uint32_t payload_len;  // without the pad
+  uint32_t pad;
+  uint32_t start;  // the raw ICRC register at the payload (icrc_register_at_payload)
+  RT_HD uint32_t icrc_field() const { return load_le32(frame + payload + payload_len + pad); }
+};
+
+// One thread, one pass over a packet's payload: whether its ICRC matches, with the payload
+// stored at dst on the way (null: not stored), and the raw CRC register of its first
+// data_len payload bytes into *raw. The register at the data's end less the register at
+// its start shifted over it is the data's own: a second register would cost the pass a
+// lookup a byte. The header's part of the ICRC comes in (f.start): classify's header pass
+// has it, from the staged header.
+RT_HD inline bool icrc_place(const PassFrame& f, uint8_t* dst, uint32_t data_len, uint32_t* raw) {
   const Crc32Tables& tb = detail::crc32_tables();
-  FrameView f = head;
-  f.base = frame;
-  const uint8_t* pay = f.base + f.payload;
+  const uint8_t* pay = f.frame + f.payload;
 #if RT_DEVICE_CODE
-  const uint32_t start = icrc_register_at_payload(tb, head);
-  uint32_t c = start;
-  const bool wide = (reinterpret_cast<uintptr_t>(f.base) & 15u) == 0 &&
+  uint32_t c = f.start;
+  const bool wide = (reinterpret_cast<uintptr_t>(f.frame) & 15u) == 0 &&
                     (!dst || (reinterpret_cast<uintptr_t>(dst) & 15u) == 0);
   const uint32_t chunks = wide ? data_len / 16u : 0;
   switch (chunks ? (f.payload >> 2) & 3u : 4u) {
-    case 0: c = crc_place_chunks<0>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
-    case 1: c = crc_place_chunks<1>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
-    case 2: c = crc_place_chunks<2>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
-    case 3: c = crc_place_chunks<3>(tb, c, f.base, f.payload, chunks, dst, f.len); break;
+    case 0: c = crc_place_chunks<0>(tb, c, f.frame, f.payload, chunks, dst, f.len); break;
+    case 1: c = crc_place_chunks<1>(tb, c, f.frame, f.payload, chunks, dst, f.len); break;
+    case 2: c = crc_place_chunks<2>(tb, c, f.frame, f.payload, chunks, dst, f.len); break;
+    case 3: c = crc_place_chunks<3>(tb, c, f.frame, f.payload, chunks, dst, f.len); break;
     default: break;
   }
   const uint32_t done = chunks * 16u;
   c = crc_place_bytes(tb, c, pay + done, data_len - done, dst ? dst + done : nullptr);
-  *raw = c ^ crc32_zeros(tb, start, data_len);
+  *raw = c ^ crc32_zeros(tb, f.start, data_len);
   c = crc_place_bytes(tb, c, pay + data_len, f.payload_len - data_len,
                       dst ? dst + data_len : nullptr);
   c = ~crc32_update_with(tb, ~c, pay + f.payload_len, f.pad);
@@ -192,8 +201,15 @@ RT_HD inline bool icrc_place(const FrameView& head, const uint8_t* frame, uint8_
   (void)tb;
   if (dst) std::memcpy(dst, pay, f.payload_len);  // copy_bytes goes a byte at a time off 4
   *raw = ~crc32_update_fast(0xFFFFFFFFu, pay, data_len);
-  return icrc_ok(f);
+  return crc32_update_fast(~f.start, pay, f.payload_len + f.pad) == f.icrc_field();
 #endif
+}
+
+// The same for a decoded frame (its headers read from f.base).
+RT_HD inline bool icrc_place(const FrameView& f, uint8_t* dst, uint32_t data_len, uint32_t* raw) {
+  const PassFrame pf{f.base,        f.len, f.payload,
+                     f.payload_len, f.pad, icrc_register_at_payload(detail::crc32_tables(), f)};
+  return icrc_place(pf, dst, data_len, raw);
 }
 
 // Classify: the frame's first kStreamHeadBytes into p.header, in one round trip (the loads all
@@ -268,18 +284,24 @@ RT_HD inline void classify_header(const EngineDesc& d, StreamPacket& p) {
   p.placed = p.execute = p.raw_ok = p.icrc_bad = p.run_taken = false;
   p.run_len = p.run_fold = p.run_flags = 0;
   stage_head(p);
-  p.kind = stream_kind(d, decode_staged(p), p);
+  const DecodeResult r = decode_staged(p);
+  p.kind = stream_kind(d, r, p);
+  if (p.kind != StreamKind::kOther) {
+    p.pad = r.frame.pad;
+    // The ICRC's header part, from the staged bytes: the pass reads only the payload on.
+    if (d.check_icrc) p.icrc_start = icrc_register_at_payload(detail::crc32_tables(), r.frame);
+  }
 }
 
 // Classify, the pass over a stream WRITE's bytes: its ICRC and, where `place`, its payload
 // stored in its page.
 RT_HD inline void classify_pass(const EngineDesc& d, StreamPacket& p, bool place) {
-  const FrameView f = decode_staged(p).frame;
   if (d.check_icrc) {
-    p.icrc_bad = !icrc_place(f, p.frame, place ? p.dst : nullptr, p.data_len, &p.raw);
-    p.raw_ok = f.pad == 0;
+    const PassFrame f{p.frame, p.len, p.payload_at, p.pay_len, p.pad, p.icrc_start};
+    p.icrc_bad = !icrc_place(f, place ? p.dst : nullptr, p.data_len, &p.raw);
+    p.raw_ok = p.pad == 0;
   } else if (place) {
-    copy_bytes(p.dst, p.frame + f.payload, f.payload_len);
+    copy_bytes(p.dst, p.frame + p.payload_at, p.pay_len);
   }
   p.placed = place;
 }
