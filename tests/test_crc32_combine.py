@@ -56,3 +56,17 @@ def test_zeros_move_a_raw_register_as_zlib_does(n: int, table: bool) -> None:
         return crc
 
     assert _core.crc32_zeros(raw(a), n, table) == raw(a + bytes(n))
+
+
+@pytest.mark.parametrize("n", [512, 2048, 4096, 8000])
+@pytest.mark.parametrize("m", [0, 1, 2, 3, 14, 15, 16, 255, 511, 1000, 1023])
+def test_run_shifts_move_a_register_over_m_packets_as_the_shifts_do(n: int, m: int) -> None:
+    """The run tables' product for m packets of n bytes (stream_commit.h folds a run so)
+    equals m * n zero bytes by the plain shifts."""
+    for raw in (0x00000001, 0x80000000, 0xDEADBEEF, 0x12345678):
+        assert _core.crc32_run_shift(raw, n, m) == _core.crc32_zeros(raw, n * m), hex(raw)
+
+
+def test_run_shifts_refuse_a_run_longer_than_their_tables() -> None:
+    with pytest.raises(ValueError, match="m=1024: at most 1023"):
+        _core.crc32_run_shift(1, 4096, 1024)

@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -402,6 +404,21 @@ void register_protocol(pybind11::module_& m) {
       pybind11::arg("raw"), pybind11::arg("n"), pybind11::arg("table") = false,
       "A raw CRC register after n zero bytes, by table shifts (or a table for n), as a "
       "frames page's CRC is folded from its packets'.");
+  m.def(
+      "crc32_run_shift",
+      [](uint32_t raw, uint64_t n, uint32_t m) {
+        if (m >> kRunShiftLevels)
+          throw std::invalid_argument("m=" + std::to_string(m) + ": at most " +
+                                      std::to_string((1u << kRunShiftLevels) - 1));
+        auto s = std::make_unique<Crc32RunShifts>();
+        for (uint32_t e = 0; e < kRunShiftEntries; ++e)
+          (&s->t[0][0][0])[e] = crc32_run_shift_entry(n, e);
+        s->n = n;
+        return crc32_run_shift(*s, raw, m);
+      },
+      pybind11::arg("raw"), pybind11::arg("n"), pybind11::arg("m"),
+      "A raw CRC register after m * n zero bytes by the run tables for n, as the frames "
+      "stream's commit folds a run of m packets of n data bytes at once.");
   m.def("psn_add", &psn_add);
   m.def("psn_diff", &psn_diff);
   m.def("psn_before", &psn_before);
