@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from roce_transceiver import _core
+from roce_transceiver.argtypes import COUNT, SECONDS, integer
 from roce_transceiver.bench.machine import machine_info
-from roce_transceiver.commands.argtypes import COUNT, SECONDS, integer
 from roce_transceiver.stats import Percentiles, check_unit
 
 DEFAULT_ITERATIONS = 10_000

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from roce_transceiver import _core
+from roce_transceiver.argtypes import real
 from roce_transceiver.bench.machine import machine_info
-from roce_transceiver.commands.argtypes import real
 from roce_transceiver.protocol import build, parse
 
 __all__ = ["DEFAULT_SIZES", "main", "run"]

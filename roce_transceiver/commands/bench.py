@@ -7,8 +7,7 @@ import importlib
 from pathlib import Path
 
 from roce_transceiver import _core
-from roce_transceiver.commands import CommandError
-from roce_transceiver.commands.argtypes import (
+from roce_transceiver.argtypes import (
     COUNT,
     RATE_OR_MAX,
     U32_COUNT,
@@ -16,6 +15,7 @@ from roce_transceiver.commands.argtypes import (
     integer_list,
     real,
 )
+from roce_transceiver.commands import CommandError
 from roce_transceiver.config import SCHEMA
 
 __all__ = ["register", "run"]

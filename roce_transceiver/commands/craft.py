@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from roce_transceiver import protocol
+from roce_transceiver.argtypes import integer, real, uint
 from roce_transceiver.commands import CommandError
-from roce_transceiver.commands.argtypes import integer, real, uint
 from roce_transceiver.pcap import PcapWriter
 
 __all__ = ["register", "run"]

@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from roce_transceiver.argtypes import real
 from roce_transceiver.commands import CommandError
-from roce_transceiver.commands.argtypes import real
 from roce_transceiver.doctor import FAIL, NA, PASS, TIMEOUT_S, Machine, run_checks
 
 __all__ = ["EXIT_FAILED", "register", "run"]

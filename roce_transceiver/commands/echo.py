@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from roce_transceiver.commands.argtypes import SECONDS
+from roce_transceiver.argtypes import SECONDS
 from roce_transceiver.commands.running import (
     capture_failed,
     check_positive,

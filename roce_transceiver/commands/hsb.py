@@ -16,8 +16,8 @@ import argparse
 import json
 from typing import Any
 
+from roce_transceiver.argtypes import SECONDS, integer, uint
 from roce_transceiver.commands import CommandError
-from roce_transceiver.commands.argtypes import SECONDS, integer, uint
 
 __all__ = ["register"]
 

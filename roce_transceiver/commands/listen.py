@@ -31,8 +31,8 @@ import sys
 import time
 from typing import Any
 
+from roce_transceiver.argtypes import COUNT, SECONDS
 from roce_transceiver.commands import CommandError
-from roce_transceiver.commands.argtypes import COUNT, SECONDS
 from roce_transceiver.commands.running import (
     capture_failed,
     check_positive,

@@ -15,8 +15,7 @@ import json
 import sys
 from typing import Any
 
-from roce_transceiver.commands import CommandError
-from roce_transceiver.commands.argtypes import (
+from roce_transceiver.argtypes import (
     COUNT,
     FRACTION,
     RATE,
@@ -24,6 +23,7 @@ from roce_transceiver.commands.argtypes import (
     SECONDS_OR_ZERO,
     integer,
 )
+from roce_transceiver.commands import CommandError
 
 __all__ = ["register", "run"]
 
