@@ -659,7 +659,9 @@ SCHEMA = Section(
                     (
                         "the batch depth: rx packets a loop pass takes at most, on every "
                         "executor (the frames handler: a packet a thread of the crew, so 32 x "
-                        "cuda.warps fills it; its records must fit shared memory)"
+                        "cuda.warps fills it; its records, 208 bytes a packet, must fit "
+                        "shared memory: on an H200 about 800 at the default slot size, and a "
+                        "depth that does not fit is refused at start naming the most that does)"
                     ),
                     minimum=1,
                     maximum=1024,
