@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
 
+from roce_transceiver.frames import RECORD_FIELDS
 from roce_transceiver.operators.app_config import FRAME_CHECK
 from roce_transceiver.operators.params import operator_parameters
 from roce_transceiver.operators.tensors import on_device, to_host
@@ -238,10 +239,11 @@ class FrameStatisticOp(Operator):
 
 
 #: The frame record carried across a fragment boundary, in this order, as one int64 tensor
-#: (RoceTransceiverOp's metadata keys; booleans as 0/1; a frame without a metadata record has
-#: metadata_crc -1).
+#: (RoceTransceiverOp's metadata keys; booleans as 0/1; a field that is None without a
+#: metadata record, as metadata_crc, -1).
 FRAME_RECORD = FRAME_METADATA
-_BOOLEAN = {"crc_ok", "crc_checked", "bytes_ok", "page_match"}
+_BOOLEAN = {name for name, kind in RECORD_FIELDS if kind == "bool"}
+_OPTIONAL = {name for name, kind in RECORD_FIELDS if kind == "int?"}
 
 #: A sensor record (SentFrame) across the boundary: one int64 row per frame, in this order;
 #: its content rides in ``sent_content``, the rows' contents end to end (``bytes`` each).
@@ -414,5 +416,5 @@ class FrameUnpackOp(Operator):
             if key in _BOOLEAN:
                 self.metadata[key] = bool(value)
             else:
-                self.metadata[key] = None if key == "metadata_crc" and value < 0 else value
+                self.metadata[key] = None if key in _OPTIONAL and value < 0 else value
         op_output.emit({"frame": as_tensor(frame)}, "frames")

@@ -48,7 +48,7 @@ import numpy as np
 from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
 
 from roce_transceiver.config import ConfigError, load_config
-from roce_transceiver.frames import Frame
+from roce_transceiver.frames import RECORD_NAMES, Frame
 from roce_transceiver.operators.app_config import OPERATOR, ROCE_OP
 from roce_transceiver.operators.params import Located, locate, validated
 from roce_transceiver.schema import validate
@@ -58,27 +58,9 @@ __all__ = ["RoceTransceiverOp", "roce_parameters"]
 
 log = logging.getLogger(__name__)
 
-#: The frame metadata keys a frame's tensor carries, in this order (the distributed app's
-#: record tensor keeps the same order, frame_ops.FRAME_RECORD).
-FRAME_METADATA = (
-    "frame_number",
-    "page",
-    "bytes",
-    "crc32",
-    "metadata_crc",
-    "crc_ok",
-    "crc_checked",
-    "bytes_ok",
-    "page_match",
-    "psn_first",
-    "psn_last",
-    "packets",
-    "packets_lost",
-    "ptp_s",
-    "ptp_ns",
-    "rx_first_ns",
-    "rx_last_ns",
-)
+#: The frame metadata keys a frame's tensor carries: the frame record's fields, in its order
+#: (the distributed app's record tensor keeps the same order, frame_ops.FRAME_RECORD).
+FRAME_METADATA = RECORD_NAMES
 
 
 class _PageLease:
@@ -101,14 +83,9 @@ class _PageLease:
 def frame_tensor_source(frame: Frame) -> Any:
     """An array over ``frame``'s page (cupy on the GPU, numpy on the host) that releases the
     page when the last reference to it goes."""
-    on_gpu = frame.array()
-    if not isinstance(on_gpu, np.ndarray):
-        import cupy
-
-        lease = _PageLease(frame)
-        memory = cupy.cuda.UnownedMemory(on_gpu.data.ptr, max(frame.bytes, 1), owner=lease)
-        return cupy.ndarray((frame.bytes,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
-    interface = dict(on_gpu.__array_interface__)
+    if frame.on_device:
+        return frame.array(owner=_PageLease(frame))
+    interface = dict(frame.array().__array_interface__)
     # The page is the host's until released: writable, and DLPack cannot carry read-only.
     interface["data"] = (interface["data"][0], False)
     return np.asarray(_PageLease(frame, interface))

@@ -21,7 +21,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Frame"]
+from roce_transceiver import _core
+
+__all__ = ["RECORD_FIELDS", "RECORD_NAMES", "Frame"]
+
+#: The frame record as the engine hands it over, in Frame's order: (name, kind), the kind
+#: "int", "bool" or "int?" (None where the frame has no metadata). The core's one table of it
+#: (register_engine.cpp); Frame's own fields begin with these (tests/test_frame_record.py).
+RECORD_FIELDS: tuple[tuple[str, str], ...] = tuple(
+    (str(name), str(kind)) for name, kind in _core.FRAME_RECORD_FIELDS
+)
+RECORD_NAMES: tuple[str, ...] = tuple(name for name, _ in RECORD_FIELDS)
 
 
 @dataclass
@@ -50,8 +60,12 @@ class Frame:
     # returned for this frame; None without one or when it returned kNoReply.
     result: bytes | None = None
     result_error: bool = False  # the statistic failed (kHandlerError, or past its capacity)
+    on_device: bool = False  # its page is in GPU memory (array() is a cupy array over it)
     _data: Callable[[], np.ndarray] = field(repr=False, compare=False, default=lambda: np.empty(0))
-    _device: Callable[[], Any] = field(repr=False, compare=False, default=lambda: None)
+    # A cupy array over the page, keeping `owner` (or the page's memory) alive: the one wrap.
+    _device: Callable[[object | None], Any] = field(
+        repr=False, compare=False, default=lambda owner: None
+    )
     _release: Callable[[], None] = field(repr=False, compare=False, default=lambda: None)
     released: bool = field(default=False, compare=False)
 
@@ -74,13 +88,14 @@ class Frame:
             raise ValueError(f"frame {self.frame_number}: page {self.page} was released")
         return self._data()
 
-    def array(self) -> Any:
+    def array(self, owner: object | None = None) -> Any:
         """The frame where it lies, without a copy: a cupy array over the page in GPU memory
-        (cuda executor; needs cupy), else the numpy view of ``data``. Valid as ``data`` is."""
+        (cuda executor; needs cupy), else the numpy view of ``data``. Valid as ``data`` is.
+        ``owner``: what the cupy array keeps alive in place of the page's share of memory (an
+        object that holds this frame, say one that releases the page when collected)."""
         if self.released:
             raise ValueError(f"frame {self.frame_number}: page {self.page} was released")
-        on_gpu = self._device()
-        return self._data() if on_gpu is None else on_gpu
+        return self._device(owner) if self.on_device else self._data()
 
     def release(self) -> None:
         """Give the page back to the engine. Idempotent; after stop() it does nothing."""
@@ -91,5 +106,5 @@ class Frame:
     def as_dict(self) -> dict[str, Any]:
         """The frame's record (every field but the page's handles) and ``ok``."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
-        del out["released"]
+        del out["released"], out["on_device"]  # the handle's state, not the frame's
         return {**out, "ok": self.ok}

@@ -410,12 +410,11 @@ class Transceiver:
                 return np.frombuffer(memory.read(), dtype=np.uint8)
             return np.frombuffer(memory, dtype=np.uint8)  # the page itself, read-only
 
-        def on_gpu() -> Any:
-            if not memory.on_device:
-                return None
+        def on_gpu(owner: object | None) -> Any:
             import cupy  # only where the pages are in GPU memory
 
-            unowned = cupy.cuda.UnownedMemory(memory.device_ptr, max(n, 1), owner=memory)
+            keep = memory if owner is None else owner
+            unowned = cupy.cuda.UnownedMemory(memory.device_ptr, max(n, 1), owner=keep)
             return cupy.ndarray((n,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(unowned, 0))
 
         def release() -> None:
@@ -427,7 +426,9 @@ class Transceiver:
                 if not self._stopped:
                     raise
 
-        return Frame(**f, _data=data, _device=on_gpu, _release=release)
+        return Frame(
+            **f, on_device=bool(memory.on_device), _data=data, _device=on_gpu, _release=release
+        )
 
     def _take(self, queue: deque[Any], what: str, timeout: float | None, most: int) -> list[Any]:
         if timeout is not None:  # NaN would wait forever: no deadline is ever reached

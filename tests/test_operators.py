@@ -231,3 +231,12 @@ def test_drain_gives_up_after_its_timeout_and_says_so(caplog):
         _greedy(app, seconds=20)
     assert app.roce.transceiver is None  # stopped, not waiting for what never came
     assert "the peer expected 5, 0 came within drain_timeout_s=0.2" in caplog.text
+
+
+def test_the_frame_metadata_and_the_record_tensor_are_the_cores_frame_record() -> None:
+    from roce_transceiver.frames import RECORD_NAMES
+    from roce_transceiver.operators.frame_ops import FRAME_RECORD
+    from roce_transceiver.operators.transceiver_op import FRAME_METADATA
+
+    assert FRAME_METADATA == RECORD_NAMES
+    assert FRAME_RECORD == RECORD_NAMES

@@ -199,6 +199,46 @@ pb::dict far_end_dict(const FarEndResult& r) {
   return d;
 }
 
+// A frame's record as Python has it: each field's name, kind and value, in the order
+// frames.Frame declares them. The one list: the record's dict, Frame (its test), the
+// operator's metadata and the distributed app's record tensor all come from it
+// (_core.FRAME_RECORD_FIELDS).
+struct FrameField {
+  const char* name;
+  const char* kind;  // "int", "bool", or "int?" (None where the frame has no metadata)
+  pb::object (*value)(const FrameRecord&);
+};
+
+pb::object flag(const FrameRecord& r, uint32_t f) { return pb::bool_((r.flags & f) != 0); }
+
+const FrameField kFrameFields[] = {
+    {"frame_number", "int",
+     [](const FrameRecord& r) -> pb::object { return pb::int_(r.frame_number); }},
+    {"page", "int", [](const FrameRecord& r) -> pb::object { return pb::int_(r.page); }},
+    {"bytes", "int", [](const FrameRecord& r) -> pb::object { return pb::int_(r.bytes); }},
+    {"crc32", "int", [](const FrameRecord& r) -> pb::object { return pb::int_(r.crc32); }},
+    {"metadata_crc", "int?",
+     [](const FrameRecord& r) -> pb::object {
+       return (r.flags & kFrameHasMetadata) ? pb::object(pb::int_(r.metadata_crc)) : pb::none();
+     }},
+    {"has_metadata", "bool", [](const FrameRecord& r) { return flag(r, kFrameHasMetadata); }},
+    {"crc_ok", "bool", [](const FrameRecord& r) { return flag(r, kFrameCrcOk); }},
+    {"crc_checked", "bool", [](const FrameRecord& r) { return flag(r, kFrameCrcChecked); }},
+    {"bytes_ok", "bool", [](const FrameRecord& r) { return flag(r, kFrameBytesOk); }},
+    {"page_match", "bool", [](const FrameRecord& r) { return flag(r, kFramePageMatch); }},
+    {"psn_first", "int", [](const FrameRecord& r) -> pb::object { return pb::int_(r.psn_first); }},
+    {"psn_last", "int", [](const FrameRecord& r) -> pb::object { return pb::int_(r.psn_last); }},
+    {"packets", "int", [](const FrameRecord& r) -> pb::object { return pb::int_(r.packets); }},
+    {"packets_lost", "int",
+     [](const FrameRecord& r) -> pb::object { return pb::int_(r.packets_lost); }},
+    {"ptp_s", "int", [](const FrameRecord& r) -> pb::object { return pb::int_(r.ptp_s); }},
+    {"ptp_ns", "int", [](const FrameRecord& r) -> pb::object { return pb::int_(r.ptp_ns); }},
+    {"rx_first_ns", "int",
+     [](const FrameRecord& r) -> pb::object { return pb::int_(r.rx_first_ns); }},
+    {"rx_last_ns", "int",
+     [](const FrameRecord& r) -> pb::object { return pb::int_(r.rx_last_ns); }},
+};
+
 pb::dict completion_dict(const host::Completion& c) {
   pb::dict d;
   d["queue"] = c.queue;
@@ -216,25 +256,7 @@ pb::dict completion_dict(const host::Completion& c) {
     FrameRecord r;
     std::memcpy(&r, c.request.data(), sizeof r);
     pb::dict f;
-    f["frame_number"] = r.frame_number;
-    f["page"] = r.page;
-    f["bytes"] = r.bytes;
-    f["crc32"] = r.crc32;
-    f["metadata_crc"] =
-        (r.flags & kFrameHasMetadata) ? pb::object(pb::int_(r.metadata_crc)) : pb::none();
-    f["psn_first"] = r.psn_first;
-    f["psn_last"] = r.psn_last;
-    f["packets"] = r.packets;
-    f["packets_lost"] = r.packets_lost;
-    f["has_metadata"] = bool(r.flags & kFrameHasMetadata);
-    f["crc_ok"] = bool(r.flags & kFrameCrcOk);
-    f["crc_checked"] = bool(r.flags & kFrameCrcChecked);
-    f["bytes_ok"] = bool(r.flags & kFrameBytesOk);
-    f["page_match"] = bool(r.flags & kFramePageMatch);
-    f["ptp_s"] = r.ptp_s;
-    f["ptp_ns"] = r.ptp_ns;
-    f["rx_first_ns"] = r.rx_first_ns;
-    f["rx_last_ns"] = r.rx_last_ns;
+    for (const FrameField& field : kFrameFields) f[field.name] = field.value(r);
     d["frame"] = f;
   }
   d["request"] = pb::bytes(reinterpret_cast<const char*>(c.request.data()), c.request.size());
@@ -251,6 +273,12 @@ void register_engine(pb::module_& m) {
     for (const auto& entry : config_keys()) out.append(pb::make_tuple(entry.first, entry.second));
     return out;
   });
+
+  {
+    pb::list fields;
+    for (const FrameField& f : kFrameFields) fields.append(pb::make_tuple(f.name, f.kind));
+    m.attr("FRAME_RECORD_FIELDS") = pb::tuple(fields);
+  }
 
   m.def("counter_names", [] {
     pb::list names;
