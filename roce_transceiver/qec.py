@@ -56,6 +56,7 @@ offset size field        value
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections import deque
 from collections.abc import Sequence
@@ -72,6 +73,7 @@ __all__ = [
     "ErrorSample",
     "LookupTableDecoder",
     "RotatedSurfaceCode",
+    "engine_table",
     "logical_failures",
     "pack_correction",
     "pack_syndrome",
@@ -345,6 +347,18 @@ class LookupTableDecoder:
             + self.x_corrections.astype("<u4").tobytes()
             + self.z_corrections.astype("<u4").tobytes()
         )
+
+
+def engine_table(distance: int) -> bytes:
+    """The table the engine's qec handler decodes with (``qec.distance``): the lookup decoder's
+    blob for the rotated surface code of ``distance``; built once a distance, for every
+    transceiver of the process (Ethernet and Verbs mode alike)."""
+    return _engine_table(_check_distance(distance))
+
+
+@functools.lru_cache(maxsize=len(SUPPORTED_DISTANCES))
+def _engine_table(distance: int) -> bytes:
+    return LookupTableDecoder(RotatedSurfaceCode(distance)).table_blob()
 
 
 @dataclass(frozen=True)

@@ -243,10 +243,9 @@ class Transceiver:
         log.info(self.executor_reason)
         qec_blob = None
         if self.config["handler"] == "qec":
-            from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode
+            from roce_transceiver.qec import engine_table
 
-            decoder = LookupTableDecoder(RotatedSurfaceCode(self.config["qec"]["distance"]))
-            qec_blob = decoder.table_blob()
+            qec_blob = engine_table(self.config["qec"]["distance"])
         core = core_config(self.config, self.executor, qec_blob)
         if core["handler"] == "custom" or core["frames_statistic"]:
             core.update(_build_custom(self.config, self.executor))

@@ -209,9 +209,9 @@ class VerbsLoopback:
         }
         self._qec_blob = b""
         if handler == "qec":
-            from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode
+            from roce_transceiver.qec import engine_table
 
-            self._qec_blob = LookupTableDecoder(RotatedSurfaceCode(distance)).table_blob()
+            self._qec_blob = engine_table(distance)
         self._veth, self._capture = veth, capture
         ours_mac, peer_mac, ours_ip, peer_ip = OURS_MAC, PEER_MAC, OURS_IP, PEER_IP
         if veth is not None:

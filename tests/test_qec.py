@@ -35,6 +35,7 @@ from roce_transceiver import _core
 from roce_transceiver.qec import (
     LookupTableDecoder,
     RotatedSurfaceCode,
+    engine_table,
     pack_correction,
     pack_syndrome,
     reply_bytes,
@@ -440,3 +441,15 @@ def test_cpp_rejects_bad_blob(decoder, corrupt):
     blob = corrupt(decoder.table_blob())
     with pytest.raises(ValueError, match=f"qec table blob of {len(blob)} bytes rejected"):
         _core.qec_decode(blob, bytes(request_bytes(decoder.code.distance)))
+
+
+@pytest.mark.parametrize("distance", DISTANCES)
+def test_the_engine_table_is_the_lookup_decoders_blob_built_once(distance: int) -> None:
+    blob = engine_table(distance)
+    assert blob == LookupTableDecoder(RotatedSurfaceCode(distance)).table_blob()
+    assert engine_table(distance) is blob  # one build a distance, for every transceiver
+
+
+def test_the_engine_table_names_a_distance_it_has_no_decoder_for() -> None:
+    with pytest.raises(ValueError, match="distance=7: the lookup-table decoder supports"):
+        engine_table(7)
