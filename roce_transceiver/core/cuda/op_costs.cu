@@ -90,9 +90,10 @@ const char* const kOpNames[kNumOps] = {
     "express: submit_counted (doorbell), lane 0",
     "express: one count(), lane 0",
     "express: request + reply ICRCs, a word a lane (icrc_words2), warp",
-    "express step in place: header compare",
-    "express step in place: reply template, handler, header patch",
-    "express step in place: the ICRCs (request, reply, ACK)",
+    "express step in place: header, PSN, lengths, request ICRC",
+    "express step in place: reply template, handler",
+    "express step in place: reply (and ACK) header patch",
+    "express step in place: the reply's ICRC (and the ACK's)",
     "express step in place: reply (and ACK) to the tx slots",
     "express step in place: doorbell",
     "express step in place: counters, completion, PSNs",
@@ -227,7 +228,8 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     __syncwarp();
     t[1] = cycles();
     ExpressRequest req{};
-    const bool hit = a.frame && predicted(team, st.pred, a.frame, a.len, &req);
+    const bool hit =
+        a.frame && predicted(team, st.pred, a.frame, a.len, st.expected_psn, false, &req);
     __syncwarp();
     t[2] = cycles();
     sink += hit ? icrc_team(team, a.frame, req.layout) : 0;

@@ -66,10 +66,18 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
   const uint32_t limit = max_rx < d.batch ? max_rx : d.batch;
   uint32_t done = 0;
   for (; done < limit; ++done) {
-    const Arrival a = arrive<S>(t, d, st, stg);
+    Arrival a = arrive<S>(t, d, st, stg);
     if (!a.frame) break;
-    if (!express<S>(t, d, st, stg, a)) {
-      if (a.speculative) stage_ordered<S>(t, d, st.rx_ci, stg, a.len);
+    // A frame read in the same trip as its descriptor may be the slot's last one, still:
+    // its ICRC does not match, and the express path takes it once it is read again, in
+    // order (every request but a damaged one takes the path it was predicted for).
+    bool took = express<S>(t, d, st, stg, a);
+    while (!took && a.speculative) {
+      stage_ordered<S>(t, d, st.rx_ci, stg, a.len);
+      a.speculative = false;
+      took = express<S>(t, d, st, stg, a);
+    }
+    if (!took) {
       const IcrcVerdict icrc = icrc_verdict(t, d, a.frame, a.len);
       // Every lane has read the state express() decided on (the prediction, the PSN)
       // before the leader changes it: a lane still reading would take the express

@@ -200,12 +200,16 @@ RT_HD inline void icrc_jobs(const Team& t, IcrcJob a, IcrcJob b, IcrcJob c = Icr
   if (c.frame) one(c);
 }
 
-// Team-wide: whether the tx ring has the two slots a reply and its ACK take.
-// With fewer the responder's path decides what goes (it counts what does not).
+// Team-wide: whether the tx ring has `n` slots free from st.tx_pi on, by the
+// last reading of its consumer index; read again (by the leader, across the
+// bus) only when that looks full. Without them the responder's path decides
+// what goes (it counts what does not).
 template <Scope S, class Team>
-RT_HD inline bool room_for_two(const Team& t, const EngineDesc& d, EngineState& st) {
+RT_HD inline bool tx_room(const Team& t, const EngineDesc& d, EngineState& st, uint32_t n) {
+  if (st.tx_pi + n - 1 - st.tx_ci_seen < d.tx.depth()) return true;
+  t.sync();  // every lane's reading before the leader's (found by the host warp under TSan)
   uint32_t room = 0;
-  if (t.leader()) room = tx_reserve<S>(d.tx, st.tx_pi + 1, st.tx_ci_seen) != nullptr;
+  if (t.leader()) room = tx_reserve<S>(d.tx, st.tx_pi + n - 1, st.tx_ci_seen) != nullptr;
   return t.from_leader(room) != 0;
 }
 
@@ -217,9 +221,10 @@ struct NoMarks {
 
 // The pieces express() marks, in order.
 enum ExpressPiece : uint32_t {
-  kPieceMatch,     // the header compared with the prediction (and a WRITE's checks)
-  kPiecePatch,     // the reply template staged, the handler run, its lengths patched in
-  kPieceIcrc,      // the ICRCs (request, reply, ACK)
+  kPieceMatch,     // header, PSN and lengths compared, the request's ICRC checked, room found
+  kPieceHandler,   // a WRITE placed, the reply template staged, the handler run
+  kPiecePatch,     // the reply's lengths and PSN patched in (and an RC ACK's)
+  kPieceIcrc,      // the reply's ICRC (and the ACK's)
   kPieceCopy,      // the reply and the ACK in their tx slots
   kPieceDoorbell,  // submitted
   kPieceBooks,     // counters, completion, PSN, MSN: after the doorbell
@@ -227,79 +232,80 @@ enum ExpressPiece : uint32_t {
 };
 
 // Team-wide: take a predicted request (prediction.h) the short way: compare
-// the header, check the ICRC with every lane, place a WRITE's payload, run the
-// handler, patch the reply template and, on RC for an ACK request, the ACK
-// template. True when the frame was taken; false leaves it, and the state, to
-// the responder. Everything counted, changed and sent here is what
-// decide() counts and changes, and carry_out() sends, for the same frame: the reply,
-// then the ACK (IBA 9.7.5.1: the MSN counts this message, the PSN is its),
-// here both behind one doorbell.
+// the header and check the ICRC in one pass of every lane, place a WRITE's
+// payload, run the handler, patch the reply template and, on RC for an ACK
+// request, the ACK template. True when the frame was taken; false leaves it,
+// and the state, to the responder. Everything counted, changed and sent here
+// is what decide() counts and changes, and carry_out() sends, for the same
+// frame: the reply, then the ACK (IBA 9.7.5.1: the MSN counts this message,
+// the PSN is its), here both behind one doorbell.
 template <Scope S, class Team, class Marks = NoMarks>
 RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, Staging* stg,
                           const Arrival& a, const Marks& marks = Marks{}) {
   if (!d.express || st.in_message || st.resync || st.pred.reply.len == 0) return false;
   if ((reinterpret_cast<uintptr_t>(a.frame) & 15) || d.rx.slot_bytes < kPredictBytes) return false;
   Prediction& p = st.pred;
+  const bool verify = d.check_icrc || a.speculative;
   ExpressRequest req;
-  if (!predicted(t, p, a.frame, a.len, &req) || req.psn != st.expected_psn) return false;
+  if (!predicted(t, p, a.frame, a.len, st.expected_psn, verify, &req)) return false;
   const bool rc = d.qp.transport == Transport::RC;
   const bool ack = rc && req.ack_req;
-  if (ack && (p.ack.len == 0 || !room_for_two<S>(t, d, st))) return false;
+  if (ack && p.ack.len == 0) return false;
+  // Room for the reply and the ACK: without it the responder's path counts what is dropped.
+  if (!tx_room<S>(t, d, st, ack ? 2 : 1)) return false;
   const bool write = p.reth != 0;
   WriteTarget w{};
   if (write && !write_target(d, p, a.frame, req, &w)) return false;
   marks.mark(kPieceMatch);
-  const bool verify = d.check_icrc || a.speculative;
-  uint32_t rx_icrc = 0, tx_icrc = 0, ack_icrc = 0;
-  uint32_t ack_len = 0;
-  IcrcLayout al = p.ack.layout;
-  al.masks = p.ack.icrc_masks;
-  if (ack) {
-    if (t.leader()) patch_ack(p, req.psn, psn_add(st.msn, 1));
-    ack_len = p.ack.len + kIcrcBytes;
-    t.sync();  // the leader's patch, seen by every lane's ICRC
-  }
-  if (write) {
-    // A WRITE's data lands before its handler reads it from the region (as the responder
-    // has it), so only a request whose ICRC matched: the ICRC first, with the ACK's.
-    icrc_jobs(t, IcrcJob{verify ? a.frame : nullptr, req.layout, &rx_icrc},
-              IcrcJob{ack && verify ? p.ack.bytes : nullptr, al, &ack_icrc});
-    if (verify && rx_icrc != load_le32(a.frame + req.layout.end)) return false;
-    copy_bytes_team(t, w.dst, a.frame + req.payload, req.payload_len);
-  }
-  // A SEND's reply is built before the request's ICRC is known, so the CRCs
-  // are taken in one pass; a request that fails its ICRC leaves its reply
-  // unsent and its counters untouched (handlers are pure: handler.h).
-  if (stg) {  // the template, a chunk a lane, before the handler writes the payload behind it
-    copy_wide_team(t, stg->tx, p.reply.bytes, p.reply.len);
-    t.sync();
-  }
+  // The request is taken: its ICRC matched, so a WRITE's data lands before its handler
+  // reads it from the region (as the responder has it).
+  if (write) copy_bytes_team(t, w.dst, a.frame + req.payload, req.payload_len);
+  const uint32_t pi = st.tx_pi;  // read once: the leader's doorbell advances it
+  uint8_t* slot = d.tx.slot(pi);
+  uint8_t* out = stg ? stg->tx : slot;  // where the reply is built
+  // The template, a chunk a lane, before the handler writes the payload behind it.
+  copy_wide_team(t, out, p.reply.bytes, p.reply.len);
+  t.sync();
   const uint8_t opcode = a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))];
   const Message m = write ? Message{w.dst, req.payload_len, w.imm, true, opcode}
                           : Message{a.frame + req.payload, req.payload_len, 0, false, opcode};
-  const HandlerReply r = run_handler<S>(d, st, stg, m, p.reply.len, t);
-  uint32_t reply_len = 0;
-  if (t.leader() && r.n >= 0 && r.slot)
-    reply_len = patch_reply(p, r.frame, uint32_t(r.n), st.send_psn, stg != nullptr);
-  reply_len = t.from_leader(reply_len);
+  // The largest payload whose padded length and ICRC still fit the slot.
+  const uint32_t offset = p.reply.len;
+  const uint32_t room =
+      d.tx.slot_bytes > offset + kIcrcBytes ? (d.tx.slot_bytes - offset - kIcrcBytes) & ~3u : 0;
+  HandlerReply r;
+  r.slot = slot;
+  r.frame = out;
+  r.out = out + offset;
+  r.n = handle_team(t, d.handler, m, r.out, room);
+  r.flags = uint8_t((m.has_imm ? kCompletionHasImm : 0) |
+                    (r.n == kHandlerError ? kCompletionHandlerError : 0));
+  marks.mark(kPieceHandler);
+  // Every lane works the reply's length out as patch_reply() does; the leader patches.
+  const uint32_t reply_len =
+      r.n >= 0 ? offset + uint32_t(r.n) + ((4 - (uint32_t(r.n) & 3)) & 3) + kIcrcBytes : 0;
+  const uint32_t ack_len = ack ? p.ack.len + kIcrcBytes : 0;
+  if (t.leader()) {
+    if (reply_len) patch_reply(p, out, uint32_t(r.n), st.send_psn, true);
+    if (ack) patch_ack(p, req.psn, psn_add(st.msn, 1));
+  }
   t.sync();  // the leader's header and the handler's payload, seen by every lane
   marks.mark(kPiecePatch);
-  uint8_t* slot = d.tx.slot(st.tx_pi);
-  uint8_t* ack_slot = d.tx.slot(st.tx_pi + (reply_len ? 1 : 0));  // the ACK after the reply
-  uint8_t* out = stg ? stg->tx : slot;
   IcrcLayout l = p.reply.layout;
   l.end = reply_len - kIcrcBytes;
   l.masks = p.reply.icrc_masks;
-  icrc_jobs(t, IcrcJob{verify && !write ? a.frame : nullptr, req.layout, &rx_icrc},
-            IcrcJob{reply_len ? out : nullptr, l, &tx_icrc},
-            IcrcJob{ack && !(write && verify) ? p.ack.bytes : nullptr, al, &ack_icrc});
-  if (verify && !write && rx_icrc != load_le32(a.frame + req.layout.end)) return false;
+  IcrcLayout al = p.ack.layout;
+  al.masks = p.ack.icrc_masks;
+  uint32_t tx_icrc = 0, ack_icrc = 0;
+  icrc_jobs(t, IcrcJob{reply_len ? out : nullptr, l, &tx_icrc},
+            IcrcJob{ack ? p.ack.bytes : nullptr, al, &ack_icrc});
+  marks.mark(kPieceIcrc);
   if (t.leader()) {
     if (reply_len) store_le32(out + l.end, tx_icrc);
     if (ack) store_le32(p.ack.bytes + p.ack.len, ack_icrc);
   }
   t.sync();
-  marks.mark(kPieceIcrc);
+  uint8_t* ack_slot = d.tx.slot(pi + (reply_len ? 1 : 0));  // the ACK after the reply
   if (stg && reply_len) copy_wide_team(t, slot, out, reply_len);
   if (ack) copy_wide_team(t, ack_slot, p.ack.bytes, ack_len);
   if ((stg && reply_len) || ack) t.sync();  // every lane's stores before the leader's doorbell
@@ -323,16 +329,13 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
               CountOf{Counter::kTxPackets, sent}, CountOf{Counter::kTxBytes, reply_len + ack_len},
               CountOf{Counter::kReplies, reply_len ? 1u : 0u},
               CountOf{Counter::kAcksSent, ack ? 1u : 0u});
-    if (r.n == kHandlerError)
-      count(st.tally, Counter::kHandlerErrors);
-    else if (r.n >= 0 && !r.slot)
-      count(st.tally, Counter::kTxRingFull);
-    if (reply_len) st.send_psn = psn_add(st.send_psn, 1);
+    if (r.n == kHandlerError) count(st.tally, Counter::kHandlerErrors);
   }
-  // After the doorbell, by every lane; out of line (a call costs the step ~500 SM cycles
-  // of saved registers, bench ops), so only when wanted.
+  // Out of line (a call costs the step ~500 SM cycles of saved registers, bench ops), so
+  // only when wanted.
   if (d.record_completions) record_completion(t, d, st, m, r, req.psn, a.ts);
   if (t.leader()) {
+    if (reply_len) st.send_psn = psn_add(st.send_psn, 1);
     st.expected_psn = psn_add(req.psn, 1);
     if (rc) {
       st.nak_sent = false;

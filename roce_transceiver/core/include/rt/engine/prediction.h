@@ -18,6 +18,7 @@
 
 #include "rt/protocol/encode.h"
 #include "rt/protocol/icrc_team.h"
+#include "rt/protocol/icrc_words.h"
 #include "rt/team.h"
 
 namespace rt {
@@ -151,41 +152,55 @@ struct ExpressRequest {
   bool ack_req;       // BTH AckReq: on RC, the responder ACKs it (IBA 9.7.5.1)
 };
 
-// Team-wide: does `frame` (16-byte aligned) match the prediction? Fills `req`
-// when it does. Checks what the general path's decode would: lengths that add
-// up, the pad within the body; the rest is in the bytes compared.
+// Team-wide: does `frame` (16-byte aligned) match the prediction, at PSN
+// `psn`, and (`verify`) is its ICRC good? Fills `req` when it does. Checks
+// what the general path's decode would: lengths that add up, the pad within
+// the body; the rest is in the bytes compared. Every load is issued before
+// the one vote: the header words, the length, pad and PSN bytes, and a short
+// frame's ICRC words (icrc_words.h), so the step waits on memory once.
 template <class Team>
 RT_HD inline bool predicted(const Team& t, const Prediction& p, const uint8_t* frame, uint32_t len,
-                            ExpressRequest* req) {
+                            uint32_t psn, bool verify, ExpressRequest* req) {
   using namespace prediction_detail;
   const HeaderTemplate& h = p.expect;
   if (h.len == 0 || len < h.len + kIcrcBytes) return false;
-  // A word a lane (24 at most): three loads each, all at once, and one vote.
-  // Bytes past the header are compared too, against a care of zero.
+  // A word a lane (24 at most), against a care of zero past the header.
   const auto* got = reinterpret_cast<const uint32_t*>(frame);
   const auto* want = reinterpret_cast<const uint32_t*>(h.bytes);
   const auto* care = reinterpret_cast<const uint32_t*>(p.care);
   bool differ = false;
   for (uint32_t w = t.lane(); 4 * w < h.len; w += t.size())
     differ |= ((got[w] ^ want[w]) & care[w]) != 0;
-  if (t.any(differ)) return false;
-  const IcrcLayout& l = h.layout;
+  // The same bytes on every lane: the verdict below is the team's.
+  IcrcLayout l = h.layout;
   const uint32_t l4 = l.l3 + l.l3_len;
   const uint32_t ip_len = l.ip_version == 4 ? len - l.l3 : len - l4;
-  if (get_be16(frame + l.l3 + (l.ip_version == 4 ? 2 : 4)) != ip_len) return false;
-  if (get_be16(frame + l4 + 4) != len - l4) return false;
   const uint32_t bth = l.l3 + l.masked - uint32_t(sizeof(Bth));
   const uint32_t pad = (frame[bth + 1] >> 4) & 3;
   const uint32_t body = len - kIcrcBytes - h.len;
-  if (pad > body) return false;
+  const uint32_t got_psn =
+      uint32_t(frame[bth + 9]) << 16 | uint32_t(frame[bth + 10]) << 8 | frame[bth + 11];
+  const bool lengths = get_be16(frame + l.l3 + (l.ip_version == 4 ? 2 : 4)) == ip_len &&
+                       get_be16(frame + l4 + 4) == len - l4 && pad <= body;
+  l.end = len - kIcrcBytes;
+  l.masks = h.icrc_masks;
+  uint32_t part = 0;  // this lane's share of a short frame's ICRC, loaded with the rest
+  bool words = false;
+  if constexpr (Team::kLanes > 1) {
+    words = verify && icrc_words_fit(l);
+    if (words) part = icrc_words_detail::lane_part(t, detail::icrc_word_tables(), frame, l);
+  }
+  if (t.any(differ || !lengths || got_psn != psn || !icrc_team_fits(l))) return false;
+  if (verify) {
+    const uint32_t icrc = words ? ~t.xor_all(part) : icrc_team(t, frame, l);
+    if (icrc != load_le32(frame + l.end)) return false;
+  }
   req->payload = h.len;
   req->payload_len = body - pad;
-  req->psn = uint32_t(frame[bth + 9]) << 16 | uint32_t(frame[bth + 10]) << 8 | frame[bth + 11];
+  req->psn = got_psn;
   req->ack_req = (frame[bth + 8] & 0x80) != 0;
   req->layout = l;
-  req->layout.end = len - kIcrcBytes;
-  req->layout.masks = h.icrc_masks;
-  return icrc_team_fits(req->layout);
+  return true;
 }
 
 // Leader: the reply header for `payload_len` bytes at `frame` + reply.len,

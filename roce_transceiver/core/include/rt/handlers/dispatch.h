@@ -5,6 +5,7 @@
 #include "rt/handlers/echo.h"
 #include "rt/handlers/handler.h"
 #include "rt/handlers/qec.h"
+#include "rt/queues/copy_wide.h"
 #include "rt/team.h"
 
 namespace rt {
@@ -70,8 +71,8 @@ RT_HD inline int handle(const HandlerDesc& h, const Message& m, uint8_t* reply, 
   return kHandlerError;
 }
 
-// handle() by a team: the echo's copy is shared by the lanes (a byte each, so
-// any alignment), a user handler runs on every lane of a warp; the others run on
+// handle() by a team: the echo's copy is shared by the lanes (copy_bytes_team:
+// 16-byte chunks, any alignment), a user handler runs on every lane of a warp; the others run on
 // the leader (a user handler too on the host: its lanes are not threads there).
 // Every lane gets the result.
 template <class Team>
@@ -80,8 +81,14 @@ RT_HD inline int handle_team(const Team& t, const HandlerDesc& h, const Message&
   if constexpr (Team::kLanes > 1) {
     if (h.kind == HandlerKind::kEcho) {
       if (m.len > capacity) return kHandlerError;
-      if (reply != m.data)
-        for (uint32_t i = t.lane(); i < m.len; i += t.size()) reply[i] = m.data[i];
+      if (reply == m.data) return int(m.len);
+      if (!m.has_imm) {
+        // In a frame, followed by its ICRC: the chunks' loads may read 3 bytes past.
+        copy_bytes_team(t, reply, m.data, m.len);  // ends with a sync
+        return int(m.len);
+      }
+      // A WRITE's, in its region, which may end at the end of its memory.
+      for (uint32_t i = t.lane(); i < m.len; i += t.size()) reply[i] = m.data[i];
       t.sync();
       return int(m.len);
     }
