@@ -118,6 +118,11 @@ struct HostWarpTeam {
     warp->done(id, "from_leader(uint64_t)");
     return r;
   }
+  uint32_t from_lane(uint32_t x, uint32_t src) const {
+    const uint32_t r = uint32_t(warp->exchange(id, "from_lane", x)[src]);
+    warp->done(id, "from_lane");
+    return r;
+  }
   // Orders memory as __syncwarp() does: the mutex of the rendezvous makes what
   // a lane wrote before it visible to every lane after it.
   void sync() const {

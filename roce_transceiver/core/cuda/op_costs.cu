@@ -84,17 +84,17 @@ const char* const kOpNames[kNumOps] = {
     "express: icrc_team, warp",
     "express: reply template to staging, warp",
     "express: run_handler (reserve, echo), warp",
-    "express: patch_reply, lane 0",
+    "express: patch_reply, a word a lane, warp",
     "express: request + reply ICRCs together (icrc_team2), warp",
     "express: reply to the tx slot, warp",
     "express: submit_counted (doorbell), lane 0",
     "express: one count(), lane 0",
     "express: request + reply ICRCs, a word a lane (icrc_words2), warp",
     "express step in place: header, PSN, lengths, request ICRC",
-    "express step in place: reply template, handler",
-    "express step in place: reply (and ACK) header patch",
-    "express step in place: the reply's ICRC (and the ACK's)",
-    "express step in place: reply (and ACK) to the tx slots",
+    "express step in place: handler (an echo read in place)",
+    "express step in place: reply (and ACK) loaded and patched a word a lane",
+    "express step in place: the reply's ICRC (and the ACK's) from registers",
+    "express step in place: reply (and ACK) stored to the tx slots",
     "express step in place: doorbell",
     "express step in place: counters, completion, PSNs",
     "express step in place: whole, arrive excluded",
@@ -244,8 +244,13 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     __syncwarp();
     t[5] = cycles();
     uint32_t len = 0;
-    if (lane == 0 && r.frame) len = patch_reply(st.pred, r.frame, uint32_t(r.n), st.send_psn, true);
-    len = __shfl_sync(0xFFFFFFFFu, len, 0);
+    if (r.frame && r.n >= 0) {
+      const uint32_t head = st.pred.reply.len;
+      WordFrame<WarpTeam> wf;
+      wf.load(team, st.pred.reply.bytes, head, r.frame, head + uint32_t(r.n));
+      len = patch_reply(team, st.pred, wf, uint32_t(r.n), st.send_psn);
+      wf.store(team, r.frame, len < kWordFrameBytes ? len : kWordFrameBytes);
+    }
     __syncwarp();
     t[6] = cycles();
     if (hit && len) {

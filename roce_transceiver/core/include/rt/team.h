@@ -26,6 +26,7 @@ struct SoloTeam {
   RT_HD T from_leader(T v) const {
     return v;
   }
+  RT_HD uint32_t from_lane(uint32_t v, uint32_t) const { return v; }  // lane src's v
   RT_HD void sync() const {}
 };
 
@@ -49,6 +50,9 @@ struct WarpTeam {
   __device__ uint32_t from_leader(uint32_t v) const { return __shfl_sync(0xFFFFFFFFu, v, 0); }
   __device__ uint64_t from_leader(uint64_t v) const {
     return __shfl_sync(0xFFFFFFFFu, static_cast<unsigned long long>(v), 0);
+  }
+  __device__ uint32_t from_lane(uint32_t v, uint32_t src) const {
+    return __shfl_sync(0xFFFFFFFFu, v, int(src));
   }
   // Also orders memory: what a lane wrote before it is seen by every lane after it.
   __device__ void sync() const { __syncwarp(); }

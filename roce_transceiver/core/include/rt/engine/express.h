@@ -8,6 +8,7 @@
 
 #include "rt/engine/responder.h"
 #include "rt/engine/transmit.h"
+#include "rt/engine/word_frame.h"
 #include "rt/protocol/icrc_words.h"
 #include "rt/team.h"
 
@@ -160,46 +161,6 @@ RT_HD inline bool write_target(const EngineDesc& d, const Prediction& p, const u
   return true;
 }
 
-// One ICRC for icrc_jobs(): of the frame at `frame` (null: none wanted).
-struct IcrcJob {
-  const uint8_t* frame;
-  IcrcLayout layout;
-  uint32_t* out;
-};
-
-// Team-wide: up to three ICRCs, two at a time (icrc_team2) and the one left
-// alone. Every lane passes the same jobs.
-template <class Team>
-RT_HD inline void icrc_jobs(const Team& t, IcrcJob a, IcrcJob b, IcrcJob c = IcrcJob{}) {
-  // The wanted ones to the front.
-  if (!a.frame) {
-    a = c;
-    c.frame = nullptr;
-  }
-  if (!b.frame) {
-    b = c;
-    c.frame = nullptr;
-  }
-  if (!a.frame) {
-    a = b;
-    b.frame = nullptr;
-  }
-  // Short frames a word a lane (icrc_words.h), longer ones by 16-byte chunks.
-  const auto one = [&](const IcrcJob& j) {
-    *j.out = icrc_words_fit(j.layout) ? icrc_words(t, j.frame, j.layout)
-                                      : icrc_team(t, j.frame, j.layout);
-  };
-  if (a.frame && b.frame) {
-    if (icrc_words_fit(a.layout) && icrc_words_fit(b.layout))
-      icrc_words2(t, a.frame, a.layout, b.frame, b.layout, a.out, b.out);
-    else
-      icrc_team2(t, a.frame, a.layout, b.frame, b.layout, a.out, b.out);
-  } else if (a.frame) {
-    one(a);
-  }
-  if (c.frame) one(c);
-}
-
 // Team-wide: whether the tx ring has `n` slots free from st.tx_pi on, by the
 // last reading of its consumer index; read again (by the leader, across the
 // bus) only when that looks full. Without them the responder's path decides
@@ -222,10 +183,10 @@ struct NoMarks {
 // The pieces express() marks, in order.
 enum ExpressPiece : uint32_t {
   kPieceMatch,     // header, PSN and lengths compared, the request's ICRC checked, room found
-  kPieceHandler,   // a WRITE placed, the reply template staged, the handler run
-  kPiecePatch,     // the reply's lengths and PSN patched in (and an RC ACK's)
-  kPieceIcrc,      // the reply's ICRC (and the ACK's)
-  kPieceCopy,      // the reply and the ACK in their tx slots
+  kPieceHandler,   // a WRITE placed, the handler run (an echo's reply is read in place)
+  kPiecePatch,     // the reply (and an RC ACK) loaded a word a lane, lengths and PSN patched in
+  kPieceIcrc,      // the reply's ICRC (and the ACK's), from the registers
+  kPieceCopy,      // the reply and the ACK stored in their tx slots
   kPieceDoorbell,  // submitted
   kPieceBooks,     // counters, completion, PSN, MSN: after the doorbell
   kExpressPieces
@@ -233,12 +194,12 @@ enum ExpressPiece : uint32_t {
 
 // Team-wide: take a predicted request (prediction.h) the short way: compare
 // the header and check the ICRC in one pass of every lane, place a WRITE's
-// payload, run the handler, patch the reply template and, on RC for an ACK
-// request, the ACK template. True when the frame was taken; false leaves it,
-// and the state, to the responder. Everything counted, changed and sent here
-// is what decide() counts and changes, and carry_out() sends, for the same
-// frame: the reply, then the ACK (IBA 9.7.5.1: the MSN counts this message,
-// the PSN is its), here both behind one doorbell.
+// payload, run the handler, build the reply from its template and, on RC for an
+// ACK request, the ACK from its template, a word a lane in registers. True when the frame was
+// taken; false leaves it, and the state, to the responder. Everything counted, changed and sent
+// here is what decide() counts and changes, and carry_out() sends, for the same frame: the reply,
+// then the ACK (IBA 9.7.5.1: the MSN counts this message, the PSN is its), here both behind one
+// doorbell.
 template <Scope S, class Team, class Marks = NoMarks>
 RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, Staging* stg,
                           const Arrival& a, const Marks& marks = Marks{}) {
@@ -262,10 +223,8 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   if (write) copy_bytes_team(t, w.dst, a.frame + req.payload, req.payload_len);
   const uint32_t pi = st.tx_pi;  // read once: the leader's doorbell advances it
   uint8_t* slot = d.tx.slot(pi);
-  uint8_t* out = stg ? stg->tx : slot;  // where the reply is built
-  // The template, a chunk a lane, before the handler writes the payload behind it.
-  copy_wide_team(t, out, p.reply.bytes, p.reply.len);
-  t.sync();
+  // Where the handler writes the reply's payload, at its place in the frame.
+  uint8_t* out = stg ? stg->tx : slot;
   const uint8_t opcode = a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))];
   const Message m = write ? Message{w.dst, req.payload_len, w.imm, true, opcode}
                           : Message{a.frame + req.payload, req.payload_len, 0, false, opcode};
@@ -273,42 +232,70 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   const uint32_t offset = p.reply.len;
   const uint32_t room =
       d.tx.slot_bytes > offset + kIcrcBytes ? (d.tx.slot_bytes - offset - kIcrcBytes) & ~3u : 0;
+  // The echo's reply is its request's payload: read where it lies in the request (a
+  // SEND's, a word-aligned distance from the reply's) when the reply is short, not copied.
+  const uint32_t echo_len = offset + m.len + ((4 - (m.len & 3)) & 3) + kIcrcBytes;
+  const bool echo_in_place = d.handler.kind == HandlerKind::kEcho && !write && m.len <= room &&
+                             ((req.payload - offset) & 3) == 0 && echo_len <= kWordFrameBytes;
   HandlerReply r;
   r.slot = slot;
   r.frame = out;
-  r.out = out + offset;
-  r.n = handle_team(t, d.handler, m, r.out, room);
+  const uint8_t* body = out;  // the reply's bytes as laid out in its frame
+  if (echo_in_place) {
+    r.out = const_cast<uint8_t*>(m.data);  // only read (a completion record's copy)
+    r.n = int(m.len);
+    body = m.data - offset;
+  } else {
+    r.out = out + offset;
+    r.n = handle_team(t, d.handler, m, r.out, room);  // ends with the team synchronised
+  }
   r.flags = uint8_t((m.has_imm ? kCompletionHasImm : 0) |
                     (r.n == kHandlerError ? kCompletionHandlerError : 0));
   marks.mark(kPieceHandler);
-  // Every lane works the reply's length out as patch_reply() does; the leader patches.
-  const uint32_t reply_len =
-      r.n >= 0 ? offset + uint32_t(r.n) + ((4 - (uint32_t(r.n) & 3)) & 3) + kIcrcBytes : 0;
+  // The reply and the ACK a word a lane (word_frame.h): the templates and the payload
+  // loaded once, patched and checksummed in registers, stored once.
+  const uint32_t n = r.n >= 0 ? uint32_t(r.n) : 0;
+  WordFrame<Team> rf, af;
+  const uint32_t reply_len = r.n >= 0 ? offset + n + ((4 - (n & 3)) & 3) + kIcrcBytes : 0;
   const uint32_t ack_len = ack ? p.ack.len + kIcrcBytes : 0;
-  if (t.leader()) {
-    if (reply_len) patch_reply(p, out, uint32_t(r.n), st.send_psn, true);
-    if (ack) patch_ack(p, req.psn, psn_add(st.msn, 1));
+  if (reply_len) {
+    rf.load(t, p.reply.bytes, offset, body, offset + n);
+    patch_reply(t, p, rf, n, st.send_psn);
   }
-  t.sync();  // the leader's header and the handler's payload, seen by every lane
+  if (ack) {
+    af.load(t, p.ack.bytes, p.ack.len, nullptr, 0);
+    patch_ack(t, p, af, req.psn, psn_add(st.msn, 1));
+  }
   marks.mark(kPiecePatch);
   IcrcLayout l = p.reply.layout;
   l.end = reply_len - kIcrcBytes;
   l.masks = p.reply.icrc_masks;
   IcrcLayout al = p.ack.layout;
   al.masks = p.ack.icrc_masks;
-  uint32_t tx_icrc = 0, ack_icrc = 0;
-  icrc_jobs(t, IcrcJob{reply_len ? out : nullptr, l, &tx_icrc},
-            IcrcJob{ack ? p.ack.bytes : nullptr, al, &ack_icrc});
+  // Up to 128 bytes the reply's ICRC comes from the registers too.
+  const bool short_reply = reply_len && reply_len <= kWordFrameBytes && icrc_words_fit(l);
+  const uint32_t reply_part = short_reply ? rf.icrc_part(t, l) : 0;
+  const uint32_t ack_part = ack ? af.icrc_part(t, al) : 0;
+  if (short_reply) rf.put(t, l.end, ~t.xor_all(reply_part), 4);
+  if (ack) af.put(t, al.end, ~t.xor_all(ack_part), 4);
   marks.mark(kPieceIcrc);
-  if (t.leader()) {
-    if (reply_len) store_le32(out + l.end, tx_icrc);
-    if (ack) store_le32(p.ack.bytes + p.ack.len, ack_icrc);
+  if (short_reply) {
+    rf.store(t, slot, reply_len);
+  } else if (reply_len) {
+    // Longer: the head from the registers, the rest where the handler wrote it, the ICRC
+    // over memory.
+    rf.store(t, out, reply_len < kWordFrameBytes ? reply_len : kWordFrameBytes);
+    if (t.leader())
+      for (uint32_t i = offset + n; i < l.end; ++i)
+        if (i >= kWordFrameBytes) out[i] = 0;  // the pad past the registers' words
+    t.sync();
+    const uint32_t icrc = icrc_words_fit(l) ? icrc_words(t, out, l) : icrc_team(t, out, l);
+    if (t.leader()) store_le32(out + l.end, icrc);
+    t.sync();
+    if (stg) copy_wide_team(t, slot, out, reply_len);
   }
-  t.sync();
-  uint8_t* ack_slot = d.tx.slot(pi + (reply_len ? 1 : 0));  // the ACK after the reply
-  if (stg && reply_len) copy_wide_team(t, slot, out, reply_len);
-  if (ack) copy_wide_team(t, ack_slot, p.ack.bytes, ack_len);
-  if ((stg && reply_len) || ack) t.sync();  // every lane's stores before the leader's doorbell
+  if (ack) af.store(t, d.tx.slot(pi + (reply_len ? 1 : 0)), ack_len);  // the ACK after the reply
+  t.sync();  // every lane's stores before the leader's doorbell
   marks.mark(kPieceCopy);
   if (t.leader()) {
     // Stamped with the request's arrival: the replies leave in the same step, and

@@ -16,6 +16,7 @@
 // Team-wide functions (team.h) split the header into 16-byte chunks.
 #pragma once
 
+#include "rt/engine/word_frame.h"
 #include "rt/protocol/encode.h"
 #include "rt/protocol/icrc_team.h"
 #include "rt/protocol/icrc_words.h"
@@ -40,7 +41,7 @@ struct Prediction {
   HeaderTemplate reply;                     // our SEND Only to the peer, empty payload
   uint32_t reply_ip_sum;                    // IPv4: header sum without length and checksum
   // RC: our ACKNOWLEDGE, the whole frame but its PSN, MSN and ICRC (patch_ack());
-  // len (its header bytes) 0: none. The express path builds each ACK in it.
+  // len (its header bytes) 0: none. The express path builds each ACK from it.
   HeaderTemplate ack;
   uint32_t reth;  // `expect` is a WRITE Only with Immediate: its RETH's offset, ImmDt
                   // right after (IBA 9.2); 0: a SEND Only
@@ -48,10 +49,6 @@ struct Prediction {
 
 namespace prediction_detail {
 
-RT_HD inline void put_be16(uint8_t* p, uint32_t v) {
-  p[0] = uint8_t(v >> 8);
-  p[1] = uint8_t(v);
-}
 RT_HD inline uint32_t get_be16(const uint8_t* p) { return uint32_t(p[0]) << 8 | p[1]; }
 
 RT_HD inline IcrcLayout layout_of(const FrameView& f) {
@@ -122,6 +119,14 @@ RT_HD inline void predict_reply(Prediction& p, const FrameSpec& spec) {
     for (uint32_t i = 0; i < f.l3_len; i += 2)
       if (i != 2 && i != 10) p.reply_ip_sum += get_be16(frame + f.l3 + i);
   }
+  // What patch_reply() ORs in, zero here: the lengths, the IPv4 checksum, the pad count, the PSN.
+  uint8_t* b = p.reply.bytes;
+  const uint32_t len_at = f.ip_version == 4 ? 2 : 4;
+  b[f.l3 + len_at] = b[f.l3 + len_at + 1] = 0;
+  if (f.ip_version == 4) b[f.l3 + 10] = b[f.l3 + 11] = 0;
+  b[f.l4 + 4] = b[f.l4 + 5] = 0;
+  b[f.bth + 1] &= 0xCF;
+  b[f.bth + 9] = b[f.bth + 10] = b[f.bth + 11] = 0;
 }
 
 // The ACK template: `spec` (an RC ACKNOWLEDGE) encoded whole, room for its
@@ -141,6 +146,9 @@ RT_HD inline void predict_ack(Prediction& p, const FrameSpec& spec) {
   p.ack.layout.end = f.icrc;
   icrc_masks_for(p.ack.layout, p.ack.icrc_masks);
   p.ack.len = f.icrc;
+  // What patch_ack() ORs in, zero here: the PSN and the AETH's MSN.
+  for (uint32_t i = 9; i < 12; ++i) p.ack.bytes[f.bth + i] = 0;
+  for (uint32_t i = 1; i < 4; ++i) p.ack.bytes[f.bth + uint32_t(sizeof(Bth)) + i] = 0;
 }
 
 // What a matching request carries.
@@ -203,53 +211,44 @@ RT_HD inline bool predicted(const Team& t, const Prediction& p, const uint8_t* f
   return true;
 }
 
-// Leader: the reply header for `payload_len` bytes at `frame` + reply.len,
-// PSN `psn`; zeroes the pad. Copies the template first unless the team did
-// (copied: it is in `frame` already). Returns the frame's length; the ICRC is
-// the caller's (a team computes it).
-RT_HD inline uint32_t patch_reply(const Prediction& p, uint8_t* frame, uint32_t payload_len,
-                                  uint32_t psn, bool copied = false) {
-  using namespace prediction_detail;
+// Team-wide: the reply header patched into `f` (the template and `payload_len`
+// bytes of payload loaded: WordFrame::load) for PSN `psn`: its lengths, the IPv4
+// checksum, the pad count and the PSN. Returns the frame's length; the ICRC is
+// the caller's. Every field lies in the first 128 bytes (kPredictBytes).
+template <class Team>
+RT_HD inline uint32_t patch_reply(const Team& t, const Prediction& p, WordFrame<Team>& f,
+                                  uint32_t payload_len, uint32_t psn) {
   const HeaderTemplate& h = p.reply;
   const IcrcLayout& l = h.layout;
   const uint32_t pad = (4 - (payload_len & 3)) & 3;
   const uint32_t len = h.len + payload_len + pad + kIcrcBytes;
   const uint32_t l4 = l.l3 + l.l3_len;
   const uint32_t bth = l4 + uint32_t(sizeof(UdpHdr));
-  if (!copied) copy_bytes(frame, h.bytes, h.len);
-  zero_bytes(frame + h.len + payload_len, pad);
   if (l.ip_version == 4) {
-    put_be16(frame + l.l3 + 2, len - l.l3);
+    f.put_be(t, l.l3 + 2, len - l.l3, 2);
     uint32_t sum = p.reply_ip_sum + (len - l.l3);
     sum = (sum & 0xFFFF) + (sum >> 16);
     sum = (sum & 0xFFFF) + (sum >> 16);
-    put_be16(frame + l.l3 + 10, ~sum & 0xFFFF);
+    f.put_be(t, l.l3 + 10, ~sum & 0xFFFF, 2);
   } else {
-    put_be16(frame + l.l3 + 4, len - l4);
+    f.put_be(t, l.l3 + 4, len - l4, 2);
   }
-  put_be16(frame + l4 + 4, len - l4);
-  frame[bth + 1] = uint8_t(h.bytes[bth + 1] | pad << 4);
-  frame[bth + 9] = uint8_t(psn >> 16);
-  frame[bth + 10] = uint8_t(psn >> 8);
-  frame[bth + 11] = uint8_t(psn);
+  f.put_be(t, l4 + 4, len - l4, 2);
+  f.put(t, bth + 1, pad << 4, 1);
+  f.put_be(t, bth + 9, psn, 3);
   return len;
 }
 
-// Leader: the ACK in the template for the request at `psn`, with MSN `msn`
-// (the messages completed, this one counted), as send_response() encodes it.
-// Returns the frame's length; its ICRC is the caller's (a team computes it,
-// over the template, which the ACK is then copied from).
-RT_HD inline uint32_t patch_ack(Prediction& p, uint32_t psn, uint32_t msn) {
+// Team-wide: the ACK for the request at `psn`, with MSN `msn` (the messages
+// completed, this one counted), patched into `f` (the ACK template loaded), as
+// send_response() encodes it. Returns the frame's length; the ICRC is the caller's.
+template <class Team>
+RT_HD inline uint32_t patch_ack(const Team& t, const Prediction& p, WordFrame<Team>& f,
+                                uint32_t psn, uint32_t msn) {
   const IcrcLayout& l = p.ack.layout;
   const uint32_t bth = l.l3 + l.masked - uint32_t(sizeof(Bth));
-  uint8_t* f = p.ack.bytes;
-  f[bth + 9] = uint8_t(psn >> 16);
-  f[bth + 10] = uint8_t(psn >> 8);
-  f[bth + 11] = uint8_t(psn);
-  uint8_t* aeth = f + bth + sizeof(Bth);  // the syndrome (an ACK's) stays as encoded
-  aeth[1] = uint8_t(msn >> 16);
-  aeth[2] = uint8_t(msn >> 8);
-  aeth[3] = uint8_t(msn);
+  f.put_be(t, bth + 9, psn, 3);
+  f.put_be(t, bth + uint32_t(sizeof(Bth)) + 1, msn, 3);  // the AETH's syndrome stays as encoded
   return p.ack.len + kIcrcBytes;
 }
 
