@@ -128,11 +128,12 @@ def _echo_run(executor: str, depth: int, n: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_requests_are_taken_queues_batch_a_pass(executor: str) -> None:
-    """The cpu executor takes a request queue's ring ``queues.batch`` frames a pass, as the
-    one-warp kernel does (it used to take one a pass whatever the setting): 40 requests in
-    the ring at the start are 40 / depth passes, rounded up."""
+    """The cpu executor takes a request queue's ring in express batches of ``queues.batch``
+    requests (at most 16, express_batch.h), as a crew of warps does: 40 requests in the ring
+    at the start are the first alone (it teaches the express path its header), then 39 in
+    batches of min(depth, 16), rounded up; at depth 1 a pass takes one."""
     n = 40
-    runs = {depth: _echo_run(executor, depth, n) for depth in (1, 3, 8, 32)}
+    runs = {depth: _echo_run(executor, depth, n) for depth in (1, 3, 8, 16, 32)}
     for depth, run in runs.items():
         assert run["sent"] == runs[1]["sent"], depth
         differ = {
@@ -141,4 +142,6 @@ def test_requests_are_taken_queues_batch_a_pass(executor: str) -> None:
         assert not differ, (depth, differ)
         if executor == "cpu":
             e = run["epochs"]
-            assert (e["batches"], e["batch_frames"]) == (-(-n // depth), n), depth
+            each = min(depth, 16)
+            batches = n if depth == 1 else 1 + -(-(n - 1) // each)
+            assert (e["batch_depth"], e["batches"], e["batch_frames"]) == (each, batches, n)

@@ -153,7 +153,14 @@ def engine_record(
         (m.request, m.reply, m.reply_len, m.opcode, m.psn, m.imm, m.handler_error, m.reply_dropped)
         for m in messages
     ]
-    return {"sent": sent, "messages": records, "stats": stats, "regions": regions, "in": frames}
+    return {
+        "sent": sent,
+        "messages": records,
+        "stats": stats,
+        "regions": regions,
+        "in": frames,
+        "epochs": t.epoch_stats(),
+    }
 
 
 def same_as_general_path(

@@ -55,6 +55,7 @@ import numpy as np
 
 from roce_transceiver.bench.floors import Percentiles, format_table, measure_floors
 from roce_transceiver.bench.machine import machine_info
+from roce_transceiver.config import cuda_warps
 from roce_transceiver.transceiver import RoundTrip, Transceiver
 
 __all__ = ["run_qec", "run_roundtrip"]
@@ -356,6 +357,7 @@ def run_roundtrip(
     nic_handler: str = "all",
     custom: dict[str, str] | None = None,
     repeats: int = 3,
+    warps: int = 0,
 ) -> dict[str, Any]:
     """Echo ping-pong (window 1) of ``count`` ``size``-byte messages, then the floors; with
     ``mode="verbs"`` the Verbs-mode loop too, on the same executor, for each ``nic_handler``;
@@ -371,13 +373,20 @@ def run_roundtrip(
         "completions": False,
         "express": express,
         "qp": {"transport": transport},
+        "cuda": {"warps": warps},
     }
     with Transceiver(config) as t:
         print(t.executor_reason, file=out)
         t.roundtrip(count=min(count, 1000), size=size)  # warm-up: caches, clocks, first faults
         rt = t.roundtrip(count=count, size=size, timeout=max(10.0, count * 1e-4))
         used = t.executor
-    extra: dict[str, Any] = {"size": size, "count": count, "transport": transport, "mode": mode}
+    extra: dict[str, Any] = {
+        "size": size,
+        "count": count,
+        "transport": transport,
+        "mode": mode,
+        "warps": cuda_warps(t.config) if used == "cuda" else 0,
+    }
     extra.update(_express_use(t, out))
     loops = {"echo": rt}
     if completions:
@@ -514,6 +523,7 @@ def run_qec(
     late_us: float | None = None,
     drop_us: float | None = None,
     nic_handler: str = "all",
+    warps: int = 0,
 ) -> dict[str, Any]:
     """The decoder loop at an offered ``rate`` over ``queues`` queues (None: as fast as
     ``window`` allows, per queue); every correction is checked against the Python decoder's
@@ -535,6 +545,7 @@ def run_qec(
         "express": express,
         "qp": {"transport": transport},
         "queues": {"count": queues, "steer": steer, **_ring_depths(window)},
+        "cuda": {"warps": warps},
     }
     pool = _pymatching_check(distance, requests, expected)
     with Transceiver(config) as t:
@@ -562,6 +573,7 @@ def run_qec(
         "window": window,
         "queues": queues,
         "steer": steer,
+        "warps": cuda_warps(t.config) if used == "cuda" else 0,
         "late_us": late_us if late_us is not None else (1e6 / rate if rate else None),
         "drop_us": drop_us,
         "pool": pool,
@@ -571,7 +583,8 @@ def run_qec(
     offered = f"{rate:,.0f} msgs/s offered" if rate else "offered flat out"
     print(
         f"qec d={distance}, {queues} queue{'s' if queues > 1 else ''} ({steer}), window "
-        f"{window}: {offered}, {rt.messages_per_s:,.0f} msgs/s sustained; {rt.late} late "
+        f"{window}, warps {extra['warps']}: {offered}, {rt.messages_per_s:,.0f} msgs/s "
+        f"sustained; {rt.late} late "
         f"(max lag {rt.max_lag_ns / 1e3:.2f} us), {rt.dropped} dropped, {rt.wrong} wrong, "
         f"{rt.ring_full} ring full; {pool}",
         file=out,

@@ -297,6 +297,13 @@ def _loop_options(p: argparse.ArgumentParser) -> None:
         "--floor-iterations", type=_FLOOR_ITERATIONS, default=10_000, dest="floor_iterations"
     )
     p.add_argument(
+        "--warps",
+        type=integer(0, 16),
+        default=0,
+        help="cuda.warps: warps of the block that serves a queue; 2-16 a crew, which takes "
+        "the requests waiting in express batches; 0 (default) auto, 1 one warp",
+    )
+    p.add_argument(
         "--no-express",
         action="store_false",
         dest="express",
@@ -336,6 +343,7 @@ def _run_loop(args: argparse.Namespace, name: str, options: dict[str, object]) -
             json_path=args.json,
             mode=args.mode,
             nic_handler=args.nic_handler,
+            warps=args.warps,
             **options,
         )
     except (TransceiverError, ValueError) as e:

@@ -101,6 +101,13 @@ struct HostWarpTeam {
     warp->done(id, "any");
     return r;
   }
+  uint32_t ballot(bool b) const {
+    const uint64_t* v = warp->exchange(id, "ballot", b);
+    uint32_t r = 0;
+    for (uint32_t i = 0; i < kLanes; ++i) r |= uint32_t(v[i] != 0) << i;
+    warp->done(id, "ballot");
+    return r;
+  }
   uint32_t xor_all(uint32_t x) const {
     const uint64_t* v = warp->exchange(id, "xor_all", x);
     uint32_t r = 0;

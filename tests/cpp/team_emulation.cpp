@@ -427,8 +427,85 @@ void drive(const Team& t, Engine& e, bool staged, uint32_t max_rx, StreamBatch* 
   t.sync();
 }
 
+// A crew's barrier on the host (__syncthreads()): every lane of every team meets, and what
+// each wrote before it every other sees after it (the mutex); one that never comes makes
+// the others give up after HostWarp::kStuckSeconds.
+class CrewBarrier {
+ public:
+  explicit CrewBarrier(uint32_t threads) : threads_(threads) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t gen = generation_;
+    if (++arrived_ == threads_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(HostWarp::kStuckSeconds);
+    if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen; })) {
+      std::fprintf(stderr, "crew stuck: %u of %u threads at barrier %llu\n", arrived_, threads_,
+                   static_cast<unsigned long long>(gen));
+      std::abort();
+    }
+  }
+
+ private:
+  const uint32_t threads_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  uint32_t arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// A crew of host warps, BlockCrew's interface (rt/crew.h): team `index` of `count`.
+struct HostCrew {
+  using Team = HostWarpTeam;
+  HostWarpTeam t;
+  uint32_t index, count;
+  CrewBarrier* barrier;
+  uint32_t teams() const { return count; }
+  uint32_t team_index() const { return index; }
+  Team team() const { return t; }
+  bool leader() const { return index == 0 && t.leader(); }
+  void sync() const { barrier->wait(); }
+};
+
+// The crew kernel's loop: crew_pass (express batches, or the batch step with express off),
+// warp 0's staging for a lone request, the batch's next to the crew.
+void drive_crew(const HostCrew& c, Engine& e, rt::Batch& b) {
+  rt::Staging stg{e.staging.p, e.staging.p + kSlotBytes};
+  uint32_t quiet = 0;
+  for (uint32_t k = 0; k < kMaxPasses && quiet < kQuietPasses; ++k)
+    quiet = rt::crew_pass<S>(c, e.d, e.st, b, &stg) ? 0 : quiet + 1;
+  if (c.leader()) rt::publish<Scope::kSystem>(e.st.tally, e.d.counters);
+  c.sync();
+}
+
+// The crew's staging room: an express batch's 16 requests, a frame and a reply each.
+constexpr size_t kCrewStaging = 16 * 2 * size_t(kSlotBytes);
+
+void run_crew(Engine& e, uint32_t warps) {
+  CrewBarrier barrier(warps * HostWarp::kLanes);
+  std::vector<std::unique_ptr<HostWarp>> teams;
+  for (uint32_t k = 0; k < warps; ++k) teams.push_back(std::make_unique<HostWarp>());
+  auto batch = std::make_unique<rt::Batch>();
+  Aligned staging(kCrewStaging);
+  rt::batch_init(*batch, rt::batch_depth(e.d, kCrewStaging, true), staging.p, e.st.rx_ci);
+  std::vector<std::thread> threads;
+  for (uint32_t k = 0; k < warps; ++k)
+    threads.emplace_back([&, k] {
+      teams[k]->run([&](const HostWarpTeam& t) {
+        drive_crew(HostCrew{t, k, warps, &barrier}, e, *batch);
+      });
+    });
+  for (auto& t : threads) t.join();
+}
+
+// warp: 32 lanes (a crew of `crew` warps when above 0), else one.
 Outcome run_engine(const EngineOptions& o, const std::vector<Record>& frames, bool warp,
-                   bool staged) {
+                   bool staged, uint32_t crew = 0) {
   Engine e(o);
   uint32_t prod = 0;
   for (size_t i = 0; i < frames.size(); ++i) {
@@ -444,7 +521,9 @@ Outcome run_engine(const EngineOptions& o, const std::vector<Record>& frames, bo
   std::unique_ptr<StreamBatch> stream;
   if (e.d.handler.kind == rt::HandlerKind::kFrames)
     stream = std::make_unique<StreamBatch>(e.d, e.st.rx_ci);
-  if (warp) {
+  if (crew) {
+    run_crew(e, crew);  // as the crew kernel runs it
+  } else if (warp) {
     HostWarp w;  // as the kernel runs it
     w.run([&](const HostWarpTeam& t) { drive(t, e, staged, 1, stream.get()); });
   } else {
@@ -560,13 +639,17 @@ int run_engine_compare(const char* in_path, const char* out_path, int argc, char
   struct Way {
     const char* name;
     bool warp, staged;
+    uint32_t crew;
   };
-  const Way ways[] = {{"32 lanes, staged (the kernel's way)", true, true},
-                      {"32 lanes, unstaged", true, false},
-                      {"1 lane, staged", false, true}};
+  const Way ways[] = {{"32 lanes, staged (the kernel's way)", true, true, 0},
+                      {"32 lanes, unstaged", true, false, 0},
+                      {"1 lane, staged", false, true, 0},
+                      {"a crew of 3 warps, staged (the crew kernel's way)", true, true, 3}};
   int status = 0;
-  for (const Way& w : ways)
-    if (!same_outcome(w.name, cpu, run_engine(o, frames, w.warp, w.staged))) status = 1;
+  for (const Way& w : ways) {
+    if (w.crew && o.handler == rt::HandlerKind::kFrames) continue;  // its own step and tests
+    if (!same_outcome(w.name, cpu, run_engine(o, frames, w.warp, w.staged, w.crew))) status = 1;
+  }
   if (o.express) {
     // The express path is an optimisation only: the general path alone gives the same
     // frames, records, counters (but the express path's own), state and memory.

@@ -365,7 +365,8 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   check_cuda(cudaStreamSynchronize(k.control), "queue descriptors");
   const uint32_t threads = 32 * opts.warps;
   // A frames queue always takes the stream step (stream_batch.h), by a crew of one warp or
-  // more; requests take the one-warp loop (their express path) unless warps > 1.
+  // more; requests take the one-warp loop (their express path) unless warps > 1: a crew
+  // then takes them in express batches (express_batch.h), or in batches with express off.
   const bool crew = opts.warps > 1 || descs[0].handler.kind == HandlerKind::kFrames;
   // The built-in frames stream's own kernel; a user's statistic's module has the crew's.
   const bool stream = descs[0].handler.kind == HandlerKind::kFrames && opts.kernel_image.empty();
@@ -418,7 +419,7 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
             std::to_string(room > staging ? (room - staging) / sizeof(StreamPacket) : 0));
     } else {
       depth = batch_depth(desc, room > staging ? room - staging : 0, /*staged=*/true);
-      smem = staging + size_t(depth > 1 ? depth : 0) * desc.rx.slot_bytes;
+      smem = staging + size_t(depth > 1 ? depth : 0) * batch_stage_bytes(desc);
     }
   }
   k.batch_depth = depth;

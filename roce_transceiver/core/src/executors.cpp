@@ -114,6 +114,7 @@ class CpuExecutor final : public Executor {
     std::atomic<bool> done{false};      // the thread's loop returned (set by the thread)
     Batch batch{};                      // the thread's crew of one, read by stats() after the join
     std::vector<StreamPacket> packets;  // a frames queue's batch (stream_batch.h)
+    std::vector<Chunk16> replies;       // an express batch's replies (express_batch.h)
   };
 
   void loop(uint32_t q) {
@@ -125,8 +126,12 @@ class CpuExecutor final : public Executor {
     const bool frames = d.handler.kind == HandlerKind::kFrames;
     std::vector<StreamPacket>& packets = loops_[q].packets;
     packets.resize(frames ? stream_depth(d) : 0);
-    batch_init(batch, frames ? stream_depth(d) : batch_depth(d, 0, false), nullptr, st.rx_ci,
-               frames ? packets.data() : nullptr);
+    const uint32_t depth = frames ? stream_depth(d) : batch_depth(d, 0, false);
+    // An express batch's requests are read in place; each has its reply's staging.
+    std::vector<Chunk16>& replies = loops_[q].replies;
+    if (d.express && depth > 1) replies.resize(depth * batch_stage_bytes(d) / sizeof(Chunk16));
+    batch_init(batch, depth, replies.empty() ? nullptr : reinterpret_cast<uint8_t*>(replies.data()),
+               st.rx_ci, frames ? packets.data() : nullptr);
     // Idle: spin, and now and then let other threads run. With more spinning threads than
     // cores (two engines, a NIC thread and a peer on a 2-core machine) a pure spin holds the
     // core for a whole time slice (milliseconds) while the thread it waits for cannot run.

@@ -124,7 +124,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
     __syncthreads();  // the state is in
     // After warp 0's staging: the crew's batch staging, or a frames queue's packets.
     const bool frames = d.handler.kind == HandlerKind::kFrames;
-    uint8_t* after = frames ? stg.tx + d.tx.slot_bytes : stg.rx + 2 * size_t(d.rx.slot_bytes);
+    uint8_t* after = stg.tx + d.tx.slot_bytes;
     if (crew.leader())
       batch_init(b, depth, frames ? nullptr : after, st.rx_ci,
                  frames ? reinterpret_cast<StreamPacket*>(after) : nullptr);

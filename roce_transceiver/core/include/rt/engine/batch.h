@@ -39,7 +39,19 @@ constexpr uint32_t kMaxStreamEnds = 64;
 // Packets a frames batch holds at most (queues.batch's bound).
 constexpr uint32_t kMaxStreamBatch = 1024;
 
+// Requests an express batch takes at once at most (express_batch.h).
+constexpr uint32_t kMaxExpressBatch = 16;
+
 struct StreamPacket;  // stream_batch.h
+
+// One request of an express batch (express_batch.h): where it arrived, what the express
+// path's match and handler found, then the commit's tx slot, reply PSN and MSN for it.
+struct ExpressSlot {
+  engine_detail::Arrival a;
+  engine_detail::ExpressTake x;
+  uint32_t pi, psn, msn;
+  bool ok;  // matched and handled; a batch takes the ones before the first that is not
+};
 
 // One frame of a batch: the classify phase's verdict, then the commit's placement.
 struct BatchSlot {
@@ -56,8 +68,9 @@ struct BatchSlot {
 // thread's own). Slot and staging of rx sequence number q: q & (depth - 1).
 struct Batch {
   BatchSlot slot[kMaxBatch];
-  uint32_t depth;       // frames a batch may hold: a power of two, 2..kMaxBatch
-  uint8_t* staging;     // depth x rx slot_bytes next to the crew, or null: frames read in place
+  ExpressSlot express[kMaxExpressBatch];  // an express batch's requests (express_batch.h)
+  uint32_t depth;       // frames a batch may hold: a power of two, 2..kMaxBatch (express: 2..16)
+  uint8_t* staging;     // depth x batch_stage_bytes next to the crew, or null: frames read in place
   uint32_t classified;  // frames before this rx sequence number are classified (>= rx_ci)
   uint32_t ready;       // this pass: frames published before this one
   uint32_t committed;   // this pass: the commit ended before this one
@@ -99,17 +112,30 @@ struct Batch {
   uint64_t commit_cycles[3];
 };
 
-// The batch depth of a queue: a power of two, at most kMaxBatch and
-// queues.batch, whose staging fits `staging_room` bytes when frames are staged;
-// 1: no batches. Requests with the express path on are taken one at a time
-// (engine_step): the express path skips what a batch would share out, and a
-// request waits for no batch. Batches are for what nothing answers at once:
-// every queue with express off. (The frames handler's depth: stream_depth.)
+// Staging bytes a frame of a queue's batch has: its frame; an express batch's request also
+// its reply (express_batch.h).
+RT_HD inline uint64_t batch_stage_bytes(const EngineDesc& d) {
+  return d.express ? uint64_t(d.rx.slot_bytes) + d.tx.slot_bytes : d.rx.slot_bytes;
+}
+
+// The batch depth of a queue, at most queues.batch and whose staging fits `staging_room`
+// bytes when frames are staged; 1: no batches. Requests with the express path on take
+// express batches (express_batch.h) of up to kMaxExpressBatch: a lone request takes
+// engine_step at once and waits for no batch. Every other queue takes the batch step
+// below, a power of two of at most kMaxBatch frames. (The frames handler's depth:
+// stream_depth.) A CPU thread's staging has no room limit (`staged` false); its express
+// batch stages replies only.
 RT_HD inline uint32_t batch_depth(const EngineDesc& d, uint64_t staging_room, bool staged) {
-  if (d.express) return 1;
+  const uint64_t each = batch_stage_bytes(d);
+  const bool fits_two = !staged || 2 * each <= staging_room;
+  if (d.express) {
+    uint32_t depth = kMaxExpressBatch < d.batch ? kMaxExpressBatch : d.batch;
+    if (staged && depth * each > staging_room) depth = uint32_t(staging_room / each);
+    return depth >= 2 && fits_two ? depth : 1;
+  }
   uint32_t depth = 1;
   while (depth * 2 <= kMaxBatch && depth * 2 <= d.batch &&
-         (!staged || uint64_t(depth) * 2 * d.rx.slot_bytes <= staging_room))
+         (!staged || uint64_t(depth) * 2 * each <= staging_room))
     depth *= 2;
   return depth;
 }
@@ -209,23 +235,10 @@ template <Scope S, class Team>
 RT_HD inline void classify(const Team& t, const EngineDesc& d, uint32_t seq, BatchSlot& s,
                            uint8_t* staging, uint64_t* prof) {
   const uint64_t c0 = crew_clock();
-  const uint8_t* slot = d.rx.slot(seq);
-  uint32_t len = 0;
-  uint64_t ts = 0;
-  if (t.leader()) {
-    fence_acquire<S>();  // after the poll's acquire, by another team of the crew
-    const Chunk16 head =
-        load_fresh16(reinterpret_cast<const uint8_t*>(&d.rx.descs[seq & d.rx.mask()]));
-    len = uint32_t(head.lo);
-    ts = head.hi;
-  }
-  len = t.from_leader(len);
-  len = len < d.rx.slot_bytes ? len : d.rx.slot_bytes;
-  const uint8_t* frame = slot;
-  if (staging) {
-    stage_frame(t, staging, slot, len);
-    frame = staging;
-  }
+  const Arrival a = arrive_at<S>(t, d, seq, staging);
+  const uint8_t* frame = a.frame;
+  const uint32_t len = a.len;
+  const uint64_t ts = a.ts;
   const uint64_t c1 = crew_clock();
   if (t.leader()) {
     s.r = decode(ByteSpan(frame, len));
@@ -311,6 +324,27 @@ RT_HD inline uint32_t crc32_crew(const Crew& c, Batch& b, const uint8_t* p, uint
   return ~(all ^ b.crc_start);
 }
 
+// Crew-wide: a pass of engine_step() by team 0 alone, of `max` frames at most: a batch of
+// what it took. Returns the work done, the same for every thread.
+template <Scope S, class Crew>
+RT_HD inline uint32_t lone_step(const Crew& c, const EngineDesc& d, EngineState& st, Batch& b,
+                                Staging* stg, uint32_t max) {
+  if (c.team_index() == 0) {
+    const auto t = c.team();
+    const uint32_t done = engine_step<S>(t, d, st, stg, max);
+    if (t.leader()) {
+      b.classified = b.ready = b.committed = st.rx_ci;
+      b.done = done;
+      if (done) {
+        ++b.batches;
+        b.batch_frames += done;
+      }
+    }
+  }
+  c.sync();
+  return b.done;
+}
+
 }  // namespace engine_detail
 
 // One pass of the loop by a crew: a batch when two frames or more are waiting,
@@ -333,23 +367,9 @@ RT_HD inline uint32_t crew_step(const Crew& c, const EngineDesc& d, EngineState&
   const uint32_t ready = b.ready;
   const bool lone = b.depth < 2 || (ready - first < 2 && b.classified == first);
   c.sync();
-  if (lone) {
-    if (c.team_index() == 0) {
-      // A queue that takes no batches (express on) takes queues.batch frames a pass, as the
-      // one-warp kernel does; a lone frame of a batching queue, that one.
-      const uint32_t done = engine_step<S>(t, d, st, stg, b.depth < 2 ? d.batch : 1u);
-      if (t.leader()) {
-        b.classified = b.ready = b.committed = st.rx_ci;
-        b.done = done;
-        if (b.depth < 2 && done) {  // each pass a batch of what it took
-          ++b.batches;
-          b.batch_frames += done;
-        }
-      }
-    }
-    c.sync();
-    return b.done;
-  }
+  // A queue that takes no batches takes queues.batch frames a pass, as the one-warp kernel
+  // does; a lone frame of a batching queue, that one.
+  if (lone) return lone_step<S>(c, d, st, b, stg, b.depth < 2 ? d.batch : 1u);
   // classify what is new
   const uint32_t fresh = b.classified;
   for (uint32_t q = fresh + c.team_index(); q - fresh < ready - fresh; q += c.teams()) {

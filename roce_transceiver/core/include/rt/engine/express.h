@@ -54,6 +54,29 @@ RT_HD inline void stage_ordered(const Team& t, const EngineDesc& d, uint32_t ci,
   stage_frame(t, stg->rx, d.rx.slot(ci), len);
 }
 
+// Team-wide: rx sequence number `seq`, whose descriptor another thread's acquire saw
+// published (a poll of the crew's): its length and stamp read after an acquire, the frame
+// copied into `staging` next to the team, or (null) read in place.
+template <Scope S, class Team>
+RT_HD inline Arrival arrive_at(const Team& t, const EngineDesc& d, uint32_t seq, uint8_t* staging) {
+  uint32_t len = 0;
+  uint64_t ts = 0;
+  if (t.leader()) {
+    fence_acquire<S>();  // after the poll's acquire, by another team of the crew
+    const Chunk16 head =
+        load_fresh16(reinterpret_cast<const uint8_t*>(&d.rx.descs[seq & d.rx.mask()]));
+    len = uint32_t(head.lo);
+    ts = head.hi;
+  }
+  len = t.from_leader(len);
+  len = len < d.rx.slot_bytes ? len : d.rx.slot_bytes;
+  ts = t.from_leader(ts);
+  t.sync();  // every lane's reads after the leader's acquire
+  if (!staging) return Arrival{d.rx.slot(seq), len, ts, false};
+  stage_frame(t, staging, d.rx.slot(seq), len);
+  return Arrival{staging, len, ts, false};
+}
+
 // Team-wide: the frame at st.rx_ci if its producer published it. With
 // staging, the leader reads the descriptor while every lane reads its chunk
 // of the slot, all in one bus round trip; such a frame is speculative.
@@ -161,6 +184,14 @@ RT_HD inline bool write_target(const EngineDesc& d, const Prediction& p, const u
   return true;
 }
 
+// Leader: whether the tx ring has `n` slots free from st.tx_pi on, by the last reading of
+// its consumer index, read again when that looks full.
+template <Scope S>
+RT_HD inline bool tx_fits(const EngineDesc& d, EngineState& st, uint32_t n) {
+  if (n == 0 || st.tx_pi + n - 1 - st.tx_ci_seen < d.tx.depth()) return true;
+  return tx_reserve<S>(d.tx, st.tx_pi + n - 1, st.tx_ci_seen) != nullptr;
+}
+
 // Team-wide: whether the tx ring has `n` slots free from st.tx_pi on, by the
 // last reading of its consumer index; read again (by the leader, across the
 // bus) only when that looks full. Without them the responder's path decides
@@ -170,7 +201,7 @@ RT_HD inline bool tx_room(const Team& t, const EngineDesc& d, EngineState& st, u
   if (st.tx_pi + n - 1 - st.tx_ci_seen < d.tx.depth()) return true;
   t.sync();  // every lane's reading before the leader's (found by the host warp under TSan)
   uint32_t room = 0;
-  if (t.leader()) room = tx_reserve<S>(d.tx, st.tx_pi + n - 1, st.tx_ci_seen) != nullptr;
+  if (t.leader()) room = tx_fits<S>(d, st, n);
   return t.from_leader(room) != 0;
 }
 
@@ -192,42 +223,50 @@ enum ExpressPiece : uint32_t {
   kExpressPieces
 };
 
-// Team-wide: take a predicted request (prediction.h) the short way: compare
-// the header and check the ICRC in one pass of every lane, place a WRITE's
-// payload, run the handler, build the reply from its template and, on RC for an
-// ACK request, the ACK from its template, a word a lane in registers. True when the frame was
-// taken; false leaves it, and the state, to the responder. Everything counted, changed and sent
-// here is what decide() counts and changes, and carry_out() sends, for the same frame: the reply,
-// then the ACK (IBA 9.7.5.1: the MSN counts this message, the PSN is its), here both behind one
-// doorbell.
-template <Scope S, class Team, class Marks = NoMarks>
-RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, Staging* stg,
-                          const Arrival& a, const Marks& marks = Marks{}) {
+// A request the express path takes: what its match found, then what its handler left.
+struct ExpressTake {
+  ExpressRequest req;
+  WriteTarget w;
+  Message m;
+  HandlerReply r;
+  const uint8_t* body;  // the reply's bytes as laid out in its frame (its payload at offset)
+  uint32_t reply_len;   // 0: no reply (the handler's kNoReply or error)
+  uint32_t ack_len;     // 0: no ACK
+  bool write, ack;
+};
+
+// Team-wide: does the request in `a` take the express path, at PSN `psn`? Its header,
+// lengths, PSN and (when checked) ICRC compared in one pass (predicted()), an RC ACK's
+// template there when it asks for one, a WRITE's RETH good. Fills x->req, w, write, ack.
+// Changes nothing: false leaves the frame, and the state, to the responder.
+template <class Team>
+RT_HD inline bool express_match(const Team& t, const EngineDesc& d, const EngineState& st,
+                                const Arrival& a, uint32_t psn, ExpressTake* x) {
   if (!d.express || st.in_message || st.resync || st.pred.reply.len == 0) return false;
   if ((reinterpret_cast<uintptr_t>(a.frame) & 15) || d.rx.slot_bytes < kPredictBytes) return false;
-  Prediction& p = st.pred;
+  const Prediction& p = st.pred;
   const bool verify = d.check_icrc || a.speculative;
-  ExpressRequest req;
-  if (!predicted(t, p, a.frame, a.len, st.expected_psn, verify, &req)) return false;
-  const bool rc = d.qp.transport == Transport::RC;
-  const bool ack = rc && req.ack_req;
-  if (ack && p.ack.len == 0) return false;
-  // Room for the reply and the ACK: without it the responder's path counts what is dropped.
-  if (!tx_room<S>(t, d, st, ack ? 2 : 1)) return false;
-  const bool write = p.reth != 0;
-  WriteTarget w{};
-  if (write && !write_target(d, p, a.frame, req, &w)) return false;
-  marks.mark(kPieceMatch);
-  // The request is taken: its ICRC matched, so a WRITE's data lands before its handler
-  // reads it from the region (as the responder has it).
-  if (write) copy_bytes_team(t, w.dst, a.frame + req.payload, req.payload_len);
-  const uint32_t pi = st.tx_pi;  // read once: the leader's doorbell advances it
-  uint8_t* slot = d.tx.slot(pi);
-  // Where the handler writes the reply's payload, at its place in the frame.
-  uint8_t* out = stg ? stg->tx : slot;
+  if (!predicted(t, p, a.frame, a.len, psn, verify, &x->req)) return false;
+  x->ack = d.qp.transport == Transport::RC && x->req.ack_req;
+  if (x->ack && p.ack.len == 0) return false;
+  x->write = p.reth != 0;
+  return !x->write || write_target(d, p, a.frame, x->req, &x->w);
+}
+
+// Team-wide: a matched request's WRITE placed and its handler run, the reply's payload
+// written at `out` + the reply header's length (where it lies in its frame), `slot`
+// the reply's tx slot when known (a handler's HandlerReply). The request is taken: its
+// ICRC matched, so a WRITE's data lands before its handler reads it from the region (as
+// the responder has it).
+template <class Team>
+RT_HD inline void express_handle(const Team& t, const EngineDesc& d, const Prediction& p,
+                                 const Arrival& a, uint8_t* out, uint8_t* slot, ExpressTake* x) {
+  const ExpressRequest& req = x->req;
+  if (x->write) copy_bytes_team(t, x->w.dst, a.frame + req.payload, req.payload_len);
   const uint8_t opcode = a.frame[req.layout.l3 + req.layout.masked - uint32_t(sizeof(Bth))];
-  const Message m = write ? Message{w.dst, req.payload_len, w.imm, true, opcode}
-                          : Message{a.frame + req.payload, req.payload_len, 0, false, opcode};
+  x->m = x->write ? Message{x->w.dst, req.payload_len, x->w.imm, true, opcode}
+                  : Message{a.frame + req.payload, req.payload_len, 0, false, opcode};
+  const Message& m = x->m;
   // The largest payload whose padded length and ICRC still fit the slot.
   const uint32_t offset = p.reply.len;
   const uint32_t room =
@@ -235,36 +274,48 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   // The echo's reply is its request's payload: read where it lies in the request (a
   // SEND's, a word-aligned distance from the reply's) when the reply is short, not copied.
   const uint32_t echo_len = offset + m.len + ((4 - (m.len & 3)) & 3) + kIcrcBytes;
-  const bool echo_in_place = d.handler.kind == HandlerKind::kEcho && !write && m.len <= room &&
+  const bool echo_in_place = d.handler.kind == HandlerKind::kEcho && !x->write && m.len <= room &&
                              ((req.payload - offset) & 3) == 0 && echo_len <= kWordFrameBytes;
-  HandlerReply r;
+  HandlerReply& r = x->r;
   r.slot = slot;
   r.frame = out;
-  const uint8_t* body = out;  // the reply's bytes as laid out in its frame
+  x->body = out;
   if (echo_in_place) {
     r.out = const_cast<uint8_t*>(m.data);  // only read (a completion record's copy)
     r.n = int(m.len);
-    body = m.data - offset;
+    x->body = m.data - offset;
   } else {
     r.out = out + offset;
     r.n = handle_team(t, d.handler, m, r.out, room);  // ends with the team synchronised
   }
   r.flags = uint8_t((m.has_imm ? kCompletionHasImm : 0) |
                     (r.n == kHandlerError ? kCompletionHandlerError : 0));
-  marks.mark(kPieceHandler);
-  // The reply and the ACK a word a lane (word_frame.h): the templates and the payload
-  // loaded once, patched and checksummed in registers, stored once.
   const uint32_t n = r.n >= 0 ? uint32_t(r.n) : 0;
+  x->reply_len = r.n >= 0 ? offset + n + ((4 - (n & 3)) & 3) + kIcrcBytes : 0;
+  x->ack_len = x->ack ? p.ack.len + kIcrcBytes : 0;
+}
+
+// Team-wide: a taken request's reply (PSN `send_psn`) stored in tx slot `slot` and its ACK
+// (MSN `msn`) in `ack_slot`, each built a word a lane in registers (word_frame.h): the
+// templates and the payload loaded once, patched and checksummed there, stored once. A
+// reply longer than the registers hold has its head stored over `out`, where the handler
+// wrote the rest, and its ICRC computed over memory; `staged`: `out` is not the slot, so the
+// frame is copied there. Ends with the team synchronised (every lane's stores done).
+template <class Team, class Marks>
+RT_HD inline void express_build(const Team& t, const Prediction& p, const ExpressTake& x,
+                                uint8_t* out, bool staged, uint8_t* slot, uint8_t* ack_slot,
+                                uint32_t send_psn, uint32_t msn, const Marks& marks) {
+  const uint32_t offset = p.reply.len;
+  const uint32_t reply_len = x.reply_len;
+  const uint32_t n = x.r.n >= 0 ? uint32_t(x.r.n) : 0;
   WordFrame<Team> rf, af;
-  const uint32_t reply_len = r.n >= 0 ? offset + n + ((4 - (n & 3)) & 3) + kIcrcBytes : 0;
-  const uint32_t ack_len = ack ? p.ack.len + kIcrcBytes : 0;
   if (reply_len) {
-    rf.load(t, p.reply.bytes, offset, body, offset + n);
-    patch_reply(t, p, rf, n, st.send_psn);
+    rf.load(t, p.reply.bytes, offset, x.body, offset + n);
+    patch_reply(t, p, rf, n, send_psn);
   }
-  if (ack) {
+  if (x.ack) {
     af.load(t, p.ack.bytes, p.ack.len, nullptr, 0);
-    patch_ack(t, p, af, req.psn, psn_add(st.msn, 1));
+    patch_ack(t, p, af, x.req.psn, msn);
   }
   marks.mark(kPiecePatch);
   IcrcLayout l = p.reply.layout;
@@ -275,9 +326,9 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   // Up to 128 bytes the reply's ICRC comes from the registers too.
   const bool short_reply = reply_len && reply_len <= kWordFrameBytes && icrc_words_fit(l);
   const uint32_t reply_part = short_reply ? rf.icrc_part(t, l) : 0;
-  const uint32_t ack_part = ack ? af.icrc_part(t, al) : 0;
+  const uint32_t ack_part = x.ack ? af.icrc_part(t, al) : 0;
   if (short_reply) rf.put(t, l.end, ~t.xor_all(reply_part), 4);
-  if (ack) af.put(t, al.end, ~t.xor_all(ack_part), 4);
+  if (x.ack) af.put(t, al.end, ~t.xor_all(ack_part), 4);
   marks.mark(kPieceIcrc);
   if (short_reply) {
     rf.store(t, slot, reply_len);
@@ -292,49 +343,83 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
     const uint32_t icrc = icrc_words_fit(l) ? icrc_words(t, out, l) : icrc_team(t, out, l);
     if (t.leader()) store_le32(out + l.end, icrc);
     t.sync();
-    if (stg) copy_wide_team(t, slot, out, reply_len);
+    if (staged) copy_wide_team(t, slot, out, reply_len);
   }
-  if (ack) af.store(t, d.tx.slot(pi + (reply_len ? 1 : 0)), ack_len);  // the ACK after the reply
+  if (x.ack) af.store(t, ack_slot, x.ack_len);
   t.sync();  // every lane's stores before the leader's doorbell
+}
+
+// Leader: what decide(), count_handled(), submit_counted() and send_response() count for a
+// taken request of `len` bytes, at once (independent adds, one dirty mask).
+RT_HD inline void express_count(EngineState& st, uint32_t len, const ExpressTake& x) {
+  const uint32_t sent = (x.reply_len ? 1 : 0) + (x.ack ? 1 : 0);
+  count_all(st.tally, CountOf{Counter::kRxPackets, 1}, CountOf{Counter::kRxBytes, len},
+            CountOf{Counter::kExpress, 1}, CountOf{Counter::kMessages, 1},
+            CountOf{Counter::kTxPackets, sent}, CountOf{Counter::kTxBytes, x.reply_len + x.ack_len},
+            CountOf{Counter::kReplies, x.reply_len ? 1u : 0u},
+            CountOf{Counter::kAcksSent, x.ack ? 1u : 0u});
+  if (x.r.n == kHandlerError) count(st.tally, Counter::kHandlerErrors);
+}
+
+// Leader: the state after a taken request, as decide() and accept_write leave it.
+RT_HD inline void express_advance(const EngineDesc& d, EngineState& st, const ExpressTake& x) {
+  if (x.reply_len) st.send_psn = psn_add(st.send_psn, 1);
+  st.expected_psn = psn_add(x.req.psn, 1);
+  if (d.qp.transport == Transport::RC) {
+    st.nak_sent = false;
+    st.msn = psn_add(st.msn, 1);
+  }
+  if (x.write) {
+    st.write.region = x.w.region;
+    st.write.start_va = x.w.va;
+    st.write.next_va = x.w.va + x.req.payload_len;
+    st.write.remaining = x.w.len - x.req.payload_len;
+  }
+}
+
+// Team-wide: take a predicted request (prediction.h) the short way: compare
+// the header and check the ICRC in one pass of every lane, place a WRITE's
+// payload, run the handler, build the reply from its template and, on RC for an
+// ACK request, the ACK from its template, a word a lane in registers. True when the frame was
+// taken; false leaves it, and the state, to the responder. Everything counted, changed and sent
+// here is what decide() counts and changes, and carry_out() sends, for the same frame: the reply,
+// then the ACK (IBA 9.7.5.1: the MSN counts this message, the PSN is its), here both behind one
+// doorbell. (A crew takes several at once: express_batch.h.)
+template <Scope S, class Team, class Marks = NoMarks>
+RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, Staging* stg,
+                          const Arrival& a, const Marks& marks = Marks{}) {
+  ExpressTake x;
+  if (!express_match(t, d, st, a, st.expected_psn, &x)) return false;
+  // Room for the reply and the ACK: without it the responder's path counts what is dropped.
+  if (!tx_room<S>(t, d, st, x.ack ? 2 : 1)) return false;
+  marks.mark(kPieceMatch);
+  const uint32_t pi = st.tx_pi;  // read once: the leader's doorbell advances it
+  uint8_t* slot = d.tx.slot(pi);
+  // Where the handler writes the reply's payload, at its place in the frame.
+  uint8_t* out = stg ? stg->tx : slot;
+  express_handle(t, d, st.pred, a, out, slot, &x);
+  marks.mark(kPieceHandler);
+  // The ACK after the reply.
+  express_build(t, st.pred, x, out, stg != nullptr, slot, d.tx.slot(pi + (x.reply_len ? 1 : 0)),
+                st.send_psn, psn_add(st.msn, 1), marks);
   marks.mark(kPieceCopy);
   if (t.leader()) {
     // Stamped with the request's arrival: the replies leave in the same step, and
     // reading the clock here would cost the round trip ~200 SM cycles (bench ops).
-    if (reply_len && ack) tx_prepare(d.tx, st.tx_pi, reply_len, 0, a.ts);  // rung for by the ACK's
-    if (ack)
-      tx_submit<S>(d.tx, st.tx_pi, ack_len, 0, a.ts);
-    else if (reply_len)
-      tx_submit<S>(d.tx, st.tx_pi, reply_len, 0, a.ts);
+    if (x.reply_len && x.ack)
+      tx_prepare(d.tx, st.tx_pi, x.reply_len, 0, a.ts);  // rung by the ACK's
+    if (x.ack)
+      tx_submit<S>(d.tx, st.tx_pi, x.ack_len, 0, a.ts);
+    else if (x.reply_len)
+      tx_submit<S>(d.tx, st.tx_pi, x.reply_len, 0, a.ts);
   }
   marks.mark(kPieceDoorbell);
-  if (t.leader()) {
-    // What decide(), count_handled(), submit_counted() and send_response() count, at
-    // once (independent adds, one dirty mask): after the doorbell, off the round trip.
-    const uint32_t sent = (reply_len ? 1 : 0) + (ack ? 1 : 0);
-    count_all(st.tally, CountOf{Counter::kRxPackets, 1}, CountOf{Counter::kRxBytes, a.len},
-              CountOf{Counter::kExpress, 1}, CountOf{Counter::kMessages, 1},
-              CountOf{Counter::kTxPackets, sent}, CountOf{Counter::kTxBytes, reply_len + ack_len},
-              CountOf{Counter::kReplies, reply_len ? 1u : 0u},
-              CountOf{Counter::kAcksSent, ack ? 1u : 0u});
-    if (r.n == kHandlerError) count(st.tally, Counter::kHandlerErrors);
-  }
+  // The books after the doorbell, off the round trip.
+  if (t.leader()) express_count(st, a.len, x);
   // Out of line (a call costs the step ~500 SM cycles of saved registers, bench ops), so
   // only when wanted.
-  if (d.record_completions) record_completion(t, d, st, m, r, req.psn, a.ts);
-  if (t.leader()) {
-    if (reply_len) st.send_psn = psn_add(st.send_psn, 1);
-    st.expected_psn = psn_add(req.psn, 1);
-    if (rc) {
-      st.nak_sent = false;
-      st.msn = psn_add(st.msn, 1);
-    }
-    if (write) {  // the WRITE's state, as accept_write leaves it
-      st.write.region = w.region;
-      st.write.start_va = w.va;
-      st.write.next_va = w.va + req.payload_len;
-      st.write.remaining = w.len - req.payload_len;
-    }
-  }
+  if (d.record_completions) record_completion(t, d, st, x.m, x.r, x.req.psn, a.ts);
+  if (t.leader()) express_advance(d, st, x);
   t.sync();
   marks.mark(kPieceBooks);
   return true;

@@ -36,6 +36,7 @@
 // lost and its page CRC is read from the page, never folded past it.
 #pragma once
 
+#include "rt/engine/express_batch.h"
 #include "rt/engine/stream_commit.h"
 
 namespace rt {
@@ -173,11 +174,13 @@ RT_HD inline uint32_t stream_depth(const EngineDesc& d) {
   return d.batch < kMaxStreamBatch ? d.batch : kMaxStreamBatch;
 }
 
-// One pass of a queue's loop by a crew: the frames stream's step, or the batch step.
+// One pass of a queue's loop by a crew: the frames stream's step, the express batch's
+// (requests with the express path on), or the batch step.
 template <Scope S, class Crew>
 RT_HD inline uint32_t crew_pass(const Crew& c, const EngineDesc& d, EngineState& st, Batch& b,
                                 Staging* stg = nullptr) {
   if (d.handler.kind == HandlerKind::kFrames) return stream_step<S>(c, d, st, b, stg);
+  if (d.express) return express_batch_step<S>(c, d, st, b, stg);
   return crew_step<S>(c, d, st, b, stg);
 }
 
