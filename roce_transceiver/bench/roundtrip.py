@@ -243,7 +243,20 @@ def _express_use(t: Transceiver, out: TextIO) -> dict[str, Any]:
     express, rx = stats["express"], stats["rx_packets"]
     on = t.config["express"]
     print(f"express path {'on' if on else 'off'}: {express} of {rx} packets took it", file=out)
-    return {"express": on, "express_packets": express, "rx_packets": rx}
+    use: dict[str, Any] = {"express": on, "express_packets": express, "rx_packets": rx}
+    e = t.epoch_stats()
+    if e.get("batches"):  # a crew's batches (cuda.warps > 1, or the cpu thread's)
+        batches, frames = e["batches"], e["batch_frames"]
+        cycles = [c / batches for c in e.get("batch_cycles", (0, 0, 0, 0))]
+        use["batches"] = {"batches": batches, "frames": frames, "cycles_per_batch": cycles}
+        line = f"batches: {batches} took {frames} requests (mean {frames / batches:.1f})"
+        if any(cycles):  # a GPU's clock (the cpu thread keeps none)
+            line += (
+                f"; SM cycles a batch: classify {cycles[0]:.0f}, commit {cycles[1]:.0f}, "
+                f"execute {cycles[2]:.0f}, publish {cycles[3]:.0f}"
+            )
+        print(line, file=out)
+    return use
 
 
 #: Round trips per step of the completions loops, as the roundtrip app's peer takes them

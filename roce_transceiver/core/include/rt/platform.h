@@ -172,6 +172,20 @@ RT_HD inline void fence_acquire() {
 #endif
 }
 
+// Make later relaxed stores releases: what this thread wrote before the fence is seen by
+// whoever acquires one of them (several flags published behind one fence).
+template <Scope S>
+RT_HD inline void fence_release() {
+#if RT_DEVICE_CODE
+  if constexpr (S == Scope::kSystem)
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+  else
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+}
+
 // Back off inside a spin: the x86 pause hint on the host, a short sleep on the GPU.
 RT_HD inline void spin_pause() {
 #if RT_DEVICE_CODE

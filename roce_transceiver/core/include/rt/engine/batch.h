@@ -324,8 +324,9 @@ RT_HD inline uint32_t crc32_crew(const Crew& c, Batch& b, const uint8_t* p, uint
   return ~(all ^ b.crc_start);
 }
 
-// Crew-wide: a pass of engine_step() by team 0 alone, of `max` frames at most: a batch of
-// what it took. Returns the work done, the same for every thread.
+// Crew-wide: a pass of engine_step() by team 0 alone, of `max` frames at most (for a queue
+// that takes no batches, depth 1, counted as a batch of what it took). Returns the work
+// done, the same for every thread.
 template <Scope S, class Crew>
 RT_HD inline uint32_t lone_step(const Crew& c, const EngineDesc& d, EngineState& st, Batch& b,
                                 Staging* stg, uint32_t max) {
@@ -335,7 +336,7 @@ RT_HD inline uint32_t lone_step(const Crew& c, const EngineDesc& d, EngineState&
     if (t.leader()) {
       b.classified = b.ready = b.committed = st.rx_ci;
       b.done = done;
-      if (done) {
+      if (b.depth < 2 && done) {
         ++b.batches;
         b.batch_frames += done;
       }

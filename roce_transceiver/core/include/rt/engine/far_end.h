@@ -193,47 +193,62 @@ struct Sender {
   uint32_t passes;
 };
 
-// One try at the next request: dropped if overdue past drop_ns, sent if due and
-// the window and the ring have room. True when it did something.
+// Requests a sender publishes behind one fence at most: those due at once (flat out, or a
+// schedule it is behind on), so a fence is not on every request when the loop is fast.
+constexpr uint32_t kSendBurst = 8;
+
+// One try at the next requests: each dropped if overdue past drop_ns, sent if due and the
+// window and the ring have room, up to kSendBurst of them published together. True when
+// it did something.
 template <Scope S>
 RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, uint64_t start,
                             const uint32_t& received) {
-  if (s.offered == d.count) return false;
-  uint64_t due = 0;
   const uint64_t now = now_ns();
-  if (d.interval_ns) {
-    due = start + d.phase_ns + uint64_t(s.offered) * d.interval_ns;
-    if (now < due) return false;
-    if (d.drop_ns && now - due > d.drop_ns) {
-      d.times[s.offered] = kFarEndDropped;
-      ++s.dropped;
-      store_relaxed<Scope::kDevice>(&sh.offered, ++s.offered);
-      return true;
+  uint32_t built = 0;
+  bool dropped = false;
+  while (built < kSendBurst && s.offered < d.count) {
+    uint64_t due = 0;
+    if (d.interval_ns) {
+      due = start + d.phase_ns + uint64_t(s.offered) * d.interval_ns;
+      if (now < due) break;
+      if (d.drop_ns && now - due > d.drop_ns) {
+        d.times[s.offered] = kFarEndDropped;
+        ++s.dropped;
+        ++s.offered;
+        dropped = true;
+        continue;
+      }
     }
-  }
-  if (s.sent - received >= d.window) return false;
-  // The engine's release index is read only when the ring looks full (each read is a trip
-  // to where the engine writes it).
-  if (s.prod - s.released_seen >= d.rx.depth()) {
-    s.released_seen = load_acquire<S>(d.rx.released);
-    if (s.prod - s.released_seen >= d.rx.depth()) {
-      ++s.ring_full;
-      return false;
+    if (s.sent + built - received >= d.window) break;
+    // The engine's release index is read only when the ring looks full (each read is a trip
+    // to where the engine writes it).
+    const uint32_t prod = s.prod + built;
+    if (prod - s.released_seen >= d.rx.depth()) {
+      s.released_seen = load_acquire<S>(d.rx.released);
+      if (prod - s.released_seen >= d.rx.depth()) {
+        ++s.ring_full;
+        break;
+      }
     }
+    build_frame(d.requests, s.offered, psn_add(d.first_psn, s.sent + built), d.rx.slot(prod));
+    rx_describe(d.rx, prod, d.requests.len, now);
+    if (d.interval_ns) {
+      const uint64_t lag = now - due;
+      if (lag > d.late_ns) ++s.late;
+      if (lag > s.max_lag) s.max_lag = lag;
+    }
+    d.times[s.offered] = d.interval_ns ? due : now;
+    ++s.offered;
+    ++built;
   }
-  uint8_t* slot = d.rx.slot(s.prod);
-  build_frame(d.requests, s.offered, psn_add(d.first_psn, s.sent), slot);
-  if (d.interval_ns) {
-    const uint64_t lag = now - due;
-    if (lag > d.late_ns) ++s.late;
-    if (lag > s.max_lag) s.max_lag = lag;
+  if (built) {
+    // `sent` before the requests are published: their replies come after both.
+    s.sent += built;
+    store_relaxed<Scope::kDevice>(&sh.sent, s.sent);
+    rx_publish_run<S>(d.rx, s.prod, built);
   }
-  d.times[s.offered] = d.interval_ns ? due : now;
-  // `sent` before the request is published: its reply comes after both.
-  store_relaxed<Scope::kDevice>(&sh.sent, ++s.sent);
-  rx_publish<S>(d.rx, s.prod, d.requests.len, now);
-  store_relaxed<Scope::kDevice>(&sh.offered, ++s.offered);
-  return true;
+  if (built || dropped) store_relaxed<Scope::kDevice>(&sh.offered, s.offered);
+  return built || dropped;
 }
 
 RT_HD inline void finish_sender(const FarEndDesc& d, const Sender& s) {
@@ -249,6 +264,7 @@ RT_HD inline void finish_sender(const FarEndDesc& d, const Sender& s) {
 // The receiver's own state.
 struct Receiver {
   uint32_t ci;        // our consumer index into tx
+  uint32_t seen;      // the engine's producer index when last read
   uint32_t consumed;  // what we told the engine we consumed
   uint32_t next;      // the request the next reply answers (dropped ones skipped)
   uint32_t received, wrong, bad, slow;
@@ -270,14 +286,18 @@ RT_HD inline void give_back(const FarEndDesc& d, Receiver& r, bool idle) {
   }
 }
 
-// One frame from the engine, if there is one. True when it took one.
+// One frame from the engine, if there is one. True when it took one. The producer index is
+// read (with acquire) only once the frames it showed last are taken.
 template <Scope S>
 RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& sh, uint64_t start) {
-  const TxDesc* td = tx_poll<S>(d.tx, r.ci);
-  if (!td) {
-    give_back<S>(d, r, true);
-    return false;
+  if (r.ci == r.seen) {
+    r.seen = load_acquire<S>(d.tx.producer);
+    if (r.ci == r.seen) {
+      give_back<S>(d, r, true);
+      return false;
+    }
   }
+  const TxDesc* td = &d.tx.descs[r.ci & d.tx.mask()];
   const uint64_t t = now_ns();
   const uint32_t len = td->len < d.tx.slot_bytes ? td->len : d.tx.slot_bytes;
   // Stage the reply next to us (16-byte loads) before looking at it byte by byte.
@@ -366,7 +386,7 @@ RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
   Sender s{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0};
   Receiver r{};
   // Frames the engine sent before this run are not replies to it: skip them.
-  r.ci = r.consumed = load_acquire<S>(d.tx.producer);
+  r.ci = r.consumed = r.seen = load_acquire<S>(d.tx.producer);
   tx_consume<S>(d.tx, r.ci);
   const uint64_t start = now_ns();
   d.result->start_ns = start;
@@ -415,7 +435,7 @@ RT_HD inline void far_end_receive(const FarEndDesc& d, FarEndShared& sh, uint64_
                                   const uint32_t* stop) {
   using namespace far_end_detail;
   Receiver r{};
-  r.ci = r.consumed = load_acquire<S>(d.tx.producer);
+  r.ci = r.consumed = r.seen = load_acquire<S>(d.tx.producer);
   tx_consume<S>(d.tx, r.ci);
   uint32_t status = 0;
   for (uint32_t pass = 0;; ++pass) {

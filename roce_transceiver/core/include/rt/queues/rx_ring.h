@@ -57,6 +57,21 @@ RT_HD inline void rx_publish(const RxRing& r, uint32_t& prod, uint32_t len, uint
   ++prod;
 }
 
+// Or several at once: each slot's descriptor fields written (rx_describe), then the
+// statuses of the n slots from `prod` on behind one fence (rx_publish_run).
+RT_HD inline void rx_describe(const RxRing& r, uint32_t prod, uint32_t len, uint64_t timestamp_ns) {
+  RxDesc& d = r.descs[prod & r.mask()];
+  d.len = len;
+  d.timestamp_ns = timestamp_ns;
+}
+
+template <Scope S>
+RT_HD inline void rx_publish_run(const RxRing& r, uint32_t& prod, uint32_t n) {
+  fence_release<S>();
+  for (uint32_t i = 0; i < n; ++i, ++prod)
+    store_relaxed<S>(&r.descs[prod & r.mask()].status, r.phase(prod));
+}
+
 // Producer: copy one packet in at its private index `prod`, advancing it.
 template <Scope S>
 RT_HD inline ProduceResult rx_produce(const RxRing& r, uint32_t& prod, const uint8_t* data,
