@@ -373,8 +373,10 @@ SCHEMA = Section(
                     0,
                     "warps of the block that serves the queue: 1, one warp that takes a frame "
                     "at a time (requests: the express path); 2-16, a crew that takes batches "
-                    "of frames, each classified and placed by its own warp (docs/ARCHITECTURE.md"
-                    ", the batch step); 0: auto, 8 for the frames handler, else 1",
+                    "of frames, each classified and placed by its own warp (requests with the "
+                    "express path: the ones waiting in express batches, a request a warp, a "
+                    "lone one at once; docs/ARCHITECTURE.md, the batch steps); 0: auto, 8 for "
+                    "the frames handler, else 1",
                     minimum=0,
                     maximum=16,
                 ),
@@ -658,7 +660,8 @@ SCHEMA = Section(
                     32,
                     (
                         "the batch depth: rx packets a loop pass takes at most, on every "
-                        "executor (the frames handler: a packet a thread of the crew, so 32 x "
+                        "executor (an express batch of requests: at most 16; the frames "
+                        "handler: a packet a thread of the crew, so 32 x "
                         "cuda.warps fills it; its records, 208 bytes a packet, must fit "
                         "shared memory: on an H200 about 800 at the default slot size, and a "
                         "depth that does not fit is refused at start naming the most that does)"
