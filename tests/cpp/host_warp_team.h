@@ -27,11 +27,48 @@
 
 namespace rt_test {
 
+// Threads meeting: each wait() returns once `threads` have called it, and what each wrote
+// before it every other sees after it (the mutex). One that never comes makes the others
+// give up after kStuckSeconds, naming where they waited.
+class Barrier {
+ public:
+  static constexpr int kStuckSeconds = 30;
+
+  explicit Barrier(uint32_t threads) : threads_(threads) {}
+
+  void wait(uint32_t id, const char* what) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t gen = generation_;
+    if (++arrived_ == threads_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kStuckSeconds);
+    if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen; })) {
+      std::fprintf(stderr,
+                   "stuck: thread %u waited %d s in %s at rendezvous %llu, %u of %u threads "
+                   "arrived (one skipped a team-wide call)\n",
+                   id, kStuckSeconds, what, static_cast<unsigned long long>(gen), arrived_,
+                   threads_);
+      std::abort();
+    }
+  }
+
+  uint64_t generation() const { return generation_; }
+
+ private:
+  const uint32_t threads_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  uint32_t arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
 class HostWarp {
  public:
   static constexpr uint32_t kLanes = 32;
-  static constexpr int kStuckSeconds = 30;
-
   // Run body(team) on 32 threads, one HostWarpTeam each; returns when all end.
   template <class Body>
   void run(Body body);
@@ -53,33 +90,12 @@ class HostWarp {
   // The second half of a rendezvous: every lane has read the slots.
   void done(uint32_t lane, const char* what) { wait(lane, what); }
 
-  uint64_t rendezvous() const { return generation_; }
+  uint64_t rendezvous() const { return barrier_.generation(); }
 
  private:
-  void wait(uint32_t lane, const char* what) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t gen = generation_;
-    if (++arrived_ == kLanes) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kStuckSeconds);
-    if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen; })) {
-      std::fprintf(stderr,
-                   "team stuck: lane %u waited %d s in %s at rendezvous %llu, %u of %u lanes "
-                   "arrived (a lane skipped a team-wide call)\n",
-                   lane, kStuckSeconds, what, static_cast<unsigned long long>(gen), arrived_,
-                   kLanes);
-      std::abort();
-    }
-  }
+  void wait(uint32_t lane, const char* what) { barrier_.wait(lane, what); }
 
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  uint32_t arrived_ = 0;
-  uint64_t generation_ = 0;
+  Barrier barrier_{kLanes};
   uint64_t values_[kLanes] = {};
   const char* calls_[kLanes] = {};
 };

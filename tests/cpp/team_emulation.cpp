@@ -427,49 +427,17 @@ void drive(const Team& t, Engine& e, bool staged, uint32_t max_rx, StreamBatch* 
   t.sync();
 }
 
-// A crew's barrier on the host (__syncthreads()): every lane of every team meets, and what
-// each wrote before it every other sees after it (the mutex); one that never comes makes
-// the others give up after HostWarp::kStuckSeconds.
-class CrewBarrier {
- public:
-  explicit CrewBarrier(uint32_t threads) : threads_(threads) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t gen = generation_;
-    if (++arrived_ == threads_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::seconds(HostWarp::kStuckSeconds);
-    if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen; })) {
-      std::fprintf(stderr, "crew stuck: %u of %u threads at barrier %llu\n", arrived_, threads_,
-                   static_cast<unsigned long long>(gen));
-      std::abort();
-    }
-  }
-
- private:
-  const uint32_t threads_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  uint32_t arrived_ = 0;
-  uint64_t generation_ = 0;
-};
-
 // A crew of host warps, BlockCrew's interface (rt/crew.h): team `index` of `count`.
 struct HostCrew {
   using Team = HostWarpTeam;
   HostWarpTeam t;
   uint32_t index, count;
-  CrewBarrier* barrier;
+  rt_test::Barrier* barrier;
   uint32_t teams() const { return count; }
   uint32_t team_index() const { return index; }
   Team team() const { return t; }
   bool leader() const { return index == 0 && t.leader(); }
-  void sync() const { barrier->wait(); }
+  void sync() const { barrier->wait(index * HostWarp::kLanes + t.lane(), "crew sync"); }
 };
 
 // The crew kernel's loop: crew_pass (express batches, or the batch step with express off),
@@ -487,7 +455,7 @@ void drive_crew(const HostCrew& c, Engine& e, rt::Batch& b) {
 constexpr size_t kCrewStaging = 16 * 2 * size_t(kSlotBytes);
 
 void run_crew(Engine& e, uint32_t warps) {
-  CrewBarrier barrier(warps * HostWarp::kLanes);
+  rt_test::Barrier barrier(warps * HostWarp::kLanes);
   std::vector<std::unique_ptr<HostWarp>> teams;
   for (uint32_t k = 0; k < warps; ++k) teams.push_back(std::make_unique<HostWarp>());
   auto batch = std::make_unique<rt::Batch>();

@@ -177,10 +177,7 @@ RT_HD inline void fence_acquire() {
 template <Scope S>
 RT_HD inline void fence_release() {
 #if RT_DEVICE_CODE
-  if constexpr (S == Scope::kSystem)
-    asm volatile("fence.acq_rel.sys;" ::: "memory");
-  else
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  fence_acquire<S>();  // fence.acq_rel: both halves
 #else
   __atomic_thread_fence(__ATOMIC_RELEASE);
 #endif
