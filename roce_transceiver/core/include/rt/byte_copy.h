@@ -36,9 +36,12 @@ RT_HD inline bool same_bytes(const uint8_t* a, const uint8_t* b, uint32_t n) {
   if (((reinterpret_cast<uintptr_t>(a) ^ reinterpret_cast<uintptr_t>(b)) & 3) == 0) {
     for (; i < n && (reinterpret_cast<uintptr_t>(a + i) & 3); ++i)
       if (a[i] != b[i]) return false;
+    // The differences ORed, not a branch a word: the loads go out together (a GPU
+    // thread's compare of a frame is then a few memory trips, not one a word).
+    uint32_t diff = 0;
     for (; i + 4 <= n; i += 4)
-      if (*reinterpret_cast<const uint32_t*>(a + i) != *reinterpret_cast<const uint32_t*>(b + i))
-        return false;
+      diff |= *reinterpret_cast<const uint32_t*>(a + i) ^ *reinterpret_cast<const uint32_t*>(b + i);
+    if (diff) return false;
   }
   for (; i < n; ++i)
     if (a[i] != b[i]) return false;
