@@ -127,11 +127,10 @@ RT_HD inline uint64_t batch_stage_bytes(const EngineDesc& d) {
 // batch stages replies only.
 RT_HD inline uint32_t batch_depth(const EngineDesc& d, uint64_t staging_room, bool staged) {
   const uint64_t each = batch_stage_bytes(d);
-  const bool fits_two = !staged || 2 * each <= staging_room;
   if (d.express) {
     uint32_t depth = kMaxExpressBatch < d.batch ? kMaxExpressBatch : d.batch;
     if (staged && depth * each > staging_room) depth = uint32_t(staging_room / each);
-    return depth >= 2 && fits_two ? depth : 1;
+    return depth >= 2 ? depth : 1;
   }
   uint32_t depth = 1;
   while (depth * 2 <= kMaxBatch && depth * 2 <= d.batch &&

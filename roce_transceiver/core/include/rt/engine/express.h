@@ -233,6 +233,8 @@ struct ExpressTake {
   uint32_t reply_len;   // 0: no reply (the handler's kNoReply or error)
   uint32_t ack_len;     // 0: no ACK
   bool write, ack;
+  // The tx slots it takes: its reply's and its ACK's.
+  RT_HD uint32_t frames() const { return uint32_t(reply_len ? 1 : 0) + uint32_t(ack ? 1 : 0); }
 };
 
 // Team-wide: does the request in `a` take the express path, at PSN `psn`? Its header,

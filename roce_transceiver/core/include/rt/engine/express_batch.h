@@ -71,14 +71,10 @@ RT_HD inline uint32_t express_batch_step(const Crew& c, const EngineDesc& d, Eng
   const uint64_t t1 = crew_clock();
   // commit: the matched ones in a row that fit the ring, their slots and PSNs in order
   if (c.leader()) {
-    const auto frames_of = [&](uint32_t k) {
-      const ExpressTake& x = b.express[k].x;
-      return uint32_t(x.reply_len ? 1 : 0) + uint32_t(x.ack ? 1 : 0);
-    };
     uint32_t m = 0, frames = 0;
-    for (; m < n && b.express[m].ok; ++m) frames += frames_of(m);
+    for (; m < n && b.express[m].ok; ++m) frames += b.express[m].x.frames();
     // Without room for all, fewer: the responder's path counts what finds none.
-    while (m && !tx_fits<S>(d, st, frames)) frames -= frames_of(--m);
+    while (m && !tx_fits<S>(d, st, frames)) frames -= b.express[--m].x.frames();
     uint32_t pi = st.tx_pi, psn = st.send_psn, msn = st.msn;
     for (uint32_t k = 0; k < m; ++k) {
       ExpressSlot& s = b.express[k];
@@ -87,7 +83,7 @@ RT_HD inline uint32_t express_batch_step(const Crew& c, const EngineDesc& d, Eng
       s.psn = psn;
       msn = psn_add(msn, 1);
       s.msn = msn;
-      pi += frames_of(k);
+      pi += s.x.frames();
       if (s.x.reply_len) psn = psn_add(psn, 1);
     }
     b.committed = first + m;
@@ -120,8 +116,7 @@ RT_HD inline uint32_t express_batch_step(const Crew& c, const EngineDesc& d, Eng
   // publish: one doorbell, then the books in order
   if (c.leader()) {
     const ExpressSlot& last = b.express[m - 1];
-    const uint32_t end =
-        last.pi + uint32_t(last.x.reply_len ? 1 : 0) + uint32_t(last.x.ack ? 1 : 0);
+    const uint32_t end = last.pi + last.x.frames();
     if (end != st.tx_pi) tx_doorbell<S>(d.tx, end);
     st.tx_pi = end;
     for (uint32_t k = 0; k < m; ++k) {
