@@ -94,6 +94,10 @@ class RoundTrip:
     dropped: int = 0  # requests not sent: not out within drop_after of their due time
     max_lag_ns: int = 0  # the latest a request went out after its due time
     slow_checks: int = 0  # frames from the engine the far end had to decode to check
+    # The far end's own part (its clock), added up: building and publishing each request
+    # (inside its round trip) and checking each reply (after it; a ping-pong waits for it).
+    send_ns: int = 0
+    check_ns: int = 0
     per_queue: tuple[dict[str, Any], ...] = ()  # each queue's counts (roundtrip(queues=N))
 
     def percentiles(self, unit: str = "us") -> Percentiles | None:

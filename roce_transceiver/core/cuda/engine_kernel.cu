@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 
 #include "rt/cuda/engine_kernels.cuh"
 #include "rt/cuda/engine_launch.h"
+#include "rt/cuda/epoch_relauncher.h"
 
 namespace rt::cuda {
 namespace {
@@ -33,28 +35,34 @@ constexpr uint32_t kFarEndThreads = 64;
 
 template <Scope S>
 __global__ void __launch_bounds__(kFarEndThreads, 1)
-    far_end_kernel(const FarEndDesc* descs, const uint32_t* stop, uint32_t scratch_bytes) {
+    far_end_kernel(const FarEndDesc* descs, FarEndCarry* carry, const uint32_t* stop,
+                   uint32_t scratch_bytes, uint64_t epoch_ns) {
   extern __shared__ __align__(16) uint8_t staging[];
   __shared__ FarEndDesc d;
-  __shared__ FarEndShared sh;
-  __shared__ uint64_t start;
+  __shared__ FarEndCarry c;
+  __shared__ uint64_t until;
+  __shared__ uint32_t status;
   crc32_tables_to_shared();
   if (threadIdx.x == 0) {
     d = descs[blockIdx.x];
     d.frame = staging;
     d.expect = staging + scratch_bytes / 2;
-    sh = FarEndShared{};
-    start = globaltimer_ns();
+    c = carry[blockIdx.x];
+    status = 0;
+    if (!c.over && !far_end_carry_begin<S>(d, c)) carry[blockIdx.x] = c;  // bad_config
+    until = epoch_ns ? globaltimer_ns() + epoch_ns : ~uint64_t(0);
   }
   __syncthreads();
-  if (threadIdx.x == 0 && !far_end_detail::far_end_begin(d)) start = 0;
-  __syncthreads();
-  if (start == 0) return;  // bad_config, written by far_end_begin
+  if (c.over) return;
   if (threadIdx.x == 0) {
-    d.result->start_ns = start;
-    far_end_send<S>(d, sh, start, stop);
+    far_end_send<S>(d, c.s, c.sh, c.start, stop, until);
   } else if (threadIdx.x == 32) {
-    far_end_receive<S>(d, sh, start, stop);
+    status = far_end_receive<S>(d, c.r, c.sh, c.start, stop, until);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (status) far_end_carry_finish(d, c, status);
+    carry[blockIdx.x] = c;
   }
 }
 
@@ -215,14 +223,14 @@ struct EngineKernel::Impl {
   cudaStream_t control = nullptr;     // the far end's stop flag, while both others are busy
   KernelControl* ctl = nullptr;       // pinned, mapped: the host's view
   KernelControl* ctl_device = nullptr;
-  EpochRecord* rec = nullptr;     // device memory, one a queue (kMaxQueues)
-  EngineDesc* descs = nullptr;    // device memory, one a queue (kMaxQueues)
-  uint32_t* far_stop = nullptr;   // device memory: polled by the GPU far end
-  uint64_t* heartbeat = nullptr;  // pinned: read by the host
-  std::thread relauncher;  // launches the epochs, waits for each: every CUDA call of the loop
+  EpochRecord* rec = nullptr;        // device memory, one a queue (kMaxQueues)
+  EngineDesc* descs = nullptr;       // device memory, one a queue (kMaxQueues)
+  uint32_t* far_stop = nullptr;      // device memory: polled by the GPU far end
+  FarEndCarry* far_carry = nullptr;  // pinned, mapped: the far ends' state between epochs
+  uint64_t epoch_ns = 0;             // the engine's epochs, the far end's too
+  uint64_t* heartbeat = nullptr;     // pinned: read by the host
+  EpochRelauncher relauncher;  // launches the epochs, waits for each: every CUDA call of the loop
   std::atomic<bool> stopping{false};  // stop() asked: launch no more
-  std::atomic<bool> finished{false};  // the relauncher returned
-  std::string error;                  // what ended the loop other than stop(); set before finished
   bool launched = false;
   bool stopped = false;
   uint32_t batch_depth = 1;      // frames a crew's batch holds (1: no crew)
@@ -265,6 +273,9 @@ EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   check_cuda(cudaMemsetAsync(impl_->far_stop, 0, sizeof(uint32_t), impl_->control),
              "cudaMemsetAsync(stop flag)");
   check_cuda(cudaStreamSynchronize(impl_->control), "kernel control");
+  check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&impl_->far_carry),
+                           kMaxQueues * sizeof(FarEndCarry), cudaHostAllocMapped),
+             "cudaHostAlloc(far end state)");
 }
 
 EngineKernel::~EngineKernel() {
@@ -284,56 +295,12 @@ EngineKernel::~EngineKernel() {
   cudaFreeAsync(impl_->far_stop, impl_->control);
   cudaStreamSynchronize(impl_->control);
   cudaFreeHost(impl_->ctl);
+  cudaFreeHost(impl_->far_carry);
   cudaStreamDestroy(impl_->stream);
   cudaStreamDestroy(impl_->far_stream);
   cudaStreamDestroy(impl_->control);
   if (impl_->module) Driver::get().module_unload(impl_->module);
 }
-
-namespace {
-
-// The relauncher: keeps `in_flight` epochs queued on the engine's stream until
-// stop() or an error. Waiting spins on cudaStreamQuery/cudaEventQuery (a
-// blocking wait would add the scheduler's wake-up to every relaunch gap).
-void relaunch_loop(EngineKernel::Impl& k, uint32_t in_flight) {
-  std::vector<cudaEvent_t> done(in_flight);
-  try {
-    // Its streams and kernels are that device's: a thread starts on device 0.
-    check_cuda(cudaSetDevice(k.device), "cudaSetDevice");
-    for (cudaEvent_t& e : done)
-      check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    uint64_t launched = 1;  // start() launched the first epoch
-    check_cuda(cudaEventRecord(done[0], k.stream), "cudaEventRecord");
-    uint64_t retired = 0;
-    for (;;) {
-      while (launched - retired < in_flight && !k.stopping.load(std::memory_order_acquire)) {
-        k.launch();
-        check_cuda(cudaGetLastError(), "engine_kernel launch");
-        check_cuda(cudaEventRecord(done[launched % in_flight], k.stream), "cudaEventRecord");
-        ++launched;
-      }
-      if (launched == retired) break;
-      cudaError_t err;
-      uint32_t spins = 0;
-      while ((err = cudaEventQuery(done[retired % in_flight])) == cudaErrorNotReady) {
-        if (++spins % 1024 == 0) std::this_thread::yield();
-        spin_pause();
-      }
-      check_cuda(err, "the persistent engine kernel failed");
-      ++retired;
-    }
-  } catch (const std::exception& e) {
-    k.error = e.what();
-  }
-  for (cudaEvent_t e : done)
-    if (e) cudaEventDestroy(e);
-  // A GPU far end running beside the loop ends with it.
-  cudaMemsetAsync(k.far_stop, 1, sizeof(uint32_t), k.control);
-  cudaStreamSynchronize(k.control);
-  k.finished.store(true, std::memory_order_release);
-}
-
-}  // namespace
 
 void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* states_device,
                          bool wire_on_device, uint64_t* heartbeat_pinned,
@@ -356,6 +323,7 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   // Dynamic shared memory: the express path's ICRC tables, then a frame in and a reply out.
   const size_t staging = kIcrcWordSmemBytes + size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
   const uint64_t epoch_ns = uint64_t(opts.epoch_us) * 1000;
+  k.epoch_ns = epoch_ns;
   KernelControl* ctl = k.ctl_device;
   EpochRecord* rec = k.rec;
   const EngineDesc* on_device = k.descs;
@@ -443,18 +411,29 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   k.stopped = false;
   // One launch for the run: the relauncher only waits for it.
   if (opts.epoch_us == 0) k.stopping.store(true, std::memory_order_release);
-  const uint32_t in_flight = opts.epoch_us ? opts.in_flight : 1;
-  k.relauncher = std::thread([&k, in_flight] { relaunch_loop(k, in_flight); });
+  EpochRelauncher::Plan plan;
+  plan.stream = k.stream;
+  plan.device = k.device;
+  plan.in_flight = opts.epoch_us ? opts.in_flight : 1;
+  plan.launch = k.launch;
+  plan.more = [&k] { return !k.stopping.load(std::memory_order_acquire); };
+  plan.on_end = [&k] {
+    // A GPU far end running beside the loop ends with it.
+    cudaMemsetAsync(k.far_stop, 1, sizeof(uint32_t), k.control);
+    cudaStreamSynchronize(k.control);
+  };
+  plan.what = "the persistent engine kernel";
+  k.relauncher.start(std::move(plan));
 }
 
 bool EngineKernel::running() const {
-  return impl_->launched && !impl_->stopped && !impl_->finished.load(std::memory_order_acquire);
+  return impl_->launched && !impl_->stopped && !impl_->relauncher.finished();
 }
 
 void EngineKernel::check() const {
   if (!impl_->launched || impl_->stopped) return;
-  if (!impl_->finished.load(std::memory_order_acquire)) return;
-  if (!impl_->error.empty()) throw std::runtime_error(impl_->error);
+  if (!impl_->relauncher.finished()) return;
+  if (!impl_->relauncher.error().empty()) throw std::runtime_error(impl_->relauncher.error());
   throw std::runtime_error("the persistent engine kernel exited without being asked to stop");
 }
 
@@ -466,7 +445,7 @@ void EngineKernel::stop(double timeout_s) {
   k.stopping.store(true, std::memory_order_release);
   reinterpret_cast<volatile uint32_t*>(&k.ctl->stop)[0] = 1;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (!k.finished.load(std::memory_order_acquire)) {
+  while (!k.relauncher.finished()) {
     if (std::chrono::steady_clock::now() > deadline) {
       const uint64_t beats = k.heartbeat ? *reinterpret_cast<volatile uint64_t*>(k.heartbeat) : 0;
       throw std::runtime_error(
@@ -479,7 +458,7 @@ void EngineKernel::stop(double timeout_s) {
   }
   k.relauncher.join();
   k.stopped = true;
-  if (!k.error.empty()) throw std::runtime_error(k.error);
+  if (!k.relauncher.error().empty()) throw std::runtime_error(k.relauncher.error());
 }
 
 EpochStats EngineKernel::epoch_stats() const {
@@ -501,20 +480,56 @@ EpochStats EngineKernel::epoch_stats() const {
 
 void EngineKernel::run_far_end(const FarEndDesc* descs, uint32_t queues, size_t scratch_bytes,
                                double timeout_s) {
-  launch_with_smem(far_end_kernel<Scope::kDevice>, queues, kFarEndThreads, scratch_bytes,
-                   impl_->far_stream, descs, static_cast<const uint32_t*>(impl_->far_stop),
-                   uint32_t(scratch_bytes));
+  Impl& k = *impl_;
+  if (queues < 1 || queues > kMaxQueues)
+    throw std::invalid_argument("far end: 1 to " + std::to_string(kMaxQueues) + " queues, not " +
+                                std::to_string(queues));
+  // In epochs like the engine's, so that the far end does not hold up a kernel load either.
+  volatile FarEndCarry* carry = k.far_carry;
+  for (uint32_t q = 0; q < queues; ++q) {
+    carry[q].begun = 0;
+    carry[q].over = 0;
+  }
+  FarEndCarry* carry_device = nullptr;
+  check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&carry_device), k.far_carry, 0),
+             "cudaHostGetDevicePointer(far end state)");
+  const uint64_t epoch_ns = k.epoch_ns;
+  const auto* stop = static_cast<const uint32_t*>(k.far_stop);
+  const auto scratch = uint32_t(scratch_bytes);
+  auto launch = [=, &k] {
+    launch_with_smem(far_end_kernel<Scope::kDevice>, queues, kFarEndThreads, scratch_bytes,
+                     k.far_stream, descs, carry_device, stop, scratch, epoch_ns);
+  };
+  auto over = [carry, queues] {
+    for (uint32_t q = 0; q < queues; ++q)
+      if (!carry[q].over) return false;
+    return true;
+  };
+  launch();
   check_cuda(cudaGetLastError(), "far_end_kernel launch");
+  auto epochs = std::make_unique<EpochRelauncher>();
+  EpochRelauncher::Plan plan;
+  plan.stream = k.far_stream;
+  plan.device = k.device;
+  plan.in_flight = epoch_ns ? 2 : 1;
+  plan.launch = launch;
+  // An epoch queued behind the last one finds the run over and returns at once.
+  plan.more = [=] { return epoch_ns != 0 && !over(); };
+  plan.what = "the GPU far end";
+  epochs->start(std::move(plan));
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s + 5.0);
-  for (;;) {
-    const cudaError_t err = cudaStreamQuery(impl_->far_stream);
-    if (err == cudaSuccess) return;
-    if (err != cudaErrorNotReady) check_cuda(err, "the GPU far end failed");
-    if (std::chrono::steady_clock::now() > deadline)
+  while (!epochs->finished()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      // Stuck in the driver or in a kernel: the thread and what it uses are left behind.
+      epochs->detach();
+      static_cast<void>(epochs.release());
       throw std::runtime_error("the GPU far end did not finish within its timeout + 5 s");
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  epochs->join();
+  if (!epochs->error().empty()) throw std::runtime_error(epochs->error());
 }
 
 }  // namespace rt::cuda

@@ -196,6 +196,8 @@ pb::dict far_end_dict(const FarEndResult& r) {
   d["dropped"] = r.dropped;
   d["max_lag_ns"] = r.max_lag_ns;
   d["slow_checks"] = r.slow_checks;
+  d["send_ns"] = r.send_ns;
+  d["check_ns"] = r.check_ns;
   return d;
 }
 

@@ -684,6 +684,8 @@ FarEndResult add_up(const std::vector<FarEndResult>& rs) {
     all.dropped += r.dropped;
     all.matched += r.matched;
     all.slow_checks += r.slow_checks;
+    all.send_ns += r.send_ns;
+    all.check_ns += r.check_ns;
     all.max_lag_ns = std::max(all.max_lag_ns, r.max_lag_ns);
     start = std::min(start, r.start_ns);
     last = std::max(last, r.last_reply_ns);

@@ -68,6 +68,11 @@ struct FarEndResult {
   uint64_t max_lag_ns;   // the latest a request went out after its due time
   uint64_t start_ns;     // the far end's clock at the schedule's start
   uint64_t last_reply_ns;
+  // The far end's own part, on its clock: building and publishing each request (inside its
+  // round trip: from its send time to the doorbell), and checking each reply (after the
+  // round trip ends; a ping-pong's next request waits for it).
+  uint64_t send_ns;
+  uint64_t check_ns;
 };
 
 // Where the bytes that change from request to request sit in a template, and
@@ -191,6 +196,7 @@ struct Sender {
   uint32_t sent, offered, dropped, late, ring_full;
   uint64_t max_lag;
   uint32_t passes;
+  uint64_t send_ns;  // each request's time from its send stamp to its publish, added up
 };
 
 // Requests a sender publishes behind one fence at most: those due at once (flat out, or a
@@ -246,6 +252,7 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
     s.sent += built;
     store_relaxed<Scope::kDevice>(&sh.sent, s.sent);
     rx_publish_run<S>(d.rx, s.prod, built);
+    s.send_ns += uint64_t(built) * (now_ns() - now);
   }
   if (built || dropped) store_relaxed<Scope::kDevice>(&sh.offered, s.offered);
   return built || dropped;
@@ -259,6 +266,7 @@ RT_HD inline void finish_sender(const FarEndDesc& d, const Sender& s) {
   res.ring_full = s.ring_full;
   res.max_lag_ns = s.max_lag;
   res.rx_end = s.prod;
+  res.send_ns = s.send_ns;
 }
 
 // The receiver's own state.
@@ -272,6 +280,7 @@ struct Receiver {
   bool psn_known;
   uint64_t last_reply;
   uint32_t passes;
+  uint64_t check_ns;  // each reply's time from its arrival to its check's end, added up
 };
 
 // Consumed slots go back every eighth of the ring (each release is a store and a
@@ -338,6 +347,7 @@ RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& s
   }
   ++r.ci;
   give_back<S>(d, r, false);
+  r.check_ns += now_ns() - t;
   return true;
 }
 
@@ -351,6 +361,7 @@ RT_HD inline void finish_receiver(const FarEndDesc& d, Receiver& r, uint64_t sta
   res.last_reply_ns = r.last_reply;
   res.elapsed_ns = r.last_reply > start ? r.last_reply - start : 0;
   res.tx_end = r.ci;
+  res.check_ns = r.check_ns;
 }
 
 // Whether the run must end now (a timeout, or the host's stop), as a status.
@@ -383,7 +394,7 @@ RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
   using namespace far_end_detail;
   if (!far_end_begin(d)) return;
   FarEndShared sh{};
-  Sender s{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0};
+  Sender s{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0, 0};
   Receiver r{};
   // Frames the engine sent before this run are not replies to it: skip them.
   r.ci = r.consumed = r.seen = load_acquire<S>(d.tx.producer);
@@ -407,39 +418,50 @@ RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
   d.result->status = status;
 }
 
-// The sending half alone (a GPU far end's first warp): `sh` is shared with
-// far_end_receive() on another warp, `start` the clock both read at the start.
+// A GPU far end between epochs (the kernel returns every epoch and is launched again, as the
+// engine's: docs/gpu_sharing.md): both halves' state, in memory the host can read.
+struct FarEndCarry {
+  far_end_detail::Sender s;
+  far_end_detail::Receiver r;
+  FarEndShared sh;
+  uint64_t start;  // the schedule's start, on the far end's clock
+  uint32_t begun;  // the run's checks passed and its state is set
+  uint32_t over;   // the run ended: its result is written
+};
+
+// The sending half alone (a GPU far end's first warp), until the run is over for it or the
+// clock passes `until` (an epoch's end: `s` carries on in the next). `sh` is shared with
+// far_end_receive() on another warp.
 template <Scope S>
-RT_HD inline void far_end_send(const FarEndDesc& d, FarEndShared& sh, uint64_t start,
-                               const uint32_t* stop) {
+RT_HD inline void far_end_send(const FarEndDesc& d, far_end_detail::Sender& s, FarEndShared& sh,
+                               uint64_t start, const uint32_t* stop, uint64_t until) {
   using namespace far_end_detail;
-  Sender s{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0};
   uint32_t status = 0;
-  uint32_t received = 0;
   for (uint32_t pass = 0; s.offered < d.count; ++pass) {
     if (pass % kCheckEvery == 0) {
       if (load_acquire<Scope::kDevice>(&sh.receiver_over)) break;
       if ((status = must_end(d, start, stop)) != 0) break;
+      if (now_ns() >= until) return;
     }
-    received = load_relaxed<Scope::kDevice>(&sh.received);
+    const uint32_t received = load_relaxed<Scope::kDevice>(&sh.received);
     if (!send_step<S>(d, s, sh, start, received)) spin_pause();
   }
-  finish_sender(d, s);
   store_release<Scope::kDevice>(&sh.sender_over, status ? status : uint32_t(FarEndStatus::kDone));
 }
 
-// The receiving half alone (a GPU far end's second warp); it ends the run and
-// writes its status.
+// The receiving half alone (a GPU far end's second warp). It decides when the run is over:
+// returns its status then, 0 when the clock passed `until` first.
 template <Scope S>
-RT_HD inline void far_end_receive(const FarEndDesc& d, FarEndShared& sh, uint64_t start,
-                                  const uint32_t* stop) {
+RT_HD inline uint32_t far_end_receive(const FarEndDesc& d, far_end_detail::Receiver& r,
+                                      FarEndShared& sh, uint64_t start, const uint32_t* stop,
+                                      uint64_t until) {
   using namespace far_end_detail;
-  Receiver r{};
-  r.ci = r.consumed = r.seen = load_acquire<S>(d.tx.producer);
-  tx_consume<S>(d.tx, r.ci);
   uint32_t status = 0;
   for (uint32_t pass = 0;; ++pass) {
-    if (pass % kCheckEvery == 0 && (status = must_end(d, start, stop)) != 0) break;
+    if (pass % kCheckEvery == 0) {
+      if ((status = must_end(d, start, stop)) != 0) break;
+      if (now_ns() >= until) return 0;
+    }
     if (receive_step<S>(d, r, sh, start)) continue;
     // Idle: is the run over? (After the sender's release, `sent` is its last.)
     const uint32_t sender = load_acquire<Scope::kDevice>(&sh.sender_over);
@@ -450,12 +472,38 @@ RT_HD inline void far_end_receive(const FarEndDesc& d, FarEndShared& sh, uint64_
     spin_pause();
   }
   give_back<S>(d, r, true);
-  finish_receiver(d, r, start);
   store_release<Scope::kDevice>(&sh.receiver_over, status);
-  // The sender writes its half of the result before sender_over; wait for it (it stops
-  // within kCheckEvery passes of receiver_over) so the status is written last.
-  while (!load_acquire<Scope::kDevice>(&sh.sender_over)) spin_pause();
+  return status;
+}
+
+// A GPU far end's first and last steps, on one thread of its block: the run's checks and
+// both halves' start (false: bad_config, written), and its result once both halves are over.
+template <Scope S>
+RT_HD inline bool far_end_carry_begin(const FarEndDesc& d, FarEndCarry& c) {
+  using namespace far_end_detail;
+  if (c.begun) return true;
+  if (!far_end_begin(d)) {
+    c.over = 1;
+    return false;
+  }
+  c.s = far_end_detail::Sender{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0, 0};
+  c.r = far_end_detail::Receiver{};
+  // Frames the engine sent before this run are not replies to it: skip them.
+  c.r.ci = c.r.consumed = c.r.seen = load_acquire<S>(d.tx.producer);
+  tx_consume<S>(d.tx, c.r.ci);
+  c.sh = FarEndShared{};
+  c.start = now_ns();
+  d.result->start_ns = c.start;
+  c.begun = 1;
+  return true;
+}
+
+RT_HD inline void far_end_carry_finish(const FarEndDesc& d, FarEndCarry& c, uint32_t status) {
+  using namespace far_end_detail;
+  finish_sender(d, c.s);
+  finish_receiver(d, c.r, c.start);
   d.result->status = status;
+  c.over = 1;
 }
 
 }  // namespace rt
