@@ -6,6 +6,7 @@
 #include <cuda/ptx>
 
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "doca_gpunetio_device.h"
+#include "rt/cuda/epoch_relauncher.h"
 #include "rt/cuda/gpunetio_info.h"
 #include "rt/cuda/verbs_launch.h"
 #include "rt/device_clock.h"
@@ -137,18 +139,25 @@ struct DeviceQueuePair {
   __device__ void idle() {}  // a spinning thread costs no one else here: the SM is ours
 };
 
-// `warm_up`: return at once (the constructor's run, see verbs_launch.h).
+// One epoch of the serve loop: its progress in from device memory, served until the epoch
+// ends (epoch_ns 0: until the loop does), and back. `warm_up`: return at once (the
+// constructor's run, see verbs_launch.h).
 template <doca_gpu_dev_verbs_nic_handler H>
 __global__ void serve_kernel(doca_gpu_dev_verbs_qp* qp, verbs::ServeDesc d,
-                             verbs::ServeShared* shared, const uint32_t* stop, bool warm_up) {
+                             verbs::ServeShared* shared, verbs::ServeProgress* progress,
+                             const uint32_t* stop, uint64_t epoch_ns, bool warm_up) {
   __shared__ doca_gpu_dev_verbs_wqe bf;
   if (warm_up) return;
+  verbs::ServeProgress p = *progress;
+  if (p.state != verbs::kServeRunning) return;  // an epoch queued behind the last one
   DeviceQueuePair<H> q{qp, &bf};
-  verbs::serve_loop(d, q, shared, stop);
+  const uint64_t until = epoch_ns ? globaltimer_ns() + epoch_ns : ~uint64_t(0);
+  verbs::serve_pass(d, q, p, shared, stop, until);
+  *progress = p;
 }
 
 using ServeFn = void (*)(doca_gpu_dev_verbs_qp*, verbs::ServeDesc, verbs::ServeShared*,
-                         const uint32_t*, bool);
+                         verbs::ServeProgress*, const uint32_t*, uint64_t, bool);
 using PutSignalFn = void (*)(doca_gpu_dev_verbs_qp*, PutSignalParams, PutSignalResult*);
 
 // The release of the device API that has a CQ type (nvshmem 3.7+) gives submit_bf's bulk copy
@@ -186,34 +195,43 @@ struct PickPutSignal {
   static constexpr PutSignalFn fn = put_signal_loop_kernel<H>;
 };
 
-// Waits for a kernel on `stream` up to `seconds`; true when it ended.
-bool wait_for(cudaStream_t stream, double seconds, cudaError_t* err) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  for (;;) {
-    *err = cudaStreamQuery(stream);
-    if (*err != cudaErrorNotReady) return true;
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
 }  // namespace
 
 struct ServeKernel::Impl {
   ServeFn kernel = nullptr;
   doca_gpu_dev_verbs_qp* qp = nullptr;
   verbs::ServeDesc desc{};
-  cudaStream_t stream = nullptr, control = nullptr;
-  verbs::ServeShared* shared = nullptr;  // pinned, mapped
-  uint32_t* stop = nullptr;              // device memory
+  uint64_t epoch_ns = 0;
+  uint32_t in_flight = 1;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  verbs::ServeShared* shared = nullptr;      // pinned, mapped: the host reads it while it runs
+  verbs::ServeProgress* progress = nullptr;  // device memory: the loop between epochs
+  uint32_t* stop = nullptr;                  // pinned, mapped: a store, no CUDA call, stops it
+  std::unique_ptr<EpochRelauncher> epochs;
   bool launched = false, ended = false;
+
+  void launch_epoch() {
+    kernel<<<1, 1, 0, stream>>>(qp, desc, shared, progress, mapped(stop), epoch_ns, false);
+  }
+  template <typename T>
+  static T* mapped(T* host) {
+    T* device = nullptr;
+    check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), host, 0),
+          "cudaHostGetDevicePointer");
+    return device;
+  }
 };
 
-ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::NicHandler handler)
+ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::NicHandler handler,
+                         uint32_t epoch_us, uint32_t epochs_in_flight)
     : impl_(new Impl) {
   Impl& m = *impl_;
   try {
     m.kernel = for_handler<PickServe>(handler);
+    if (epochs_in_flight < 1 || epochs_in_flight > 4)
+      throw std::invalid_argument("Verbs mode: epochs in flight: 1 to 4, not " +
+                                  std::to_string(epochs_in_flight));
   } catch (...) {
     delete impl_;
     throw;
@@ -223,20 +241,27 @@ ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::Ni
   m.desc.lkey = be32(desc.lkey);
   m.desc.peer_ring_rkey = be32(desc.peer_ring_rkey);
   m.desc.peer_signal_rkey = be32(desc.peer_signal_rkey);
+  m.epoch_ns = uint64_t(epoch_us) * 1000;
+  m.in_flight = epoch_us ? epochs_in_flight : 1;
   try {
+    check(cudaGetDevice(&m.device), "cudaGetDevice");
     check(cudaHostAlloc(&m.shared, sizeof *m.shared, cudaHostAllocMapped), "cudaHostAlloc");
     *m.shared = verbs::ServeShared{};
-    check(cudaMalloc(&m.stop, sizeof *m.stop), "cudaMalloc(stop flag)");
-    check(cudaMemset(m.stop, 0, sizeof *m.stop), "cudaMemset(stop flag)");
+    check(cudaHostAlloc(&m.stop, sizeof *m.stop, cudaHostAllocMapped), "cudaHostAlloc(stop flag)");
+    *m.stop = 0;
+    check(cudaMalloc(&m.progress, sizeof *m.progress), "cudaMalloc(serve loop progress)");
+    const verbs::ServeProgress fresh{};
+    check(cudaMemcpy(m.progress, &fresh, sizeof fresh, cudaMemcpyHostToDevice),
+          "cudaMemcpy(serve loop progress)");
     check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    check(cudaStreamCreateWithFlags(&m.control, cudaStreamNonBlocking), "cudaStreamCreate");
-    m.kernel<<<1, 1, 0, m.stream>>>(m.qp, m.desc, m.shared, m.stop, true);
+    m.kernel<<<1, 1, 0, m.stream>>>(m.qp, m.desc, m.shared, m.progress, Impl::mapped(m.stop), 0,
+                                    true);
     check(cudaGetLastError(), "serve kernel (warm-up) launch");
     check(cudaStreamSynchronize(m.stream), "serve kernel (warm-up)");
   } catch (...) {
     if (m.stream) cudaStreamDestroy(m.stream);
-    if (m.control) cudaStreamDestroy(m.control);
-    cudaFree(m.stop);
+    cudaFree(m.progress);
+    cudaFreeHost(m.stop);
     cudaFreeHost(m.shared);
     delete impl_;
     throw;
@@ -244,39 +269,63 @@ ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::Ni
 }
 
 void ServeKernel::launch() {
-  if (impl_->launched) throw std::logic_error("ServeKernel: already launched");
-  impl_->kernel<<<1, 1, 0, impl_->stream>>>(impl_->qp, impl_->desc, impl_->shared, impl_->stop,
-                                            false);
+  Impl& m = *impl_;
+  if (m.launched) throw std::logic_error("ServeKernel: already launched");
+  m.launch_epoch();  // on the caller's thread: a launch that fails says so here
   check(cudaGetLastError(), "serve kernel launch");
-  impl_->launched = true;
+  m.launched = true;
+  // Epochs until the loop ends (stopped, done, or a completion error): each returns after
+  // epoch_us, and the relauncher queues the next.
+  EpochRelauncher::Plan plan;
+  plan.stream = m.stream;
+  plan.device = m.device;
+  plan.in_flight = m.in_flight;
+  plan.launch = [&m] { m.launch_epoch(); };
+  const volatile uint64_t* state = &m.shared->state;
+  plan.more = [&m, state] { return m.epoch_ns != 0 && *state == verbs::kServeRunning; };
+  plan.what = "the Verbs serve kernel";
+  m.epochs = std::make_unique<EpochRelauncher>();
+  m.epochs->start(std::move(plan));
 }
 
 void ServeKernel::request_stop() {
-  static const uint32_t one = 1;
-  check(cudaMemcpyAsync(impl_->stop, &one, sizeof one, cudaMemcpyHostToDevice, impl_->control),
-        "cudaMemcpyAsync(stop flag)");
-  check(cudaStreamSynchronize(impl_->control), "stop request");
+  // A store to pinned memory the loop polls: no CUDA call that a busy driver could hold up.
+  __atomic_store_n(impl_->stop, 1u, __ATOMIC_RELEASE);
 }
 
 bool ServeKernel::wait(double timeout_s) {
-  if (!impl_->launched || impl_->ended) return true;
-  cudaError_t err = cudaSuccess;
-  if (!wait_for(impl_->stream, timeout_s, &err)) return false;
-  impl_->ended = true;
-  check(err, "serve kernel");
+  Impl& m = *impl_;
+  if (!m.launched || m.ended) return true;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!m.epochs->finished()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  m.epochs->join();
+  m.ended = true;
+  if (!m.epochs->error().empty()) throw std::runtime_error(m.epochs->error());
   return true;
 }
 
 const verbs::ServeShared& ServeKernel::shared() const { return *impl_->shared; }
 
+uint64_t ServeKernel::epochs() const { return impl_->epochs ? impl_->epochs->launched() : 0; }
+
 ServeKernel::~ServeKernel() {
   Impl& m = *impl_;
-  if (!m.launched || m.ended || cudaStreamQuery(m.stream) != cudaErrorNotReady) {
-    cudaStreamDestroy(m.stream);
-    cudaStreamDestroy(m.control);
-    cudaFree(m.stop);
-    cudaFreeHost(m.shared);
-  }  // else the kernel may still run: its memory stays (a leak beats a crash)
+  if (m.launched && !m.ended && !m.epochs->finished()) {
+    // The kernel may still run: its memory stays, and the relauncher with it (a leak beats a
+    // crash).
+    m.epochs->detach();
+    static_cast<void>(m.epochs.release());
+    delete impl_;
+    return;
+  }
+  m.epochs.reset();
+  cudaStreamDestroy(m.stream);
+  cudaFree(m.progress);
+  cudaFreeHost(m.stop);
+  cudaFreeHost(m.shared);
   delete impl_;
 }
 

@@ -25,7 +25,9 @@ PutSignalResult put_signal_loop(const PutSignalParams&) {
 
 struct ServeKernel::Impl {};
 
-ServeKernel::ServeKernel(const void*, const verbs::ServeDesc&, verbs::NicHandler) : impl_(nullptr) {
+ServeKernel::ServeKernel(const void*, const verbs::ServeDesc&, verbs::NicHandler, uint32_t,
+                         uint32_t)
+    : impl_(nullptr) {
   throw std::runtime_error("Verbs mode on the GPU: this build has no GPUNetIO device API (" +
                            gpunetio_info().source +
                            "); the cpu executor runs Verbs mode without it");
@@ -35,6 +37,7 @@ ServeKernel::~ServeKernel() = default;
 void ServeKernel::launch() {}
 void ServeKernel::request_stop() {}
 bool ServeKernel::wait(double) { return true; }
+uint64_t ServeKernel::epochs() const { return 0; }
 const verbs::ServeShared& ServeKernel::shared() const {
   static const verbs::ServeShared none{};
   return none;

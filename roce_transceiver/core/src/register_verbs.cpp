@@ -245,7 +245,7 @@ host::VerbsServeConfig serve_config(const pb::dict& d) {
             {"handler", "qec_blob", "custom_library", "custom_state_bytes", "custom_params",
              "request_region", "signal_region", "slots", "slot_bytes", "peer_ring",
              "peer_ring_rkey", "peer_signal", "peer_signal_rkey", "max_requests",
-             "completion_timeout_s", "stop_timeout_s"});
+             "completion_timeout_s", "stop_timeout_s", "epoch_us", "epochs_in_flight"});
   host::VerbsServeConfig c;
   if (d.contains("handler")) {
     const std::string h = d["handler"].cast<std::string>();
@@ -282,6 +282,8 @@ host::VerbsServeConfig serve_config(const pb::dict& d) {
   set("max_requests", c.max_requests);
   set("completion_timeout_s", c.completion_timeout_s);
   set("stop_timeout_s", c.stop_timeout_s);
+  set("epoch_us", c.epoch_us);
+  set("epochs_in_flight", c.epochs_in_flight);
   return c;
 }
 
@@ -338,6 +340,7 @@ void register_verbs(pb::module_& m) {
         out["handler_errors"] = v.handler_errors;
         out["state"] = host::serve_state_name(v.state);
         out["cq_status"] = v.cq_status;
+        out["epochs"] = s.epochs();
         return out;
       });
   // A wire a port or the Verbs requester sends on: the loopback far end of a Transceiver, the

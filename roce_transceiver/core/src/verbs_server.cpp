@@ -105,7 +105,9 @@ VerbsServer::VerbsServer(VerbsPort& port, const VerbsServeConfig& cfg) : port_(p
   desc_.peer_signal_rkey = cfg.peer_signal_rkey;
   desc_.max_requests = cfg.max_requests;
   desc_.completion_timeout_ns = uint64_t(cfg.completion_timeout_s * 1e9);
-  if (gpu) kernel_ = std::make_unique<cuda::ServeKernel>(port.descriptor(), desc_, pc.nic.handler);
+  if (gpu)
+    kernel_ = std::make_unique<cuda::ServeKernel>(port.descriptor(), desc_, pc.nic.handler,
+                                                  cfg.epoch_us, cfg.epochs_in_flight);
 }
 
 VerbsServer::~VerbsServer() {
@@ -152,5 +154,7 @@ verbs::ServeShared VerbsServer::stats() const {
   out.cq_status = __atomic_load_n(&s.cq_status, __ATOMIC_RELAXED);
   return out;
 }
+
+uint64_t VerbsServer::epochs() const { return kernel_ ? kernel_->epochs() : 0; }
 
 }  // namespace rt::host

@@ -43,20 +43,25 @@ PutSignalResult put_signal_loop(const PutSignalParams& p);
 // port's NIC handler (an instantiation each), one thread. Keys in `desc` are the mkeys as numbers
 // (stored big-endian for the API here). The constructor allocates everything and runs the kernel
 // once with nothing to do, so that loading it and sizing its stack are over before any persistent
-// kernel runs (both wait for running kernels); launch() is then only a launch. `shared` is host
-// memory the GPU maps.
+// kernel runs (both wait for running kernels); launch() is then only a launch. Like the engine's,
+// the kernel runs in epochs of `epoch_us` (0: one launch for the run), `epochs_in_flight` queued
+// at once, so that a kernel load elsewhere in the process goes through (docs/gpu_sharing.md).
+// `shared` is host memory the GPU maps.
 class ServeKernel {
  public:
-  ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::NicHandler handler);
+  ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::NicHandler handler,
+              uint32_t epoch_us, uint32_t epochs_in_flight);
   ~ServeKernel();
   ServeKernel(const ServeKernel&) = delete;
   ServeKernel& operator=(const ServeKernel&) = delete;
 
   void launch();
+  // A store to pinned memory: the loop drains its replies in flight and ends.
   void request_stop();
-  // Waits up to `timeout_s` for the kernel to end; true when it has. Throws on a kernel fault.
+  // Waits up to `timeout_s` for the loop to end; true when it has. Throws on a kernel fault.
   bool wait(double timeout_s);
   const verbs::ServeShared& shared() const;
+  uint64_t epochs() const;  // epochs launched so far
 
  private:
   struct Impl;

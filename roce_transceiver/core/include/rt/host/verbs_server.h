@@ -42,6 +42,10 @@ struct VerbsServeConfig {
   uint64_t max_requests = 0;  // 0: until stopped
   double completion_timeout_s = 1.0;
   double stop_timeout_s = 5.0;
+  // The GPU's serve kernel runs in epochs, as the engine's (cuda.epoch_us and
+  // cuda.epochs_in_flight): 0, one launch for the run.
+  uint32_t epoch_us = 10000;
+  uint32_t epochs_in_flight = 2;
 };
 
 class VerbsServer {
@@ -59,6 +63,8 @@ class VerbsServer {
   bool on_gpu() const { return kernel_ != nullptr; }
   // The loop's counters and state (verbs::ServeState), live while it runs.
   verbs::ServeShared stats() const;
+  // Epochs the serve kernel was launched for (the cpu executor's thread: 0).
+  uint64_t epochs() const;
 
  private:
   VerbsPort& port_;

@@ -132,80 +132,135 @@ RT_HD inline uint32_t serve_one(const ServeDesc& d, uint32_t slot, uint64_t* han
   return kSlotHeaderBytes + uint32_t(n);
 }
 
-// Runs until `stop` reads non-zero (checked while idle; the replies in flight are waited for),
-// max_requests are served and completed, or a completion fails or does not come. The peer keeps at
-// most `slots` requests outstanding (its credit is our signal on its side), so a request never
-// overwrites one that is still being read. Everything shared is read and written at system scope:
-// the counters sit in host memory the host reads while a kernel runs, the signal word is written by
-// our NIC's thread, the stop flag by the host.
+// What the loop carries from one pass to the next: on the GPU it lives in device memory
+// between epochs (the kernel returns every epoch_us and is launched again, as the engine's
+// does: docs/gpu_sharing.md), on a CPU thread in the thread's frame.
+struct ServeProgress {
+  uint64_t served = 0;     // requests answered (put_signal posted)
+  uint64_t completed = 0;  // of those, completions seen
+  uint64_t errors = 0;     // handler errors
+  uint64_t state = kServeRunning;
+  uint64_t cq_status = 0;
+  uint64_t tickets[kMaxServeSlots] = {};  // the reply in flight of each slot
+};
+
+// The loop's roles, as the engine's (classify, execute, publish) with the queue pair as the
+// policy: classify reads how many requests have landed; execute is serve_one; publish posts
+// the reply's put_signal; retire takes its completion back.
+namespace serve_roles {
+
+// Requests landed and not yet served (bounded by max_requests).
+RT_HD inline uint64_t landed(const ServeDesc& d, const ServeProgress& p) {
+  uint64_t n = load_relaxed<Scope::kSystem>(d.signal);
+  if (d.max_requests && n > d.max_requests) n = d.max_requests;
+  return n > p.served ? n - p.served : 0;
+}
+
+// The reply just built in `slot`'s staging goes out: an RDMA WRITE into the same slot of the
+// peer's ring, then +1 on its signal word.
+template <class Qp>
+RT_HD inline void publish(const ServeDesc& d, Qp& qp, ServeProgress& p, uint32_t slot,
+                          uint32_t bytes) {
+  const uint64_t off = uint64_t(slot) * d.slot_bytes;
+  const PutSignal ps{d.peer_ring + off,
+                     d.peer_ring_rkey,
+                     d.staging_addr + off,
+                     d.lkey,
+                     bytes,
+                     d.peer_signal,
+                     d.peer_signal_rkey,
+                     d.staging_addr + uint64_t(d.slots) * d.slot_bytes + 8ull * slot};
+  p.tickets[slot] = qp.put_signal(ps);
+  ++p.served;
+}
+
+// Retires the oldest reply in flight; `wait`: until it completes or its deadline passes.
+// False when the loop must end (state says why).
+template <class Qp>
+RT_HD inline bool retire(const ServeDesc& d, Qp& qp, ServeProgress& p, bool wait) {
+  const uint64_t deadline = now_ns() + d.completion_timeout_ns;
+  for (;;) {
+    const int st = qp.poll(p.tickets[p.completed % d.slots]);
+    if (st == 0) {
+      ++p.completed;
+      return true;
+    }
+    if (st != EBUSY) {
+      p.cq_status = uint64_t(uint32_t(st));
+      p.state = kServeCqError;
+      return false;
+    }
+    if (!wait) return true;
+    if (now_ns() > deadline) {
+      p.state = kServeNoCompletion;
+      return false;
+    }
+  }
+}
+
+RT_HD inline void report(const ServeProgress& p, ServeShared* shared) {
+  store_relaxed<Scope::kSystem>(&shared->served, p.served);
+  store_relaxed<Scope::kSystem>(&shared->completed, p.completed);
+  store_relaxed<Scope::kSystem>(&shared->handler_errors, p.errors);
+}
+
+}  // namespace serve_roles
+
+// Serves until `stop` reads non-zero (checked while idle; the replies in flight are waited
+// for), max_requests are served and completed, a completion fails or does not come, or the
+// clock passes `until_ns` (an epoch's end: the loop is then still running, its progress in
+// `p`). True while it runs. The peer keeps at most `slots` requests outstanding (its credit is
+// our signal on its side), so a request never overwrites one that is still being read.
+// Everything shared is read and written at system scope: the counters sit in host memory the
+// host reads while a kernel runs, the signal word is written by our NIC's thread, the stop flag
+// by the host.
+template <class Qp>
+RT_HD inline bool serve_pass(const ServeDesc& d, Qp& qp, ServeProgress& p, ServeShared* shared,
+                             const uint32_t* stop, uint64_t until_ns) {
+  using namespace serve_roles;
+  while (p.state == kServeRunning) {
+    if (d.max_requests && p.completed == d.max_requests) {
+      p.state = kServeDone;
+      break;
+    }
+    if (uint64_t n = landed(d, p)) {
+      fence_acquire<Scope::kSystem>();  // the requests' bytes were placed before their signal
+      for (; n; --n) {
+        // The staging slot is free once the reply that last used it has completed.
+        if (p.served - p.completed == d.slots && !retire(d, qp, p, true)) break;
+        const uint32_t slot = uint32_t(p.served % d.slots);
+        publish(d, qp, p, slot, serve_one(d, slot, &p.errors));
+        report(p, shared);
+      }
+      if (p.state == kServeRunning && now_ns() >= until_ns) return true;
+      continue;
+    }
+    if (p.completed < p.served) {
+      if (!retire(d, qp, p, false)) break;
+      report(p, shared);
+    }
+    if (load_acquire<Scope::kSystem>(stop)) {
+      // Replies in flight complete first: stopping must not leave a WQE the NIC still owns.
+      while (p.completed < p.served && retire(d, qp, p, true)) {
+      }
+      if (p.state == kServeRunning) p.state = kServeStopped;
+      break;
+    }
+    if (now_ns() >= until_ns) return true;
+    qp.idle();
+  }
+  report(p, shared);
+  store_relaxed<Scope::kSystem>(&shared->cq_status, p.cq_status);
+  store_relaxed<Scope::kSystem>(&shared->state, p.state);
+  return false;
+}
+
+// The whole loop in one pass (a CPU thread).
 template <class Qp>
 RT_HD inline void serve_loop(const ServeDesc& d, Qp& qp, ServeShared* shared,
                              const uint32_t* stop) {
-  uint64_t tickets[kMaxServeSlots];
-  uint64_t served = 0, completed = 0, errors = 0;
-  uint64_t state = kServeRunning, cq_status = 0;
-  // Retires the oldest reply in flight; `wait`: until it completes or its deadline passes.
-  auto retire = [&](bool wait) -> bool {
-    const uint64_t deadline = now_ns() + d.completion_timeout_ns;
-    for (;;) {
-      const int st = qp.poll(tickets[completed % d.slots]);
-      if (st == 0) {
-        ++completed;
-        store_relaxed<Scope::kSystem>(&shared->completed, completed);
-        return true;
-      }
-      if (st != EBUSY) {
-        cq_status = uint64_t(uint32_t(st));
-        state = kServeCqError;
-        return false;
-      }
-      if (!wait) return true;
-      if (now_ns() > deadline) {
-        state = kServeNoCompletion;
-        return false;
-      }
-    }
-  };
-  while (state == kServeRunning) {
-    if (d.max_requests && completed == d.max_requests) {
-      state = kServeDone;
-      break;
-    }
-    const uint64_t landed = load_relaxed<Scope::kSystem>(d.signal);
-    if (served < landed && (!d.max_requests || served < d.max_requests)) {
-      fence_acquire<Scope::kSystem>();  // the request's bytes were placed before its signal
-      // The staging slot is free once the reply that last used it has completed.
-      if (served - completed == d.slots && !retire(true)) break;
-      const uint32_t slot = uint32_t(served % d.slots);
-      const uint32_t bytes = serve_one(d, slot, &errors);
-      const uint64_t off = uint64_t(slot) * d.slot_bytes;
-      const PutSignal ps{d.peer_ring + off,
-                         d.peer_ring_rkey,
-                         d.staging_addr + off,
-                         d.lkey,
-                         bytes,
-                         d.peer_signal,
-                         d.peer_signal_rkey,
-                         d.staging_addr + uint64_t(d.slots) * d.slot_bytes + 8ull * slot};
-      tickets[slot] = qp.put_signal(ps);
-      ++served;
-      store_relaxed<Scope::kSystem>(&shared->served, served);
-      store_relaxed<Scope::kSystem>(&shared->handler_errors, errors);
-      continue;
-    }
-    if (completed < served && !retire(false)) break;
-    if (load_acquire<Scope::kSystem>(stop)) {
-      // Replies in flight complete first: stopping must not leave a WQE the NIC still owns.
-      while (completed < served && retire(true)) {
-      }
-      if (state == kServeRunning) state = kServeStopped;
-      break;
-    }
-    qp.idle();
-  }
-  store_relaxed<Scope::kSystem>(&shared->cq_status, cq_status);
-  store_relaxed<Scope::kSystem>(&shared->handler_errors, errors);
-  store_relaxed<Scope::kSystem>(&shared->state, state);
+  ServeProgress p;
+  serve_pass(d, qp, p, shared, stop, ~uint64_t(0));
 }
 
 }  // namespace rt::verbs
