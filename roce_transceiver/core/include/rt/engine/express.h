@@ -77,6 +77,30 @@ RT_HD inline Arrival arrive_at(const Team& t, const EngineDesc& d, uint32_t seq,
   return Arrival{staging, len, ts, false};
 }
 
+// Team-wide: rx sequence number `seq`, which a poll of the crew's saw published, read in one
+// bus round trip: the leader's load of its descriptor beside every lane's of its first
+// kReadAheadBytes, into `staging`, with no fence of its own. Such a frame is speculative (it
+// may still be the slot's last one): the express path's checks of its ICRC and PSN take it or
+// leave it to arrive_at(), which reads it again in order. One longer than the read-ahead, or
+// unchecked, is read in order now.
+template <Scope S, class Team>
+RT_HD inline Arrival arrive_ahead_at(const Team& t, const EngineDesc& d, uint32_t seq,
+                                     uint8_t* staging) {
+  Chunk16 head{};
+  if (t.leader())
+    head = load_fresh16(reinterpret_cast<const uint8_t*>(&d.rx.descs[seq & d.rx.mask()]));
+  const uint32_t ahead = d.rx.slot_bytes < kReadAheadBytes ? d.rx.slot_bytes : kReadAheadBytes;
+  const uint8_t* slot = d.rx.slot(seq);
+  for (uint32_t c = t.lane(); c * kChunkBytes < ahead; c += t.size())
+    reinterpret_cast<Chunk16*>(staging)[c] = load_fresh16(slot + c * kChunkBytes);
+  uint32_t len = t.from_leader(uint32_t(head.lo));
+  len = len < d.rx.slot_bytes ? len : d.rx.slot_bytes;
+  const uint64_t ts = t.from_leader(head.hi);
+  t.sync();
+  if (!d.check_icrc || len > kReadAheadBytes) return arrive_at<S>(t, d, seq, staging);
+  return Arrival{staging, len, ts, true};
+}
+
 // Team-wide: the frame at st.rx_ci if its producer published it. With
 // staging, the leader reads the descriptor while every lane reads its chunk
 // of the slot, all in one bus round trip; such a frame is speculative.

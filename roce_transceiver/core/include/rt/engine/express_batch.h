@@ -2,7 +2,8 @@
 // several at once, each by its own team, behind one doorbell.
 //
 //   classify  per request, in parallel (team k takes requests k, k + teams()...):
-//             read it in order, match it at its PSN (the expected one plus its
+//             read it (in one trip, again in order if that missed: arrive_ahead_at),
+//             match it at its PSN (the expected one plus its
 //             place in the batch) and run its handler into its own staging.
 //             Pure: the state is untouched.
 //   commit    the crew leader: the batch is the requests before the first that
@@ -55,10 +56,18 @@ RT_HD inline uint32_t express_batch_step(const Crew& c, const EngineDesc& d, Eng
   const uint64_t each = batch_stage_bytes(d);
   for (uint32_t k = c.team_index(); k < n; k += c.teams()) {
     uint8_t* mine = b.staging + size_t(k) * each;
-    const Arrival a = arrive_at<S>(t, d, first + k, stg ? mine : nullptr);
+    // Staged (a GPU's crew): read in one trip, and again in order if that read missed.
+    Arrival a =
+        stg ? arrive_ahead_at<S>(t, d, first + k, mine) : arrive_at<S>(t, d, first + k, nullptr);
     uint8_t* out = mine + d.rx.slot_bytes;
     ExpressTake x;  // every lane's own, as on the path of one; the leader's kept
-    const bool ok = express_match(t, d, st, a, psn_add(st.expected_psn, k), &x) && !x.write;
+    const uint32_t psn = psn_add(st.expected_psn, k);
+    bool ok = express_match(t, d, st, a, psn, &x) && !x.write;
+    if (!ok && a.speculative) {
+      a = arrive_at<S>(t, d, first + k, mine);
+      x = ExpressTake{};
+      ok = express_match(t, d, st, a, psn, &x) && !x.write;
+    }
     if (ok) express_handle(t, d, st.pred, a, out, nullptr, &x);
     if (t.leader()) {
       ExpressSlot& s = b.express[k];
