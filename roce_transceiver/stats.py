@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Percentiles", "check_unit"]
+__all__ = ["Mean", "Percentiles", "check_unit"]
 
 _NS_PER_UNIT: dict[str, float] = {"ns": 1.0, "us": 1e3}
 
@@ -65,6 +65,24 @@ class Percentiles:
             count=self.count,
             unit=unit,
         )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Mean:
+    """A figure timed only in total (``count`` events in one span, total / count): its mean and
+    no order statistics, where a loop keeps no time of each event (a table shows '-' for them)."""
+
+    mean: float
+    count: int
+    unit: str = "ns"
+
+    def to(self, unit: str) -> Mean:
+        """The same figure in ``unit``."""
+        check_unit(unit)
+        return Mean(self.mean * _NS_PER_UNIT[self.unit] / _NS_PER_UNIT[unit], self.count, unit)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -39,6 +39,7 @@ from roce_transceiver import _core
 from roce_transceiver.config import SCHEMA
 from roce_transceiver.netns import VethNamespace, inside
 from roce_transceiver.protocol import ProtocolError, parse
+from roce_transceiver.schema import Field, Section
 from roce_transceiver.transceiver import (
     RoundTrip,
     Transceiver,
@@ -49,6 +50,7 @@ from roce_transceiver.transceiver import (
 
 __all__ = [
     "NIC_HANDLERS",
+    "PUT_SIGNALS_NEED_CUDA",
     "SLOT_HEADER_BYTES",
     "VerbsLoopback",
     "VerbsModeError",
@@ -76,6 +78,12 @@ RING_VA, RING_RKEY, SIGNAL_VA, SIGNAL_RKEY = 0x1000_0000, 0x1001, 0x2000_0000, 0
 PEER_RING_VA, PEER_RING_RKEY = 0x3000_0000, 0x2001
 PEER_SIGNAL_VA, PEER_SIGNAL_RKEY = 0x4000_0000, 0x2002
 LKEY = 0x1C0C
+
+#: Why ``put_signals()`` (the doorbell's floor) does not run on the cpu executor.
+PUT_SIGNALS_NEED_CUDA = (
+    "the cpu executor has no device-API kernel to post them (its serve loop's thread writes "
+    "its own WQEs); the cuda executor only"
+)
 
 
 class VerbsModeError(TransceiverError):
@@ -141,6 +149,34 @@ def _custom_serve_keys(custom: Mapping[str, Any], executor: str) -> dict[str, An
     }
 
 
+EPOCH_KEYS = ("epoch_us", "epochs_in_flight")
+
+
+def _epoch_keys(cuda: Mapping[str, int]) -> dict[str, int]:
+    """The serve kernel's epochs from a ``cuda`` section's keys, checked as the schema checks
+    them; the schema's defaults for those left out."""
+    unknown = sorted(set(cuda) - set(EPOCH_KEYS))
+    if unknown:
+        raise VerbsModeError(
+            f"cuda: {', '.join(unknown)}: Verbs mode takes {' and '.join(EPOCH_KEYS)} only"
+        )
+    section = SCHEMA.keys["cuda"]
+    assert isinstance(section, Section)
+    out: dict[str, int] = {}
+    for key in EPOCH_KEYS:
+        spec = section.keys[key]
+        assert isinstance(spec, Field) and spec.minimum is not None and spec.maximum is not None
+        value = cuda.get(key, spec.default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise VerbsModeError(f"cuda.{key}: {value!r} is not an integer")
+        if not spec.minimum <= value <= spec.maximum:
+            raise VerbsModeError(
+                f"cuda.{key}: {value} is outside {int(spec.minimum)}..{int(spec.maximum)}"
+            )
+        out[key] = value
+    return out
+
+
 class VerbsLoopback:
     """Verbs mode with a peer in the same process; ``start()`` / ``stop()`` or ``with``.
 
@@ -150,6 +186,10 @@ class VerbsLoopback:
     completion does not come within ``completion_timeout`` seconds ends the loop with an error.
     ``nic_handler``: who rings our queue pair's doorbell (``doca.nic_handler``'s values).
     ``veth``: meet the peer across this veth pair (root); ``capture``: a pcap of our end then.
+    ``serve=False``: no serve loop; the queue pair is left to ``put_signals()`` (the doorbell's
+    floor: the same put_signal with no request and no handler).
+    ``cuda``: the serve kernel's epochs, as the configuration's ``cuda`` section names them
+    (``epoch_us``, ``epochs_in_flight``; its defaults where left out).
     """
 
     def __init__(
@@ -165,6 +205,8 @@ class VerbsLoopback:
         veth: VethNamespace | None = None,
         capture: str = "",
         custom: Mapping[str, Any] | None = None,
+        serve: bool = True,
+        cuda: Mapping[str, int] | None = None,
     ) -> None:
         if handler not in ("echo", "qec", "custom"):
             raise VerbsModeError(
@@ -195,6 +237,7 @@ class VerbsLoopback:
                 "(RT_GPUNETIO_INCLUDE), or use cpu_proxy or gpu_sm_db"
             )
         self.handler, self.slots, self.slot_bytes = handler, slots, slot_bytes
+        self._serve = serve
         ring = slots * slot_bytes
         wqes = max(64, _pow2_at_least(2 * slots))
         peer_cfg: dict[str, Any] = {
@@ -263,6 +306,7 @@ class VerbsLoopback:
             "peer_signal": PEER_SIGNAL_VA,
             "peer_signal_rkey": PEER_SIGNAL_RKEY,
             "completion_timeout_s": completion_timeout,
+            **_epoch_keys(cuda or {}),
         }
         self._port: Any = None
         self._server: Any = None
@@ -297,8 +341,9 @@ class VerbsLoopback:
                     inside(v.namespace, lambda: _packet_socket(v.theirs)), ""
                 )
             self._port.start()
-            self._server = _core.VerbsServer(self._port, self._serve_config)
-            self._server.start()
+            if self._serve:
+                self._server = _core.VerbsServer(self._port, self._serve_config)
+                self._server.start()
         except (ValueError, RuntimeError, OSError) as e:
             self.stop()
             raise VerbsModeError(f"start(): {e}") from None
@@ -306,11 +351,12 @@ class VerbsLoopback:
             self.stop()
             raise
         log.info(
-            "verbs mode: %s, %s handler, %d slots, NIC handler %s",
+            "verbs mode: %s, %s handler, %d slots, NIC handler %s%s",
             self.executor_reason,
             self.handler,
             self.slots,
             self.nic_handler,
+            "" if self._serve else ", no serve loop",
         )
         return self
 
@@ -330,7 +376,7 @@ class VerbsLoopback:
                 part.stop()
             except (RuntimeError, TransceiverError) as e:
                 errors.append(f"{name}: {e}")
-        if self._final is None and self._server is not None:
+        if self._final is None and self._built():
             self._final = self._read_stats()  # every part stopped: final counters
         self._wire = None  # closes the requester's socket
         if self._final is not None and not errors:
@@ -346,25 +392,30 @@ class VerbsLoopback:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _built(self) -> bool:
+        """Whether start() got as far as the last part this loopback has."""
+        return (self._server if self._serve else self._port) is not None
+
     # -- the exchange -----------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """The serve loop's counters and state, the port's (software ConnectX: both halves)
-        counters, the atomics our NIC and the peer's engine executed, and the NIC handler.
-        After stop(): as they were when it stopped."""
+        """The serve loop's counters and state (None without one), the port's (software
+        ConnectX: both halves) counters, the atomics our NIC and the peer's engine executed,
+        and the NIC handler. After stop(): as they were when it stopped."""
         if self._final is not None:
             return self._final
-        if self._server is None:
+        if not self._built():
             raise VerbsModeError("stats(): not started")
         return self._read_stats()
 
     def _read_stats(self) -> dict[str, Any]:
         port = dict(self._port.stats())
+        server = self._server
         return {
-            "server": dict(self._server.stats()),
+            "server": dict(server.stats()) if server is not None else None,
             "port": port,
             "ours_atomics": port["atomics"],
             "peer_atomics": self._peer.stats()["atomics"],
-            "on_gpu": bool(self._server.on_gpu),
+            "on_gpu": bool(server.on_gpu) if server is not None else self._port_config["gpu"],
             "nic_handler": self.nic_handler,
         }
 
@@ -403,6 +454,8 @@ class VerbsLoopback:
     ) -> RoundTrip:
         """``count`` requests, one at a time (``size`` bytes, or ``payloads`` in turn); each reply
         must equal ``expected`` (in the same turn) or, without it, echo its request."""
+        if not self._serve:
+            raise VerbsModeError("roundtrip(): no serve loop (serve=False: put_signals() only)")
         if self._server is None or self._final is not None:
             raise VerbsModeError("roundtrip(): not running (start() first)")
         state = self._server.stats()["state"]
@@ -447,3 +500,44 @@ class VerbsLoopback:
             server = self._server.stats()
             log.warning("verbs mode: the run ended %s; serve loop %s", r["status"], server)
         return RoundTrip(rtt_ns=rtt, **r)
+
+    def put_signals(self, count: int, size: int = 32, *, timeout: float = 10.0) -> dict[str, Any]:
+        """``count`` put_signals from a GPU kernel through GPUNetIO's device API for our NIC
+        handler, one at a time, each waited for by its CQ poll: ``size`` bytes into slot
+        i % slots of the peer's ring, then +1 on the peer's signal word, as the serve loop
+        answers, with no request and no handler. The doorbell's floor under the round trip.
+        Returns ``completed``, ``errors``, ``elapsed_ns`` (%globaltimer, the first post to the
+        last completion: one total, no time of each) and ``timed_out`` (``timeout``: the
+        kernel's deadline). Without a serve loop only (``serve=False``: the two would share the
+        queue pair's send ring and CQ), on the cuda executor."""
+        if self._serve:
+            raise VerbsModeError(
+                "put_signals(): the serve loop owns the queue pair (VerbsLoopback(serve=False))"
+            )
+        if self._port is None or self._final is not None:
+            raise VerbsModeError("put_signals(): not running (start() first)")
+        if self.executor != "cuda":
+            raise VerbsModeError(f"put_signals(): {PUT_SIGNALS_NEED_CUDA}")
+        if not 1 <= size <= self.slot_bytes:
+            raise VerbsModeError(f"put_signals(): size {size}: must be 1..{self.slot_bytes}")
+        if not 1 <= count < 1 << 32:
+            raise VerbsModeError(f"put_signals(): count {count}: must be 1..{(1 << 32) - 1}")
+        base = int(self._port.local_address())
+        params = {
+            "raddr": PEER_RING_VA,
+            "rkey": PEER_RING_RKEY,
+            "slot_bytes": self.slot_bytes,
+            "slots": self.slots,
+            "laddr": base,  # the staging region, where the serve loop builds its replies
+            "lkey": LKEY,
+            "size": size,
+            "sig_raddr": PEER_SIGNAL_VA,
+            "sig_rkey": PEER_SIGNAL_RKEY,
+            "sink_laddr": base + self.slots * self.slot_bytes,  # the old values, after them
+            "count": count,
+            "timeout_s": timeout,
+        }
+        try:
+            return dict(self._port.put_signal_loop(params))
+        except (ValueError, RuntimeError) as e:
+            raise VerbsModeError(f"put_signals(): {e}") from None

@@ -6,8 +6,12 @@ loop keeps answering meanwhile. Prints one JSON line:
      "frames_ok": int, "frames_sent": int, "stop_s": float, "stop_error": str | null,
      "after_stop_s": float | null, "epochs": int}
 
-python gpu_share_trial.py WORK [--handler echo|frames] [--epoch-us N] [--in-flight K]
-    [--bound S]
+python gpu_share_trial.py WORK [--handler echo|frames|verbs] [--far-end cpu|gpu]
+    [--epoch-us N] [--in-flight K] [--bound S]
+
+``--handler verbs``: Verbs mode's serve kernel is the loop (echo, roce_transceiver.verbs_mode),
+in the same epochs. ``--far-end gpu``: the echo loop's far end is a kernel too, and one run of it
+lasts the whole trial (``far_end_s``), so that the work has to get through its epochs.
 """
 
 from __future__ import annotations
@@ -61,11 +65,12 @@ WORK: dict[str, Callable[[], object]] = {
 }
 
 
-def _config(handler: str, epoch_us: int | None, in_flight: int | None) -> dict:
+def _config(handler: str, epoch_us: int | None, in_flight: int | None, far_end: str) -> dict:
     cuda = {"epoch_us": epoch_us, "epochs_in_flight": in_flight}
     config: dict = {
         "executor": "cuda",
         "handler": handler,
+        "far_end": far_end,
         "qp": {"transport": "UC"},
         "cuda": {k: v for k, v in cuda.items() if v is not None},  # else the defaults
         "stop_timeout_s": 5.0,
@@ -80,7 +85,8 @@ def _config(handler: str, epoch_us: int | None, in_flight: int | None) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("work", choices=sorted(WORK))
-    ap.add_argument("--handler", choices=("echo", "frames"), default="echo")
+    ap.add_argument("--handler", choices=("echo", "frames", "verbs"), default="echo")
+    ap.add_argument("--far-end", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--epoch-us", type=int, help="cuda.epoch_us (default: the config's)")
     ap.add_argument("--in-flight", type=int, help="cuda.epochs_in_flight (default: the config's)")
     ap.add_argument("--bound", type=float, default=10.0, help="seconds the work may take")
@@ -88,11 +94,6 @@ def main() -> int:
     if args.work == "torch_preloaded_matmul":
         _torch_matmul()
     result: dict = {"work": args.work, "handler": args.handler, "epoch_us": args.epoch_us}
-    t = Transceiver(_config(args.handler, args.epoch_us, args.in_flight))
-    t.start()
-    sensor = None
-    if args.handler == "frames":
-        sensor = Sensor.for_config(t.config)
     finished: dict[str, float] = {}
 
     def work() -> None:
@@ -102,39 +103,80 @@ def main() -> int:
         finished["at"] = time.perf_counter()
 
     worker = threading.Thread(target=work, daemon=True)
+    if args.handler == "verbs":
+        result.update(_verbs_trial(args, worker, finished))
+    else:
+        result.update(_engine_trial(args, worker, finished))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def _stop(
+    stop: Callable[[], object],
+    worker: threading.Thread,
+    bound: float,
+    done: bool,
+    finished: dict[str, float],
+) -> dict:
+    """stop() timed, then how long the work took to finish after it (when it had not)."""
+    out: dict = {}
+    began = time.perf_counter()
+    try:
+        stop()
+        out["stop_error"] = None
+    except Exception as e:  # the trial reports it; the test decides
+        out["stop_error"] = f"{type(e).__name__}: {e}"
+    stopped = time.perf_counter()
+    out["stop_s"] = stopped - began
+    worker.join(bound)
+    out["after_stop_s"] = finished["at"] - stopped if not done and "at" in finished else None
+    return out
+
+
+def _engine_trial(
+    args: argparse.Namespace, worker: threading.Thread, finished: dict[str, float]
+) -> dict:
+    t = Transceiver(_config(args.handler, args.epoch_us, args.in_flight, args.far_end))
+    t.start()
+    sensor = None
+    if args.handler == "frames":
+        sensor = Sensor.for_config(t.config)
     answered = sent = wrong = frames_ok = frames_sent = 0
     deadline = time.perf_counter() + args.bound
     worker.start()
-    # The loop keeps answering while the work runs (and a little longer: at least 20 rounds).
-    rounds = 0
-    while (worker.is_alive() or rounds < 20) and time.perf_counter() < deadline:
-        rounds += 1
-        if sensor is None:
-            rt = t.roundtrip(count=200, timeout=5.0)
-            answered, sent, wrong = answered + rt.received, sent + rt.sent, wrong + rt.wrong
-        else:
-            frame = sensor.frame(frames_sent, bytes((frames_sent + i) & 0xFF for i in range(8192)))
-            for p in frame.packets:
-                t.inject(p, wait=5.0)
-            frames_sent += 1
-            for f in t.frames(timeout=5.0):
-                frames_ok += f.ok and f.data.tobytes() == frame.content
-                f.release()
-    result.update(done=not worker.is_alive(), work_s=finished.get("s"), rounds=rounds)
-    stop_began = time.perf_counter()
-    try:
-        t.stop()
-        result["stop_error"] = None
-    except Exception as e:  # the trial reports it; the test decides
-        result["stop_error"] = f"{type(e).__name__}: {e}"
-    stopped = time.perf_counter()
-    result["stop_s"] = stopped - stop_began
-    worker.join(args.bound)
-    result["after_stop_s"] = (
-        finished["at"] - stopped if not result["done"] and "at" in finished else None
-    )
+    out: dict = {}
+    if args.far_end == "gpu":
+        # One far-end run for the whole trial, paced: the work must get through its epochs.
+        run_s = min(args.bound, 3.0)
+        began = time.perf_counter()
+        rt = t.roundtrip(count=int(run_s * 1e5), rate=1e5, timeout=run_s + 10.0)
+        out["far_end_s"] = time.perf_counter() - began
+        out["work_within_far_end"] = "at" in finished and finished["at"] < began + out["far_end_s"]
+        answered, sent, wrong = rt.received, rt.sent, rt.wrong
+        rounds = 1
+    else:
+        # The loop keeps answering while the work runs (and a little longer: at least 20 rounds).
+        rounds = 0
+        while (worker.is_alive() or rounds < 20) and time.perf_counter() < deadline:
+            rounds += 1
+            if sensor is None:
+                rt = t.roundtrip(count=200, timeout=5.0)
+                answered, sent, wrong = answered + rt.received, sent + rt.sent, wrong + rt.wrong
+            else:
+                frame = sensor.frame(
+                    frames_sent, bytes((frames_sent + i) & 0xFF for i in range(8192))
+                )
+                for p in frame.packets:
+                    t.inject(p, wait=5.0)
+                frames_sent += 1
+                for f in t.frames(timeout=5.0):
+                    frames_ok += f.ok and f.data.tobytes() == frame.content
+                    f.release()
+    done = not worker.is_alive()
+    out.update(done=done, work_s=finished.get("s"), rounds=rounds)
+    out.update(_stop(t.stop, worker, args.bound, done, finished))
     stats = t.stats()
-    result.update(
+    out.update(
         answered=answered,
         sent=sent,
         wrong=wrong,
@@ -144,8 +186,32 @@ def main() -> int:
         ring_drops=stats["ring_drops"],
         epochs=t.epoch_stats()["epochs"],
     )
-    print(json.dumps(result), flush=True)
-    return 0
+    return out
+
+
+def _verbs_trial(
+    args: argparse.Namespace, worker: threading.Thread, finished: dict[str, float]
+) -> dict:
+    from roce_transceiver.verbs_mode import VerbsLoopback
+
+    cuda = {"epoch_us": args.epoch_us, "epochs_in_flight": args.in_flight}
+    v = VerbsLoopback(
+        "echo", executor="cuda", cuda={k: x for k, x in cuda.items() if x is not None}
+    )
+    v.start()
+    answered = sent = wrong = rounds = 0
+    deadline = time.perf_counter() + args.bound
+    worker.start()
+    while (worker.is_alive() or rounds < 20) and time.perf_counter() < deadline:
+        rounds += 1
+        rt = v.roundtrip(200, 32, timeout=5.0)
+        answered, sent, wrong = answered + rt.received, sent + rt.sent, wrong + rt.wrong
+    done = not worker.is_alive()
+    out: dict = {"done": done, "work_s": finished.get("s"), "rounds": rounds}
+    epochs = v.stats()["server"]["epochs"]
+    out.update(_stop(v.stop, worker, args.bound, done, finished))
+    out.update(answered=answered, sent=sent, wrong=wrong, epochs=epochs)
+    return out
 
 
 if __name__ == "__main__":

@@ -288,3 +288,22 @@ def test_stop_during_a_roundtrip_in_another_thread_returns_in_time_and_ends_it(s
     # Either far end sees the stop request and ends its run before anything is freed.
     assert r.status == "stopped", r
     assert 10 <= r.received < 1_000_000
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_the_bench_splits_off_the_far_ends_own_part_of_each_round_trip(setup) -> None:
+    """bench roundtrip says what of each round trip is the far end's own (building and
+    publishing a request, timed on its clock) and what it spends checking each reply, after
+    it: both positive, the first a part of the round trip, in the table's words and the JSON."""
+    import io
+
+    from roce_transceiver.bench.roundtrip import run_roundtrip
+
+    executor, far_end = setup
+    out = io.StringIO()
+    r = run_roundtrip(executor, far_end, count=500, floor_iterations=100, out=out)
+    assert r["all_done"], out.getvalue()
+    send, check = r["far_end_send_us"], r["far_end_check_us"]
+    assert 0 < send < r["loop"]["p50"] / 1e3, r  # the loop's row is in ns
+    assert check > 0, r
+    assert f"echo: the far end's own part: {send:.2f} us a request" in out.getvalue()

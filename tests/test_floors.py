@@ -19,6 +19,7 @@ import pytest
 from roce_transceiver import _core
 from roce_transceiver.bench import floors
 from roce_transceiver.bench.floors import Percentiles, measure_floors
+from roce_transceiver.stats import Mean
 
 GPU_FLOORS = (
     "pinned_pingpong",
@@ -135,6 +136,23 @@ def test_table_shows_figures_in_us_and_reasons_for_unmeasured_floors():
     assert floors.summary_line(results) == (
         "floors: cpu_thread_pingpong p50 0.20 us; pinned_pingpong not measured"
     )
+
+
+def test_table_shows_only_the_mean_of_a_figure_timed_in_total():
+    """A Mean (a loop that times its whole run, as put_signal_loop does) prints its count and
+    mean; its order statistics are '-', not numbers it does not have."""
+    results = {
+        "cpu_thread_pingpong": Percentiles.from_samples([100.0, 200.0, 300.0]),
+        "put_signal gpu_sm_db (mean)": Mean(5120.0, 2000),
+    }
+    lines = floors.format_table(results).splitlines()
+    cells = lines[2].split()
+    assert cells[:3] == ["put_signal", "gpu_sm_db", "(mean)"]
+    assert cells[3:] == ["-", "2000", "-", "-", "-", "-", "-", "5.120"]
+    assert Mean(5120.0, 2000).to("us") == Mean(5.12, 2000, "us")
+    assert Mean(5.12, 2000, "us").as_dict() == {"mean": 5.12, "count": 2000, "unit": "us"}
+    with pytest.raises(ValueError, match="unit='s'"):
+        Mean(1.0, 1).to("s")
 
 
 def test_main_prints_the_table_and_writes_json(tmp_path, capsys):

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import skip_missing
 
 TRIAL = Path(__file__).with_name("gpu_share_trial.py")
 WORK_BOUND_S = 10.0  # a first-use load here takes well under a second; two epochs 20 ms
@@ -35,9 +36,10 @@ def trial(
     bound: float = 10.0,
     epoch_us: int | None = None,
     in_flight: int | None = None,
+    far_end: str = "cpu",
 ):
     """One trial; the epochs as configured by default unless given."""
-    args = ["--handler", handler, "--bound", str(bound)]
+    args = ["--handler", handler, "--bound", str(bound), "--far-end", far_end]
     args += [] if epoch_us is None else ["--epoch-us", str(epoch_us)]
     args += [] if in_flight is None else ["--in-flight", str(in_flight)]
     proc = subprocess.run(
@@ -109,3 +111,48 @@ def test_epochs_relaunched_one_at_a_time_let_a_kernel_load_through_too() -> None
     assert r["epochs"] >= 2, r
     assert r["answered"] == r["sent"] > 0 and r["wrong"] == 0, r
     assert r["stop_error"] is None and r["stop_s"] < STOP_TIMEOUT_S, r
+
+
+def test_a_kernel_load_goes_through_the_gpu_far_ends_epochs() -> None:
+    """The GPU far end runs in the engine's epochs too: one paced run of it lasts the whole
+    trial (3 s), and a first-use kernel load finishes while it runs, every echo checked."""
+    needs("cupy")
+    r = trial("cupy_new_kernel", far_end="gpu")
+    assert r["done"] and r["work_s"] < WORK_BOUND_S, r
+    assert r["work_within_far_end"], f"the load waited for the far end's run to end: {r}"
+    assert r["answered"] == r["sent"] > 0 and r["wrong"] == 0, r
+    assert r["stop_error"] is None and r["stop_s"] < STOP_TIMEOUT_S, r
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_a_kernel_load_goes_through_the_verbs_serve_kernels_epochs(in_flight: int) -> None:
+    """Verbs mode's serve kernel runs in epochs like the engine's: a first-use load goes
+    through while it answers, every reply checked, and stop() returns in time."""
+    needs("cupy")
+    verbs_needs_gpunetio()
+    r = trial("cupy_new_kernel", handler="verbs", epoch_us=1000, in_flight=in_flight)
+    assert r["done"] and r["work_s"] < WORK_BOUND_S, r
+    assert r["answered"] == r["sent"] > 0 and r["wrong"] == 0, r
+    assert r["stop_error"] is None and r["stop_s"] < STOP_TIMEOUT_S, r
+    assert r["epochs"] >= 2, r
+
+
+def test_one_verbs_launch_blocks_a_kernel_load_and_stop_still_returns() -> None:
+    """The control: the serve kernel in one launch (epoch_us 0) holds a first-use load until
+    stop(), which reaches it through pinned memory and returns in time."""
+    needs("cupy")
+    verbs_needs_gpunetio()
+    r = trial("cupy_new_kernel", handler="verbs", epoch_us=0, bound=3.0)
+    assert not r["done"], f"the load went through a single persistent launch: {r}"
+    assert r["answered"] == r["sent"] > 0 and r["wrong"] == 0, r
+    assert r["stop_error"] is None and r["stop_s"] < STOP_TIMEOUT_S, r
+    assert r["after_stop_s"] is not None and r["after_stop_s"] < WORK_BOUND_S, r
+    assert r["epochs"] == 1, r
+
+
+def verbs_needs_gpunetio() -> None:
+    from roce_transceiver import _core
+
+    info = _core.gpunetio_info()
+    if not info["built"]:
+        skip_missing("gpunetio", f"no GPUNetIO device API in this build: {info['source']}")

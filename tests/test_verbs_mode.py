@@ -11,19 +11,24 @@ number of requests; the peer's requester sees our NIC's answers to crafted reque
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import struct
 
 import pytest
 from conftest import skip_missing
 
 from roce_transceiver import _core
+from roce_transceiver.bench import roundtrip as bench_roundtrip
 from roce_transceiver.cli import main as cli_main
 from roce_transceiver.protocol import build, parse
 from roce_transceiver.qec import random_syndromes
+from roce_transceiver.stats import Mean
 from roce_transceiver.transceiver import TransceiverError
 from roce_transceiver.verbs_mode import (
     OURS_QPN,
+    PUT_SIGNALS_NEED_CUDA,
     RING_RKEY,
     RING_VA,
     SERVED_HANDLERS,
@@ -183,6 +188,10 @@ def test_a_request_longer_than_its_slot_is_refused_before_it_is_sent():
         ({"slot_bytes": 72}, "slot_bytes 72: a multiple of 16"),
         ({"slot_bytes": 2048}, "slot_bytes 2048"),
         ({"nic_handler": "blueflame"}, "nic_handler 'blueflame': one of auto, cpu_proxy"),
+        ({"cuda": {"epoch_us": -1}}, "cuda.epoch_us: -1 is outside 0..10000000"),
+        ({"cuda": {"epochs_in_flight": 5}}, "cuda.epochs_in_flight: 5 is outside 1..4"),
+        ({"cuda": {"epoch_us": 1.5}}, "cuda.epoch_us: 1.5 is not an integer"),
+        ({"cuda": {"warps": 8}}, "cuda: warps: Verbs mode takes epoch_us and epochs_in_flight"),
     ],
 )
 def test_bad_settings_are_named(kwargs, message):
@@ -209,6 +218,27 @@ def test_life_cycle_errors_are_clear():
         w.roundtrip(1)
 
 
+def test_without_a_serve_loop_the_queue_pair_is_left_to_put_signals():
+    """serve=False: peer and port only (the doorbell's floor); the round trip needs the serve
+    loop, and put_signals() needs no serve loop beside it and a device-API kernel (cuda)."""
+    with VerbsLoopback("echo", executor="cpu", serve=False) as v:
+        with pytest.raises(VerbsModeError, match=r"no serve loop \(serve=False"):
+            v.roundtrip(1)
+        with pytest.raises(VerbsModeError, match="the cpu executor has no device-API kernel"):
+            v.put_signals(10)
+        s = v.stats()
+        assert s["server"] is None and not s["on_gpu"], s
+        assert s["port"]["wqes"] == 0 and s["peer_atomics"] == 0, s
+    assert v.stats()["server"] is None  # final, after stop()
+    with pytest.raises(VerbsModeError, match="put_signals\\(\\): not running"):
+        v.put_signals(10)
+    with (
+        VerbsLoopback("echo", executor="cpu") as w,
+        pytest.raises(VerbsModeError, match="the serve loop owns the queue pair"),
+    ):
+        w.put_signals(10)
+
+
 def test_cuda_executor_without_a_gpu_says_why():
     if _core.cuda_runtime_info()["gpus"]:
         pytest.skip("a GPU is visible here")
@@ -225,6 +255,7 @@ def test_bench_roundtrip_mode_verbs_reports_each_doorbell_mode_with_the_floor(tm
     assert "cpu_thread_pingpong" in text
     r = json.loads(out.read_text())
     assert r["mode"] == "verbs" and r["all_done"]
+    lines = text.splitlines()
     for nh in SERVED_HANDLERS:  # a row each, side by side, each read against the floor
         assert f"echo verbs {nh}" in text
         verbs = r["loops"][f"echo verbs {nh}"]
@@ -232,6 +263,73 @@ def test_bench_roundtrip_mode_verbs_reports_each_doorbell_mode_with_the_floor(tm
         assert verbs["latency"]["count"] == 200
         assert r["verbs"][nh]["port"]["errors"] == 0 and r["verbs"][nh]["nic_handler"] == nh
         assert f"echo verbs {nh} p50 / cpu_thread_pingpong p50" in r["ratios"]
+        assert_put_signal_floor_not_measured(r, lines, "echo", nh)
+
+
+def assert_put_signal_floor_not_measured(r: dict, lines: list[str], handler: str, nh: str):
+    """The cpu executor's doorbell floor: its reason, printed, in the row under the loop's, and
+    in the JSON; no ratio to it."""
+    reason = f"verbs mode: put_signal floor {nh}: not measured: {PUT_SIGNALS_NEED_CUDA}"
+    assert reason in lines, lines
+    loop = next(i for i, ln in enumerate(lines) if ln.startswith(f"{handler} verbs {nh} "))
+    row = lines[loop + 1]
+    assert re.match(rf"put_signal {nh} \(mean\) +- +- +not measured: ", row), row
+    assert row.endswith(PUT_SIGNALS_NEED_CUDA), row
+    assert r["verbs"][nh]["put_signal_floor_us"] == PUT_SIGNALS_NEED_CUDA
+    assert not any("put_signal" in k for k in r["ratios"]), r["ratios"]
+
+
+def test_bench_qec_mode_verbs_gives_the_put_signal_floors_reason_on_the_cpu(tmp_path, capsys):
+    out = tmp_path / "qec.json"
+    argv = ["bench", "qec", "--executor", "cpu", "--mode", "verbs", "--count", "100"]
+    argv += ["--nic-handler", "cpu_proxy", "--floor-iterations", "100", "--json", str(out)]
+    status = cli_main(argv)
+    text = capsys.readouterr().out
+    assert status == 0, text
+    r = json.loads(out.read_text())
+    assert list(r["verbs"]) == ["cpu_proxy"] and r["all_done"]
+    assert_put_signal_floor_not_measured(r, text.splitlines(), "qec", "cpu_proxy")
+    # The floor's put_signal would carry what the serve loop's does: a slot header and a
+    # correction (d=5: 2 x 25 bits, a byte each way).
+    _, corrections = random_syndromes(5, 1, seed=1)
+    assert r["verbs"]["cpu_proxy"]["put_signal"]["bytes"] == 8 + len(corrections[0])
+
+
+def test_a_measured_put_signal_floor_is_a_mean_beside_its_loop(monkeypatch):
+    """Where the floor is measured (cuda), its mean goes in the row under the loop's, in the
+    JSON and in a ratio to the loop's p50; stood in for here on the cpu executor."""
+    asked = []
+
+    def stand_in(executor, nic_handler, count, size, out):
+        asked.append((executor, nic_handler, count, size))
+        return Mean(4000.0, count), {"count": count, "floor_us": 4.0}
+
+    monkeypatch.setattr(bench_roundtrip, "_put_signal_floor", stand_in)
+    text = io.StringIO()
+    r = bench_roundtrip.run_roundtrip(
+        executor="cpu",
+        mode="verbs",
+        nic_handler="gpu_sm_db",
+        count=50,
+        size=16,
+        floor_iterations=100,
+        out=text,
+    )
+    assert asked == [("cpu", "gpu_sm_db", 50, 8 + 16)]
+    lines = text.getvalue().splitlines()
+    loop = next(i for i, ln in enumerate(lines) if ln.startswith("echo verbs gpu_sm_db "))
+    assert lines[loop + 1].split() == ["put_signal", "gpu_sm_db", "(mean)", "-", "50"] + [
+        "-"
+    ] * 5 + ["4.000"]
+    assert r["verbs"]["gpu_sm_db"]["put_signal_floor_us"] == 4.0
+    p50_ns = r["loops"]["echo verbs gpu_sm_db"]["latency"]["p50"]
+    ratio = r["ratios"]["echo verbs gpu_sm_db p50 / put_signal gpu_sm_db mean"]
+    assert ratio == pytest.approx(p50_ns / 4000.0)
+    assert any(
+        ln.startswith("echo verbs gpu_sm_db: p50 ")
+        and ln.endswith("; put_signal gpu_sm_db floor 4.00 us (mean of 50)")
+        for ln in lines
+    ), lines
 
 
 def test_bench_roundtrip_one_nic_handler(tmp_path, capsys):
@@ -271,6 +369,39 @@ def test_gpu_qec_through_gpunetio_device_api(distance):
         assert (rt.status, rt.received, rt.wrong) == ("done", 1000, 0)
     assert_counts_agree(v, 1000)
     assert v.stats()["server"]["handler_errors"] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_bench_gives_each_doorbell_modes_put_signal_floor(tmp_path, capsys):
+    """On the cuda executor each NIC handler's row has its doorbell's floor: a kernel's
+    put_signals through the device API, in a loopback of their own (the loop's peer counts
+    only the loop's replies), a mean, in the table, the JSON and a ratio to the loop."""
+    gpu_verbs_or_skip()
+    out = tmp_path / "rt.json"
+    argv = ["bench", "roundtrip", "--executor", "cuda", "--mode", "verbs", "--count", "500"]
+    status = cli_main([*argv, "--floor-iterations", "500", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    r = json.loads(out.read_text())
+    bf = _core.gpunetio_info()["blueflame"]
+    served = [nh for nh in SERVED_HANDLERS if nh != "gpu_sm_bf" or bf]
+    assert list(r["verbs"]) == served
+    for nh in served:
+        v = r["verbs"][nh]
+        floor, ps = v["put_signal_floor_us"], v["put_signal"]
+        assert isinstance(floor, float) and floor > 0, (floor, ps)
+        assert (ps["completed"], ps["errors"], ps["timed_out"]) == (500, 0, False), ps
+        assert floor == pytest.approx(ps["elapsed_ns"] / 500 / 1e3)
+        # Its own NIC carried its put_signals alone (the warm-up's too): two WQEs each.
+        assert ps["port"]["wqes"] == 2 * (500 + ps["warmup"]) and ps["port"]["errors"] == 0
+        # The loop's peer counted the loop's replies only (warm-up and measured run).
+        assert v["peer_atomics"] == 1000 and v["server"]["served"] == 1000, v
+        assert f"verbs mode: put_signal floor {nh}: {floor:.2f} us a put_signal" in text
+        row = re.search(rf"^put_signal {nh} \(mean\) +- +500 +(?:- +){{5}}([0-9.]+)$", text, re.M)
+        assert row is not None and float(row.group(1)) == pytest.approx(floor, abs=1e-3), text
+        p50_ns = r["loops"][f"echo verbs {nh}"]["latency"]["p50"]
+        ratio = r["ratios"][f"echo verbs {nh} p50 / put_signal {nh} mean"]
+        assert ratio == pytest.approx(p50_ns / (floor * 1e3))
 
 
 def run_across_veth(

@@ -35,7 +35,7 @@ from typing import Any, TextIO
 from roce_transceiver import _core
 from roce_transceiver.argtypes import COUNT, SECONDS, integer
 from roce_transceiver.bench.machine import machine_info
-from roce_transceiver.stats import Percentiles, check_unit
+from roce_transceiver.stats import Mean, Percentiles, check_unit
 
 DEFAULT_ITERATIONS = 10_000
 DEFAULT_TIMEOUT_S = 2.0
@@ -139,8 +139,9 @@ def measure_floors(
     return results
 
 
-def format_table(results: Mapping[str, Percentiles | str], unit: str = "us") -> str:
-    """The results as a fixed-width table in ``unit``; an unmeasured floor shows its reason."""
+def format_table(results: Mapping[str, Percentiles | Mean | str], unit: str = "us") -> str:
+    """The results as a fixed-width table in ``unit``; an unmeasured floor shows its reason, a
+    figure timed only in total (a Mean) its mean alone."""
     check_unit(unit)
     heads = ("min", "p50", "p99", "p99.9", "max", "mean")
     width = max([len("floor"), *map(len, results)])
@@ -153,6 +154,14 @@ def format_table(results: Mapping[str, Percentiles | str], unit: str = "us") -> 
         clock = FLOORS[name].clock if name in FLOORS else "-"
         if isinstance(r, str):
             lines.append(f"{name:<{width}} {clock:<5} {'-':>8} not measured: {r}")
+            continue
+        if isinstance(r, Mean):
+            m = r.to(unit)
+            lines.append(
+                f"{name:<{width}} {clock:<5} {m.count:>8} "
+                + " ".join(f"{'-':>9}" for _ in heads[:-1])
+                + f" {m.mean:>9.3f}"
+            )
             continue
         p = r.to(unit)
         cells = (p.min, p.p50, p.p99, p.p999, p.max, p.mean)

@@ -6,7 +6,14 @@ WRITEs and FETCH_ADDs into our NIC, the software ConnectX, which places and ackn
 the serve loop answers with put_signal through it) on the same executor, one request at a time,
 a row for each doorbell mode asked for (``nic_handler``: one of doca.nic_handler's values, or
 ``all``: CPU proxy, GPU_SM_DB and BlueFlame side by side), next to the Ethernet mode's and the
-same run's floor.
+same run's floor. Each row has its request's landing (``landed_us``: the peer sends, our NIC's
+ATOMIC ACKNOWLEDGE is back) and, beside it, its doorbell's own floor, "put_signal <mode>
+(mean)": on the cuda executor a kernel posts put_signals through GPUNetIO's device API for that
+NIC handler, one at a time, each waited for by its CQ poll, in a Verbs loopback of its own with
+no serve loop (the doorbell, the software ConnectX, the peer's ACK: no request, no handler).
+That kernel times its whole run only, so the row is a mean (total / count), read against the
+loop's p50 ("echo verbs <mode> p50 / put_signal <mode> mean"). The cpu executor has no such
+kernel: the row gives the reason.
 
 Round trips are timed by the far end (where a request starts and its reply
 ends): the host clock for a CPU far end, %globaltimer for a GPU one. Each
@@ -56,6 +63,7 @@ import numpy as np
 from roce_transceiver.bench.floors import Percentiles, format_table, measure_floors
 from roce_transceiver.bench.machine import machine_info
 from roce_transceiver.config import cuda_warps
+from roce_transceiver.stats import Mean
 from roce_transceiver.transceiver import RoundTrip, Transceiver
 
 __all__ = ["run_qec", "run_roundtrip"]
@@ -94,6 +102,19 @@ def _loop_dict(rt: RoundTrip) -> dict[str, Any]:
         "messages_per_s": rt.messages_per_s,
         "status": rt.status,
         "per_queue": list(rt.per_queue),
+        **_far_end_own(rt),
+    }
+
+
+def _far_end_own(rt: RoundTrip) -> dict[str, float]:
+    """The far end's own part, a request's and a reply's (us, its clock): building and
+    publishing the request, inside the round trip, and checking the reply, after it. Empty for
+    a loop whose far end does not time them (Verbs mode's requester)."""
+    if not (rt.sent and rt.received and rt.send_ns):
+        return {}
+    return {
+        "far_end_send_us": rt.send_ns / rt.sent / 1e3,
+        "far_end_check_us": rt.check_ns / rt.received / 1e3,
     }
 
 
@@ -106,12 +127,20 @@ def _report(
     json_path: str | None,
     out: TextIO,
     records_ok: bool = True,
+    beside: dict[str, dict[str, Mean | str]] | None = None,
 ) -> dict[str, Any]:
     """The table (every loop, then the floors), ratios to the reference floor, JSON. The first
     loop is the benchmark's own; its figures are the top-level keys of the JSON. ``all_done``
-    (the exit status): every loop complete and right, and ``records_ok``."""
+    (the exit status): every loop complete and right, and ``records_ok``. ``beside``: a loop's
+    own floors, by loop name (rows under it; a Mean is read against its p50: "<loop> p50 /
+    <row without '(mean)'> mean")."""
+    beside = beside or {}
     rows: dict[str, Percentiles | str] = {name: _loop_row(rt) for name, rt in loops.items()}
-    print(format_table({**rows, **floors}, "us"), file=out)
+    table: dict[str, Percentiles | Mean | str] = {}
+    for name, row in rows.items():
+        table[name] = row
+        table.update(beside.get(name, {}))
+    print(format_table({**table, **floors}, "us"), file=out)
     ref = _reference_floor(executor, far_end)
     ratios: dict[str, float] = {}
     for name, row in rows.items():
@@ -122,6 +151,10 @@ def _report(
         launch = floors.get("launch_per_message")
         if isinstance(launch, Percentiles):
             ratios[f"launch_per_message p50 / {name} p50"] = launch.p50 / row.p50
+        for own, floor in beside.get(name, {}).items():
+            if isinstance(floor, Mean):
+                mean = own.removesuffix(" (mean)")
+                ratios[f"{name} p50 / {mean} mean"] = row.to(floor.unit).p50 / floor.mean
     for k, v in ratios.items():
         print(f"  {k}: {v:.2f}", file=out)
     for name, rt in loops.items():
@@ -147,11 +180,28 @@ def _report(
         and all(rt.status == "done" and rt.wrong == 0 for rt in loops.values()),
         "machine": machine_info(),
     }
+    for name, rt in loops.items():
+        own_part = _far_end_own(rt)
+        row = rows[name]
+        if own_part and isinstance(row, Percentiles):
+            send = own_part["far_end_send_us"]
+            print(
+                f"  {name}: the far end's own part: {send:.2f} us a request to build and "
+                f"publish (of the p50 {row.to('us').p50:.2f} us; the rest is the loop's), "
+                f"{own_part['far_end_check_us']:.2f} us a reply to check (after its round trip)",
+                file=out,
+            )
     for name, row in rows.items():
         if isinstance(row, Percentiles):
             p = row.to("us")
+            own = "".join(
+                f"; {floor.removesuffix(' (mean)')} floor {m.to('us').mean:.2f} us (mean of "
+                f"{m.count})"
+                for floor, m in beside.get(name, {}).items()
+                if isinstance(m, Mean)
+            )
             print(
-                f"{name}: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us over {p.count} round trips",
+                f"{name}: p50 {p.p50:.2f} us, p99 {p.p99:.2f} us over {p.count} round trips{own}",
                 file=out,
             )
     if json_path:
@@ -184,16 +234,65 @@ def _verbs_loops(
     out: TextIO,
     nic_handler: str,
     **kwargs: Any,
-) -> tuple[dict[str, RoundTrip], dict[str, Any]]:
-    """The loop in Verbs mode, a row per doorbell mode ("<handler> verbs <nic handler>")."""
+) -> tuple[dict[str, RoundTrip], dict[str, Any], dict[str, dict[str, Mean | str]]]:
+    """The loop in Verbs mode, a row per doorbell mode ("<handler> verbs <nic handler>"), each
+    with its put_signal floor beside it ("put_signal <nic handler> (mean)")."""
     loops: dict[str, RoundTrip] = {}
     stats: dict[str, Any] = {}
+    beside: dict[str, dict[str, Mean | str]] = {}
     for nh in _nic_handlers(nic_handler, executor, out):
         print(f"verbs mode, NIC handler {nh}:", file=out)
-        loops[f"{handler} verbs {nh}"], stats[nh] = _verbs_loop(
+        name = f"{handler} verbs {nh}"
+        loops[name], stats[nh] = _verbs_loop(
             executor, handler, count, out, nic_handler=nh, **kwargs
         )
-    return loops, stats
+        beside[name] = {f"put_signal {nh} (mean)": stats[nh].pop("put_signal_row")}
+    return loops, stats, beside
+
+
+#: put_signals of the doorbell's floor: a warm-up (the kernel's load, first faults), then at
+#: most this many measured.
+PUT_SIGNAL_WARMUP = 100
+PUT_SIGNAL_COUNT = 2000
+
+
+def _put_signal_floor(
+    executor: str, nic_handler: str, count: int, size: int, out: TextIO
+) -> tuple[Mean | str, dict[str, Any]]:
+    """The doorbell's floor for ``nic_handler``: ``count`` put_signals of ``size`` bytes (the
+    reply's, header included) from a device-API kernel, in a Verbs loopback of its own with
+    no serve loop (the loop's peer keeps its signal counts); the mean, or why not."""
+    from roce_transceiver.verbs_mode import PUT_SIGNALS_NEED_CUDA, VerbsLoopback, VerbsModeError
+
+    what = {"count": count, "warmup": PUT_SIGNAL_WARMUP, "bytes": size}
+    row: Mean | str
+    if executor != "cuda":
+        row = PUT_SIGNALS_NEED_CUDA
+    else:
+        try:
+            with VerbsLoopback(executor="cuda", nic_handler=nic_handler, serve=False) as v:
+                v.put_signals(PUT_SIGNAL_WARMUP, size)
+                r = v.put_signals(count, size, timeout=max(10.0, count * 1e-3))
+            what.update(r, port=v.stats()["port"])
+            if r["timed_out"] or r["errors"] or r["completed"] != count:
+                row = f"{r['completed']} of {count} put_signals completed, {r['errors']} errors" + (
+                    ", timed out" if r["timed_out"] else ""
+                )
+            else:
+                row = Mean(r["elapsed_ns"] / count, count, "ns")
+        except VerbsModeError as e:
+            row = str(e)
+    if isinstance(row, Mean):
+        print(
+            f"verbs mode: put_signal floor {nic_handler}: {row.to('us').mean:.2f} us a "
+            "put_signal (doorbell + software ConnectX + peer ACK, no handler; the mean of "
+            f"{count}, timed in total)",
+            file=out,
+        )
+    else:
+        print(f"verbs mode: put_signal floor {nic_handler}: not measured: {row}", file=out)
+    what["floor_us"] = row.to("us").mean if isinstance(row, Mean) else row
+    return row, what
 
 
 def _verbs_loop(
@@ -207,8 +306,9 @@ def _verbs_loop(
     distance: int = 3,
     nic_handler: str = "auto",
 ) -> tuple[RoundTrip, dict[str, Any]]:
-    """The same loop in Verbs mode, one request at a time (a warm-up run first)."""
-    from roce_transceiver.verbs_mode import VerbsLoopback
+    """The same loop in Verbs mode, one request at a time (a warm-up run first), then its
+    doorbell's floor (``put_signal_floor_us``, a mean or why not; ``put_signal_row`` the row)."""
+    from roce_transceiver.verbs_mode import SLOT_HEADER_BYTES, VerbsLoopback
 
     with VerbsLoopback(handler, executor=executor, distance=distance, nic_handler=nic_handler) as v:
         print(f"verbs mode: {v.executor_reason}", file=out)
@@ -234,6 +334,13 @@ def _verbs_loop(
         f"{port['atomics']} atomics, {port['naks_sent']} NAKs",
         file=out,
     )
+    # After the loop's loopback has stopped: a kernel's load waits for a running kernel.
+    reply = len(expected[0]) if expected else len(payloads[0]) if payloads else size
+    row, stats["put_signal"] = _put_signal_floor(
+        executor, nic_handler, min(count, PUT_SIGNAL_COUNT), SLOT_HEADER_BYTES + reply, out
+    )
+    stats["put_signal_floor_us"] = stats["put_signal"].pop("floor_us")
+    stats["put_signal_row"] = row
     return rt, stats
 
 
@@ -280,6 +387,8 @@ def _join(parts: list[RoundTrip]) -> RoundTrip:
         dropped=sum(r.dropped for r in parts),
         max_lag_ns=max(r.max_lag_ns for r in parts),
         slow_checks=sum(r.slow_checks for r in parts),
+        send_ns=sum(r.send_ns for r in parts),
+        check_ns=sum(r.check_ns for r in parts),
     )
 
 
@@ -424,14 +533,17 @@ def run_roundtrip(
         extra["custom"] = _custom_against_echo(
             {**config, "executor": used}, custom, repeats, rt, count, size, loops, out
         )
+    beside: dict[str, dict[str, Mean | str]] = {}
     if mode == "verbs":
-        verbs, extra["verbs"] = _verbs_loops(used, "echo", count, out, nic_handler, size=size)
+        verbs, extra["verbs"], beside = _verbs_loops(
+            used, "echo", count, out, nic_handler, size=size
+        )
         loops.update(verbs)
     floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=size)
     # Complete and right includes every completion record.
     checks = extra.get("completions", {}).get("loops", {})
     records_ok = all(c["records_ok"] for c in checks.values())
-    return _report(loops, floors, used, far_end, extra, json_path, out, records_ok)
+    return _report(loops, floors, used, far_end, extra, json_path, out, records_ok, beside)
 
 
 def _plain_loop(config: dict[str, Any], count: int, size: int) -> RoundTrip:
@@ -609,8 +721,9 @@ def run_qec(
             file=out,
         )
     loops = {"qec": rt}
+    beside: dict[str, dict[str, Mean | str]] = {}
     if mode == "verbs":  # one syndrome at a time: Verbs mode's loop here is a ping-pong
-        verbs, extra["verbs"] = _verbs_loops(
+        verbs, extra["verbs"], beside = _verbs_loops(
             used,
             "qec",
             count,
@@ -622,7 +735,7 @@ def run_qec(
         )
         loops.update(verbs)
     floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=len(requests[0]))
-    return _report(loops, floors, used, far_end, extra, json_path, out)
+    return _report(loops, floors, used, far_end, extra, json_path, out, beside=beside)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -314,7 +314,9 @@ def _loop_options(p: argparse.ArgumentParser) -> None:
         choices=("ethernet", "verbs"),
         default="ethernet",
         help="verbs: also run the loop in Verbs mode (one-sided WRITE + FETCH_ADD in, "
-        "put_signal out, through the software ConnectX) and print both",
+        "put_signal out, through the software ConnectX) and print both; each doorbell mode's "
+        "row has its put_signal floor beside it (cuda executor: a kernel's put_signals alone, "
+        "no handler; a mean, as that kernel times only its whole run)",
     )
     p.add_argument(
         "--nic-handler",
