@@ -10,15 +10,22 @@ file and line for YAML.
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 import re
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Policies that live with their owners, importable from here as before: the custom.params
+# packer, cuda.warps' auto, socket.rx_path's auto.
+from roce_transceiver.cuda_warps import AUTO_FRAMES_WARPS as AUTO_FRAMES_WARPS
+from roce_transceiver.cuda_warps import cuda_warps as cuda_warps
+from roce_transceiver.custom_params import MAX_CUSTOM_PARAMS as MAX_CUSTOM_PARAMS
+from roce_transceiver.custom_params import ParamsError as ParamsError
+from roce_transceiver.custom_params import check as _custom_params
+from roce_transceiver.custom_params import custom_params_bytes as custom_params_bytes
+from roce_transceiver.custom_params import pack_params as pack_params
 from roce_transceiver.schema import (
     MAX_DEPTH,
     MAX_EXPANDED,
@@ -34,6 +41,7 @@ from roce_transceiver.schema import (
     validate,
     with_overrides,
 )
+from roce_transceiver.socket_rx import rx_path as rx_path
 
 __all__ = [
     "BY_PYTHON",
@@ -118,140 +126,6 @@ def _regions(v: list[Any]) -> str | None:
             return f"entry {i}: rkey {r['rkey']:#x} is used twice"
         rkeys.add(r["rkey"])
     return None
-
-
-#: custom.params at most: constant data for every call, not a table (a table goes in the source).
-MAX_CUSTOM_PARAMS = 4096
-
-_MEMBER_NAME = re.compile(r"[A-Za-z_]\w*")
-_INT32, _UINT32 = (-(2**31), 2**31 - 1), (0, 2**32 - 1)
-
-
-class ParamsError(ValueError):
-    """A member of a custom.params mapping that cannot be packed: ``member`` is its place under
-    custom.params (``threshold``, ``weights[2]``), the message what is wrong."""
-
-    def __init__(self, member: str, message: str) -> None:
-        super().__init__(f"{member}: {message}")
-        self.member, self.message = member, message
-
-
-def _kind(v: Any) -> str:
-    """What a value is, for messages: 'an int', 'a float', 'a boolean', 'a list' ..."""
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, Mapping):
-        return "a mapping"
-    name = {int: "int", float: "float", str: "string", list: "list", tuple: "list"}.get(
-        type(v), type(v).__name__
-    )
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
-
-
-def _pack_scalar(v: Any, member: str) -> bytes:
-    """One 4-byte little-endian member: an int as int32 (uint32 above int32's range), a float
-    as float32."""
-    if isinstance(v, bool):
-        raise ParamsError(member, f"{v!r} is a boolean: write 0 or 1 (an int32)")
-    if isinstance(v, int):
-        if _INT32[0] <= v <= _INT32[1]:
-            return struct.pack("<i", v)
-        if _UINT32[0] <= v <= _UINT32[1]:
-            return struct.pack("<I", v)
-        raise ParamsError(member, f"{quote(v)} fits neither int32 nor uint32 (members are 4 bytes)")
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise ParamsError(member, f"{v!r}: must be a finite number")
-        try:
-            return struct.pack("<f", v)
-        except OverflowError:
-            raise ParamsError(member, f"{v!r} is outside float32's range") from None
-    if isinstance(v, str):
-        try:
-            float(v)
-        except ValueError:
-            hint = ""
-        else:  # YAML 1.1 reads 1e3 (no dot) as a string
-            hint = f" (YAML reads {v} as one: write it with a dot, e.g. 1.0e3)"
-        raise ParamsError(member, f"{quote(v)} is a string{hint}: members are ints or floats")
-    if isinstance(v, Mapping):
-        raise ParamsError(member, "a nested mapping: members are ints, floats or lists of them")
-    if v is None:
-        raise ParamsError(member, "null: a member needs a value, an int or a float")
-    raise ParamsError(member, f"{quote(v)} is {_kind(v)}: members are ints or floats")
-
-
-def _pack_member(v: Any, member: str) -> bytes:
-    """A scalar member, or a list of ints / of floats as a contiguous array of them."""
-    if not isinstance(v, (list, tuple)):
-        return _pack_scalar(v, member)
-    if not v:
-        raise ParamsError(member, "an empty list: an array needs at least one value")
-    out = bytearray()
-    for i, item in enumerate(v):
-        if isinstance(item, (list, tuple, Mapping)):
-            raise ParamsError(
-                f"{member}[{i}]", f"{_kind(item)} in a list: an array holds ints or floats"
-            )
-        if i and (type(item) is not type(v[0])) and not isinstance(item, bool):
-            raise ParamsError(
-                f"{member}[{i}]",
-                f"{quote(item)} is {_kind(item)}, [0] {_kind(v[0])}: a list is all ints "
-                "(int32) or all floats (float32)",
-            )
-        out += _pack_scalar(item, f"{member}[{i}]")
-    return bytes(out)
-
-
-def pack_params(mapping: Mapping[str, Any]) -> bytes:
-    """custom.params as a mapping: a C struct of its members in the order written, each 4
-    bytes little-endian (no padding): an int is an int32 (a uint32 above int32's range), a
-    float a float32, a list of ints or of floats an array of them. ParamsError names the
-    member."""
-    out = bytearray()
-    for name, value in mapping.items():
-        if not isinstance(name, str) or _MEMBER_NAME.fullmatch(name) is None:
-            raise ParamsError(_key_name(name), "not a member name (a C identifier)")
-        out += _pack_member(value, name)
-    return bytes(out)
-
-
-def _key_name(name: Any) -> str:
-    return name if isinstance(name, str) and name.isprintable() and len(name) <= 60 else quote(name)
-
-
-def custom_params_bytes(v: Any) -> bytes:
-    """custom.params as the bytes the handler gets: a list of byte values, a string of hex
-    digits (whitespace ignored), a mapping packed as a C struct (pack_params) or, from Python,
-    bytes. ValueError (ParamsError for a mapping's member) says what is wrong."""
-    if isinstance(v, (bytes, bytearray)):
-        return bytes(v)
-    if isinstance(v, Mapping):
-        return pack_params(v)
-    if isinstance(v, str):
-        digits = "".join(v.split())
-        try:
-            return bytes.fromhex(digits)
-        except ValueError:
-            raise ValueError("not hex digits (two a byte, e.g. '03' or 'e8 03')") from None
-    out = bytearray()
-    for i, b in enumerate(v):
-        if not isinstance(b, int) or isinstance(b, bool) or not 0 <= b <= 255:
-            raise ValueError(f"entry {i}: {quote(b)} is not a byte value (0 to 255)")
-        out.append(b)
-    return bytes(out)
-
-
-def _custom_params(v: Any) -> str | None:
-    """byte values, hex digits, or a mapping of 4-byte members (docs/handlers.md); at most
-    4096 bytes."""
-    if isinstance(v, Mapping):
-        return None  # _check_together packs it, naming the member and its line
-    try:
-        n = len(custom_params_bytes(v))
-    except ValueError as e:
-        return str(e)
-    return f"{n} bytes, at most {MAX_CUSTOM_PARAMS}" if n > MAX_CUSTOM_PARAMS else None
 
 
 def allowed_cores() -> set[int]:
@@ -905,46 +779,17 @@ def _mac_bytes(mac: str) -> bytes:
     return bytes(int(p, 16) for p in mac.replace("-", ":").split(":"))
 
 
-def _resolved_mac(cfg: dict[str, Any], side: str) -> bytes:
-    """``side``'s MAC, with ``auto`` looked up on the socket NIC's interface."""
-    from roce_transceiver.netinfo import NetInfoError, interface_mac, neighbour_mac
-
+def _mac_of(cfg: dict[str, Any], side: str) -> bytes:
+    """``side``'s MAC. ``auto`` is looked up before the translation (the kernel's tables:
+    netinfo.with_resolved_macs, which Transceiver calls), never while translating."""
     mac = cfg[side]["mac"]
-    if mac != "auto":
-        return _mac_bytes(mac)
-    interface = cfg["socket"]["interface"]
-    try:
-        if side == "local":
-            return _mac_bytes(interface_mac(interface))
-        return _mac_bytes(neighbour_mac(cfg["peer"]["ip"], interface))
-    except NetInfoError as e:
-        raise ConfigError(str(e), key=f"{side}.mac") from None
-
-
-# Handlers that only take: on UC nothing is sent back, so no one waits on a frame's delivery.
-_ONE_WAY_HANDLERS = ("frames", "sink")
-
-
-def rx_path(cfg: dict[str, Any]) -> tuple[str, str]:
-    """socket.rx_path as the socket NIC takes it (auto: the ring, else recvmmsg; mmap;
-    recvmmsg), and why. The ring (TPACKET_V3) hands frames over a block at a time: once the
-    block is full, or when the kernel's 1 ms block timer next fires; a request, or a packet
-    whose ACK the sender's window waits for, would wait up to that long, so auto keeps the
-    ring for streams that nothing answers."""
-    sock, handler, transport = cfg["socket"], cfg["handler"], cfg["qp"]["transport"]
-    asked = sock["rx_path"]
-    if asked != "auto":
-        return asked, f"socket.rx_path: {asked}"
-    if sock["mode"] != "packet":
-        return "recvmmsg", "udp mode receives with recvmmsg"
-    if handler in _ONE_WAY_HANDLERS and transport == "UC":
-        return "auto", f"auto: a one-way stream (handler {handler}, UC): the ring"
-    why = (
-        f"the {handler} handler answers each message"
-        if handler not in _ONE_WAY_HANDLERS
-        else "RC acknowledges what arrives, and the sender's window waits for it"
-    )
-    return "recvmmsg", f"auto: {why}; the ring would hold a lone frame up to 1 ms: recvmmsg"
+    if mac == "auto":
+        raise ConfigError(
+            "auto: look it up first (netinfo.with_resolved_macs: the interface's own address, "
+            "or the peer's neighbour entry)",
+            key=f"{side}.mac",
+        )
+    return _mac_bytes(mac)
 
 
 # ---------------------------------------------------------------- what reaches the engine
@@ -1023,27 +868,15 @@ def _core_regions(cfg: dict[str, Any]) -> list[tuple[int, int, int]]:
     return out
 
 
-#: The crew of warps for the frames handler's streams, when cuda.warps is auto.
-AUTO_FRAMES_WARPS = 8
-
-
-def cuda_warps(cfg: dict[str, Any]) -> int:
-    """cuda.warps as the cuda executor takes it (0, auto: a crew for the frames handler)."""
-    asked = int(cfg["cuda"]["warps"])
-    if asked:
-        return asked
-    return AUTO_FRAMES_WARPS if cfg["handler"] == "frames" else 1
-
-
 #: What rx_path() decides from.
 _RX_PATH_READS = ("socket.rx_path", "socket.mode", "handler", "qp.transport")
 
 #: Core keys computed from several schema keys or resolved by the Transceiver: core key ->
-#: how. (``local.mac: auto`` also reads socket.interface, and peer.ip for ``peer.mac``.)
+#: how. (``auto`` MACs are looked up before: netinfo.with_resolved_macs.)
 COMPUTED: dict[str, Computed] = {
     "executor": Computed((), lambda cfg, executor, blob: executor),
-    "local_mac": Computed(("local.mac",), lambda cfg, ex, blob: _resolved_mac(cfg, "local")),
-    "peer_mac": Computed(("peer.mac",), lambda cfg, ex, blob: _resolved_mac(cfg, "peer")),
+    "local_mac": Computed(("local.mac",), lambda cfg, ex, blob: _mac_of(cfg, "local")),
+    "peer_mac": Computed(("peer.mac",), lambda cfg, ex, blob: _mac_of(cfg, "peer")),
     "ip_version": Computed(("local.ip",), lambda cfg, ex, blob: _address(cfg, "local").version),
     "local_ip": Computed(("local.ip",), lambda cfg, ex, blob: _address(cfg, "local").packed),
     "peer_ip": Computed(("peer.ip",), lambda cfg, ex, blob: _address(cfg, "peer").packed),

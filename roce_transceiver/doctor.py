@@ -490,7 +490,7 @@ def check_mtu(name: str, m: Machine, cfg: Config) -> Check:
 
 
 def _uses_ring(cfg: Mapping[str, Any]) -> bool:
-    from roce_transceiver.config import rx_path
+    from roce_transceiver.socket_rx import rx_path
 
     return rx_path(dict(cfg))[0] in ("auto", "mmap")
 

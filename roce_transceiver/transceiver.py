@@ -25,6 +25,8 @@ from roce_transceiver import _core
 from roce_transceiver._checks import check_buffers, check_int, check_real
 from roce_transceiver.config import core_config, load_config
 from roce_transceiver.frames import Frame
+from roce_transceiver.netinfo import NetInfoError, with_resolved_macs
+from roce_transceiver.schema import ConfigError
 from roce_transceiver.stats import Percentiles
 
 __all__ = ["Completion", "RoundTrip", "Transceiver", "TransceiverError", "pick_executor"]
@@ -250,7 +252,11 @@ class Transceiver:
             from roce_transceiver.qec import engine_table
 
             qec_blob = engine_table(self.config["qec"]["distance"])
-        core = core_config(self.config, self.executor, qec_blob)
+        try:
+            resolved = with_resolved_macs(self.config)
+        except NetInfoError as e:
+            raise ConfigError(str(e), key=f"{e.side}.mac") from None
+        core = core_config(resolved, self.executor, qec_blob)
         if core["handler"] == "custom" or core["frames_statistic"]:
             core.update(_build_custom(self.config, self.executor))
         try:

@@ -122,7 +122,8 @@ def _custom_serve_keys(custom: Mapping[str, Any], executor: str) -> dict[str, An
     transceiver's): its shared object, state and parameters. The cpu executor's serve loop runs
     it; the cuda executor's serve kernel is built in (docs/verbs_mode.md)."""
     from roce_transceiver import custom_handler as ch
-    from roce_transceiver.config import custom_params_bytes, load_config
+    from roce_transceiver.config import load_config
+    from roce_transceiver.custom_params import custom_params_bytes
     from roce_transceiver.schema import ConfigError
     from roce_transceiver.transceiver import custom_source
 

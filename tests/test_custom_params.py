@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 from engine_helpers import running
 
-from roce_transceiver.config import MAX_CUSTOM_PARAMS, custom_params_bytes, load_config
+from roce_transceiver.config import load_config
+from roce_transceiver.custom_params import MAX_CUSTOM_PARAMS, custom_params_bytes
 from roce_transceiver.schema import ConfigError
 from roce_transceiver.transceiver import Transceiver
 

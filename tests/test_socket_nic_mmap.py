@@ -44,9 +44,9 @@ from engine_helpers import wait_counters
 
 from roce_transceiver import _core, netns
 from roce_transceiver.config import ConfigError, load_config
-from roce_transceiver.config import rx_path as rx_path_rule
 from roce_transceiver.pcap import read_pcap
 from roce_transceiver.protocol import build, parse
+from roce_transceiver.socket_rx import rx_path as rx_path_rule
 from roce_transceiver.transceiver import Transceiver, TransceiverError
 
 OURS_IP, PEER_IP = "10.78.0.1", "10.78.0.2"

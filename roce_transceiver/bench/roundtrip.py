@@ -62,7 +62,7 @@ import numpy as np
 
 from roce_transceiver.bench.floors import Percentiles, format_table, measure_floors
 from roce_transceiver.bench.machine import machine_info
-from roce_transceiver.config import cuda_warps
+from roce_transceiver.cuda_warps import cuda_warps
 from roce_transceiver.stats import Mean
 from roce_transceiver.transceiver import RoundTrip, Transceiver
 
