@@ -44,8 +44,8 @@ from roce_transceiver.transceiver import (
     RoundTrip,
     Transceiver,
     TransceiverError,
+    check_roundtrip,
     pick_executor,
-    request_payloads,
 )
 
 __all__ = [
@@ -454,7 +454,12 @@ class VerbsLoopback:
         timeout: float = 10.0,
     ) -> RoundTrip:
         """``count`` requests, one at a time (``size`` bytes, or ``payloads`` in turn); each reply
-        must equal ``expected`` (in the same turn) or, without it, echo its request."""
+        must equal ``expected`` (in the same turn) or, without it, echo its request. The
+        arguments are checked as Transceiver.roundtrip() checks them (check_roundtrip); a
+        request that does not fit a slot is refused before it is sent."""
+        count, timeout, payloads, expected = check_roundtrip(
+            "roundtrip()", count, size, payloads, expected, timeout, MAX_SLOT_BYTES
+        )
         if not self._serve:
             raise VerbsModeError("roundtrip(): no serve loop (serve=False: put_signals() only)")
         if self._server is None or self._final is not None:
@@ -462,7 +467,6 @@ class VerbsLoopback:
         state = self._server.stats()["state"]
         if state != "running":
             raise VerbsModeError(f"roundtrip(): the serve loop has ended ({state})")
-        payloads = request_payloads(size, payloads, expected)
         params: dict[str, Any] = {
             "payloads": b"".join(payloads),
             "payload_len": len(payloads[0]),

@@ -25,7 +25,7 @@ from roce_transceiver.cli import main as cli_main
 from roce_transceiver.protocol import build, parse
 from roce_transceiver.qec import random_syndromes
 from roce_transceiver.stats import Mean
-from roce_transceiver.transceiver import TransceiverError
+from roce_transceiver.transceiver import Transceiver, TransceiverError
 from roce_transceiver.verbs_mode import (
     OURS_QPN,
     PUT_SIGNALS_NEED_CUDA,
@@ -484,3 +484,25 @@ def test_gpu_across_a_veth_pair(tmp_path, handler):
     if keep:
         shutil.copy(capture, keep)
     assert_capture_is_the_exchange(capture, 200)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"count": 0}, ValueError, "roundtrip\\(\\): count=0"),
+        ({"count": 2**32}, ValueError, "roundtrip\\(\\): count="),
+        ({"size": 0}, ValueError, "roundtrip\\(\\): size=0"),
+        ({"timeout": -1.0}, ValueError, "roundtrip\\(\\): timeout=-1.0"),
+        ({"count": "3"}, TypeError, "count"),
+        ({"payloads": ["ab"]}, TypeError, "payloads"),
+        ({"payloads": [b"ab", b"abc"]}, TransceiverError, "payloads must be non-empty and of one"),
+    ],
+)
+def test_roundtrip_arguments_are_checked_as_the_transceivers_are(kwargs, error, message):
+    """Verbs mode's roundtrip() and the Transceiver's check their common arguments one way
+    (transceiver.check_roundtrip): the same bad value is the same error from both."""
+    with VerbsLoopback("echo", executor="cpu") as v, Transceiver({"executor": "cpu"}) as t:
+        for loop in (v, t):
+            with pytest.raises(error, match=message):
+                loop.roundtrip(**{"count": 1, **kwargs})
+        assert v.roundtrip(2, 8).received == 2  # nothing was sent: the loop goes on
