@@ -59,16 +59,10 @@ TxRing tx_ring(uint8_t* base, const RingLayout& l, uint32_t log2_depth, uint32_t
 
 Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   const TransceiverConfig& c = cfg_;
-  if (c.executor != "cpu" && c.executor != "cuda")
-    throw std::invalid_argument("executor='" + c.executor + "': must be 'cpu' or 'cuda'");
-  if (c.far_end != "cpu" && c.far_end != "gpu")
-    throw std::invalid_argument("far_end='" + c.far_end + "': must be 'cpu' or 'gpu'");
-  on_gpu_ = c.executor == "cuda";
-  if (c.far_end == "gpu" && !on_gpu_)
+  on_gpu_ = c.executor == ExecutorKind::kCuda;
+  if (c.far_end == FarEndPlace::kGpu && !on_gpu_)
     throw std::invalid_argument("far_end='gpu' needs executor='cuda'");
-  if (c.nic != "loopback" && c.nic != "socket")
-    throw std::invalid_argument("nic='" + c.nic + "': must be 'loopback' or 'socket'");
-  if (c.nic == "socket" && c.far_end != "cpu")
+  if (c.nic == NicKind::kSocket && c.far_end != FarEndPlace::kCpu)
     throw std::invalid_argument(
         "nic='socket' with far_end='gpu': the socket NIC is a CPU thread, its rings sit in "
         "host memory (far_end='cpu')");
@@ -85,7 +79,7 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
     throw std::invalid_argument(std::string(custom_what) +
                                 " on executor 'cuda' needs the engine's kernels compiled with it "
                                 "(custom_kernel_image): Transceiver builds them with NVRTC");
-  wire_device_ = c.far_end == "gpu";
+  wire_device_ = c.far_end == FarEndPlace::kGpu;
   std::string why;
   if (on_gpu_ && !cuda_usable(&why))
     throw std::runtime_error("executor='cuda' cannot run here: " + why);
@@ -115,9 +109,7 @@ Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
   if (c.queues < 1 || c.queues > kMaxQueues)
     throw std::invalid_argument("queues=" + std::to_string(c.queues) + ": must be 1 to " +
                                 std::to_string(kMaxQueues));
-  if (c.steer != "qp" && c.steer != "udp_sport")
-    throw std::invalid_argument("steer='" + c.steer + "': must be 'qp' or 'udp_sport'");
-  steering_ = Steering{c.queues, c.steer == "qp" ? SteerBy::kQp : SteerBy::kUdpSport, c.qp.qpn};
+  steering_ = Steering{c.queues, c.steer, c.qp.qpn};
   if (steering_.by == SteerBy::kQp && (uint64_t(c.qp.qpn) + c.queues - 1 > kQpnMask ||
                                        uint64_t(c.qp.peer_qpn) + c.queues - 1 > kQpnMask))
     throw std::invalid_argument("queues=" + std::to_string(c.queues) +
@@ -321,7 +313,7 @@ void Transceiver::start() {
     state_.write(q * sizeof st, &st, sizeof st);
     descs.push_back(queues_[q].desc);
   }
-  if (cfg_.nic == "socket") {  // sockets first: a failure leaves nothing running
+  if (cfg_.nic == NicKind::kSocket) {  // sockets first: a failure leaves nothing running
     SocketNicConfig nc = cfg_.socket;
     nc.addresses = cfg_.local;
     std::vector<NicQueue> rings;
@@ -486,9 +478,10 @@ SocketNicInfo Transceiver::nic_info() const {
 }
 
 void Transceiver::require_loopback(const char* what) const {
-  if (cfg_.nic != "loopback")
-    throw std::logic_error(std::string(what) + ": the wire is the socket NIC (nic='" + cfg_.nic +
-                           "'); this call drives the loopback wire only");
+  if (cfg_.nic != NicKind::kLoopback)
+    throw std::logic_error(std::string(what) +
+                           ": the wire is the socket NIC (nic='socket'); this call drives the "
+                           "loopback wire only");
 }
 
 void Transceiver::require_open(const char* what) const {

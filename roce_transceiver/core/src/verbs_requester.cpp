@@ -64,7 +64,7 @@ VerbsRequestRun run_verbs_requests(Wire& to_ours, Transceiver& peer, const Verbs
   const uint64_t* signal =
       reinterpret_cast<const uint64_t*>(peer.region_data(p.peer_signal_region));
   const uint8_t* ring = peer.region_data(p.peer_ring_region);
-  if (peer.config().executor != "cpu")
+  if (peer.config().executor != ExecutorKind::kCpu)
     throw std::invalid_argument("Verbs requester: the peer must run on the cpu executor");
 
   VerbsRequestRun out;

@@ -31,14 +31,20 @@ struct RegionConfig {
   uint32_t length = 0;
 };
 
+// What runs the engines, where the loopback's far end runs, what carries the frames: the
+// configuration's names for them are the *KeyNames below, in the enums' order.
+enum class ExecutorKind : uint8_t { kCpu, kCuda };
+enum class FarEndPlace : uint8_t { kCpu, kGpu };  // kGpu: the cuda executor only
+enum class NicKind : uint8_t { kLoopback, kSocket };
+
 struct TransceiverConfig {
-  std::string executor = "cpu";  // "cpu" | "cuda"
-  std::string far_end = "cpu";   // where the loopback's far end runs: "cpu" | "gpu" (cuda only)
-  std::string nic = "loopback";  // "loopback" | "socket" (socket_nic.h)
-  SocketNicConfig socket;        // nic "socket" only; its addresses and QP are filled in
-  uint32_t queues = 1;           // rx/tx ring pairs, an engine each (steering.h)
-  std::string steer = "qp";      // how packets pick a queue: "qp" | "udp_sport"
-  uint32_t rx_depth = 256;       // powers of two, per queue
+  ExecutorKind executor = ExecutorKind::kCpu;
+  FarEndPlace far_end = FarEndPlace::kCpu;
+  NicKind nic = NicKind::kLoopback;  // kSocket: socket_nic.h
+  SocketNicConfig socket;            // nic "socket" only; its addresses and QP are filled in
+  uint32_t queues = 1;               // rx/tx ring pairs, an engine each (steering.h)
+  SteerBy steer = SteerBy::kQp;      // how packets pick a queue
+  uint32_t rx_depth = 256;           // powers of two, per queue
   uint32_t tx_depth = 256;
   uint32_t slot_bytes = 2048;
   uint32_t host_tx_depth = 64;
@@ -103,6 +109,11 @@ struct NamedKey {  // one of the names: names[i] is E(i)
   NamedKey(E& v, const char* const (&n)[N]) : value(&v), names(n), count(uint32_t(N)) {}
 };
 inline constexpr const char* kTransportKeyNames[] = {"RC", "UC"};  // what a QP of ours can be
+inline constexpr const char* kExecutorKeyNames[] = {"cpu", "cuda"};
+inline constexpr const char* kFarEndKeyNames[] = {"cpu", "gpu"};
+inline constexpr const char* kNicKeyNames[] = {"loopback", "socket"};
+inline constexpr const char* kSteerKeyNames[] = {"qp", "udp_sport"};
+static_assert(uint32_t(SteerBy::kQp) == 0 && uint32_t(SteerBy::kUdpSport) == 1);
 inline constexpr const char* kHandlerKeyNames[] = {"echo", "sink", "qec", "frames", "custom"};
 static_assert(uint32_t(Transport::RC) == 0 && uint32_t(Transport::UC) == 1);
 static_assert(std::size(kHandlerKeyNames) == uint32_t(HandlerKind::kCustom) + 1,
@@ -115,9 +126,9 @@ static_assert(std::size(kHandlerKeyNames) == uint32_t(HandlerKind::kCustom) + 1,
 // ip_version before the addresses it sizes. local.pkey is qp.pkey, set after.
 template <class Visit>
 void for_each_config_key(TransceiverConfig& c, Visit&& key) {
-  key("executor", c.executor);
-  key("far_end", c.far_end);
-  key("nic", c.nic);
+  key("executor", NamedKey<ExecutorKind>(c.executor, kExecutorKeyNames));
+  key("far_end", NamedKey<FarEndPlace>(c.far_end, kFarEndKeyNames));
+  key("nic", NamedKey<NicKind>(c.nic, kNicKeyNames));
   key("socket_mode", c.socket.mode);
   key("socket_interface", c.socket.interface);
   key("socket_capture", c.socket.capture);
@@ -125,7 +136,7 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("socket_rx_path", c.socket.rx_path);
   key("socket_rx_path_reason", c.socket.rx_path_reason);
   key("queues", c.queues);
-  key("steer", c.steer);
+  key("steer", NamedKey<SteerBy>(c.steer, kSteerKeyNames));
   key("rx_depth", c.rx_depth);
   key("tx_depth", c.tx_depth);
   key("slot_bytes", c.slot_bytes);
