@@ -1,0 +1,298 @@
+// The loopback wire as the host drives it (transceiver.h): frames injected onto the queues'
+// rx rings and preloaded there before start, frames collected from their tx rings, and the
+// far end's runs (a thread of ours, or a block of the GPU beside the loop).
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "call_guard.h"
+#include "ring_layout.h"
+#include "rt/host/transceiver.h"
+
+namespace rt::host {
+
+using namespace ring_layout;
+
+bool Transceiver::inject(const uint8_t* frame, size_t len, bool count_drop) {
+  const CallGuard guard(*this, "inject()");
+  require_loopback("inject()");
+  if (wire_device_)
+    throw std::logic_error(
+        "inject(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
+  if (len > cfg_.slot_bytes)
+    throw std::invalid_argument(
+        "inject: a " + std::to_string(len) +
+        "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  HostQueue& q = queues_[steer_frame(steering_, frame, uint32_t(len))];
+  const ProduceResult r =
+      rx_produce<Scope::kSystem>(rx_view(q, false), q.inject_prod, frame, uint32_t(len), now_ns());
+  if (r == ProduceResult::kOk) return true;
+  if (count_drop) count_ring_drop(q);
+  return false;
+}
+
+size_t Transceiver::preload(const std::vector<std::string>& frames) {
+  require_open("preload()");
+  require_loopback("preload()");
+  if (started_) throw std::logic_error("preload(): before start() only");
+  for (const std::string& f : frames)
+    if (f.size() > cfg_.slot_bytes)
+      throw std::invalid_argument(
+          "preload: a " + std::to_string(f.size()) +
+          "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  // Each ring's memory as its engine will find it: an image in host memory, filled by the
+  // producer's own code, then copied in whole.
+  std::vector<std::vector<uint8_t>> images;
+  for (const HostQueue& q : queues_) {
+    images.emplace_back(q.wire.size());
+    q.wire.read(0, images.back().data(), images.back().size());
+  }
+  size_t n = 0;
+  for (const std::string& f : frames) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(f.data());
+    const uint32_t qi = steer_frame(steering_, bytes, uint32_t(f.size()));
+    HostQueue& q = queues_[qi];
+    const RxRing ring =
+        rx_ring(images[qi].data(), desc_views_.rx, desc_views_.rx_log2, cfg_.slot_bytes);
+    if (rx_produce<Scope::kSystem>(ring, q.inject_prod, bytes, uint32_t(f.size()), now_ns()) !=
+        ProduceResult::kOk)
+      break;
+    ++n;
+  }
+  for (uint32_t qi = 0; qi < queues_.size(); ++qi)
+    queues_[qi].wire.write(0, images[qi].data(), images[qi].size());
+  return n;
+}
+
+std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
+  const CallGuard guard(*this, "collect()");
+  require_loopback("collect()");
+  if (wire_device_)
+    throw std::logic_error(
+        "collect(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
+  std::vector<std::vector<uint8_t>> out;
+  for (HostQueue& q : queues_) {
+    const TxRing r = tx_view(q, false);
+    while (out.size() < max) {
+      const TxDesc* d = tx_poll<Scope::kSystem>(r, q.collect_ci);
+      if (!d) break;
+      const uint8_t* slot = r.slot(q.collect_ci);
+      out.emplace_back(slot, slot + d->len);
+      ++q.collect_ci;
+      tx_consume<Scope::kSystem>(r, q.collect_ci);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// A queue's share of a schedule of `count` requests dealt out in turn to `queues` queues.
+uint32_t share_of(uint32_t count, uint32_t queues, uint32_t q) {
+  return count / queues + (q < count % queues ? 1 : 0);
+}
+
+// The queues' results as one: counts added up, the first status that is not "done", the
+// earliest start and latest reply (one clock: the host's, or the GPU's global timer).
+FarEndResult add_up(const std::vector<FarEndResult>& rs) {
+  FarEndResult all{};
+  all.status = uint32_t(FarEndStatus::kDone);
+  uint64_t start = ~uint64_t(0), last = 0;
+  for (const FarEndResult& r : rs) {
+    if (all.status == uint32_t(FarEndStatus::kDone)) all.status = r.status;
+    all.sent += r.sent;
+    all.received += r.received;
+    all.wrong += r.wrong;
+    all.bad_frames += r.bad_frames;
+    all.ring_full += r.ring_full;
+    all.late += r.late;
+    all.dropped += r.dropped;
+    all.matched += r.matched;
+    all.slow_checks += r.slow_checks;
+    all.send_ns += r.send_ns;
+    all.check_ns += r.check_ns;
+    all.max_lag_ns = std::max(all.max_lag_ns, r.max_lag_ns);
+    start = std::min(start, r.start_ns);
+    last = std::max(last, r.last_reply_ns);
+  }
+  all.start_ns = rs.empty() ? 0 : start;
+  all.last_reply_ns = last;
+  all.elapsed_ns = last > all.start_ns ? last - all.start_ns : 0;
+  return all;
+}
+
+// A queue's round trips from its `times` (the first r.matched entries: round trips, and
+// dropped requests in between).
+void append_rtts(std::vector<uint64_t>& out, const uint64_t* times, const FarEndResult& r) {
+  for (uint32_t i = 0; i < r.matched; ++i)
+    if (times[i] != kFarEndDropped) out.push_back(times[i]);
+}
+
+}  // namespace
+
+FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
+  const CallGuard guard(*this, "run_far_end()");
+  const DeviceScope on_device(cfg_.cuda_device);  // a GPU far end runs beside the loop
+  require_loopback("roundtrip()");
+  if (!running()) throw std::logic_error("run_far_end(): start() the transceiver first");
+  if (p.payload_len == 0 || p.payloads.empty() || p.payloads.size() % p.payload_len)
+    throw std::invalid_argument(
+        "far end payloads: need a whole number of payload_len-byte requests");
+  const uint32_t num = uint32_t(p.payloads.size() / p.payload_len);
+  const bool echo = p.expected.empty();
+  if (!echo && p.expected.size() != size_t(num) * p.expected_len)
+    throw std::invalid_argument("far end expected replies: need one per request payload");
+  if (p.count == 0 || p.window == 0)
+    throw std::invalid_argument("far end: count and window must be at least 1");
+  if (p.queues == 0 || p.queues > queues_.size())
+    throw std::invalid_argument("far end: queues=" + std::to_string(p.queues) + ": must be 1 to " +
+                                std::to_string(queues_.size()) + " (queues.count)");
+  if (p.count < p.queues)
+    throw std::invalid_argument(
+        "far end: count=" + std::to_string(p.count) +
+        ": at least one request a queue (queues=" + std::to_string(p.queues) + ")");
+  const bool seq = p.seq_in_payload && echo && p.payload_len >= 4;
+
+  // Queue q's requests: the queue's QP (steered by QP), or a UDP source port the NIC's
+  // steering takes to it (by port: every queue is the one QP).
+  FrameSpec spec;
+  std::memcpy(spec.src_mac, cfg_.local.dst_mac, 6);
+  std::memcpy(spec.dst_mac, cfg_.local.src_mac, 6);
+  spec.ip_version = cfg_.local.ip_version;
+  std::memcpy(spec.src_ip, cfg_.local.dst_ip, 16);
+  std::memcpy(spec.dst_ip, cfg_.local.src_ip, 16);
+  spec.dst_port = kRoceV2Port;
+  spec.vlan = cfg_.local.vlan;
+  spec.vlan_tci = cfg_.local.vlan_tci;
+  spec.opcode = make_opcode(cfg_.qp.transport, 0x04);  // SEND_ONLY
+  spec.pkey = cfg_.qp.pkey;
+  spec.ack_req = cfg_.qp.transport == Transport::RC;
+  if (encoded_size(spec, p.payload_len) > cfg_.slot_bytes)
+    throw std::invalid_argument(
+        "far end: a " + std::to_string(p.payload_len) +
+        "-byte request does not fit slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  const uint16_t base_port = cfg_.local.dst_port == kRoceV2Port ? 49152 : cfg_.local.dst_port;
+
+  std::vector<TemplateSet> requests, replies;
+  for (uint32_t q = 0; q < p.queues; ++q) {
+    FrameSpec s = spec;
+    s.dest_qp = queues_[q].desc.qp.qpn;
+    s.src_port = steering_.by == SteerBy::kUdpSport
+                     ? uint16_t(base_port - base_port % steering_.count + q)
+                     : base_port;
+    requests.push_back(encode_templates(s, p.payloads.data(), p.payload_len, num, seq, "request"));
+    const EngineDesc& qd = queues_[q].desc;
+    replies.push_back(encode_templates(reply_send_spec(qd),
+                                       echo ? p.payloads.data() : p.expected.data(),
+                                       echo ? p.payload_len : p.expected_len, num, seq, "reply"));
+  }
+  if (replies[0].len > cfg_.slot_bytes)
+    throw std::invalid_argument(
+        "far end: a " + std::to_string(replies[0].len) +
+        "-byte reply does not fit slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  // The patch tables depend on the frames' layout and length only: one for every queue.
+  const std::vector<uint32_t> request_deltas = icrc_deltas(requests[0]);
+  const std::vector<uint32_t> reply_deltas = icrc_deltas(replies[0]);
+
+  std::vector<FarEndDesc> descs(p.queues);
+  std::vector<size_t> first_time(p.queues);  // where queue q's times start
+  size_t times_total = 0;
+  for (uint32_t q = 0; q < p.queues; ++q) {
+    HostQueue& hq = queues_[q];
+    FarEndDesc& d = descs[q];
+    d.rx = rx_view(hq, true);
+    d.tx = tx_view(hq, true);
+    d.own_qpn = hq.desc.qp.peer_qpn;
+    d.count = share_of(p.count, p.queues, q);
+    d.window = p.window;
+    // The schedule is dealt out in turn: queue q takes requests q, q + queues, ...
+    d.interval_ns = p.interval_ns * p.queues;
+    d.phase_ns = p.interval_ns * q;
+    d.late_ns = p.late_ns ? p.late_ns : p.interval_ns;
+    d.drop_ns = p.drop_ns;
+    d.timeout_ns = uint64_t(p.timeout_s * 1e9);
+    d.first_psn = hq.far_psn;
+    d.rx_start = hq.inject_prod;
+    d.tx_start = hq.collect_ci;
+    first_time[q] = times_total;
+    times_total += d.count;
+  }
+
+  FarEndRun run;
+  run.queues.resize(p.queues);
+  if (!wire_device_) {
+    std::vector<uint64_t> times(times_total);
+    std::vector<std::vector<Chunk16>> scratch(p.queues);
+    for (uint32_t q = 0; q < p.queues; ++q) {
+      FarEndDesc& d = descs[q];
+      d.requests = requests[q].view(requests[q].frame(0), request_deltas.data());
+      d.replies = replies[q].view(replies[q].frame(0), reply_deltas.data());
+      d.times = times.data() + first_time[q];
+      scratch[q].resize(2 * ((cfg_.slot_bytes + 15) / 16));
+      d.frame = reinterpret_cast<uint8_t*>(scratch[q].data());
+      d.expect = d.frame + (cfg_.slot_bytes + 15) / 16 * 16;
+      d.result = &run.queues[q];
+    }
+    if (p.queues == 1) {
+      far_end_run<Scope::kSystem>(descs[0], &far_stop_);
+    } else {  // a thread a queue, as a NIC's queues are fed in parallel
+      std::vector<std::thread> threads;
+      for (uint32_t q = 0; q < p.queues; ++q)
+        threads.emplace_back([&, q] { far_end_run<Scope::kSystem>(descs[q], &far_stop_); });
+      for (std::thread& t : threads) t.join();
+    }
+    for (uint32_t q = 0; q < p.queues; ++q)
+      append_rtts(run.rtt_ns, times.data() + first_time[q], run.queues[q]);
+  } else {
+    size_t request_bytes = 0, reply_bytes = 0;
+    for (uint32_t q = 0; q < p.queues; ++q) {
+      request_bytes += requests[q].size_bytes();
+      reply_bytes += replies[q].size_bytes();
+    }
+    if (times_total > kGpuFarEndMaxCount || request_bytes > kGpuFarEndMaxTemplateBytes ||
+        reply_bytes > kGpuFarEndMaxTemplateBytes)
+      throw std::invalid_argument(
+          "far end on the GPU: at most " + std::to_string(kGpuFarEndMaxCount) +
+          " requests a run and " + std::to_string(kGpuFarEndMaxTemplateBytes) +
+          " bytes of request (and of reply) frames over its queues; this run: " +
+          std::to_string(times_total) + " requests, " + std::to_string(num) + " payloads x " +
+          std::to_string(p.queues) + " queues = " + std::to_string(request_bytes) + " and " +
+          std::to_string(reply_bytes) + " bytes");
+    const size_t table_bytes = request_deltas.size() * sizeof(uint32_t);
+    far_tables_.write(0, request_deltas.data(), table_bytes);
+    far_tables_.write(table_bytes, reply_deltas.data(), table_bytes);
+    const auto* tables = reinterpret_cast<const uint32_t*>(far_tables_.device());
+    size_t request_at = 0, reply_at = 0;
+    for (uint32_t q = 0; q < p.queues; ++q) {
+      FarEndDesc& d = descs[q];
+      far_requests_.write(request_at, requests[q].bytes.data(), requests[q].size_bytes());
+      far_replies_.write(reply_at, replies[q].bytes.data(), replies[q].size_bytes());
+      d.requests = requests[q].view(far_requests_.device() + request_at, tables);
+      d.replies = replies[q].view(far_replies_.device() + reply_at, tables + kPatchBytes * 256);
+      request_at += requests[q].size_bytes();
+      reply_at += replies[q].size_bytes();
+      d.times = reinterpret_cast<uint64_t*>(far_times_.device()) + first_time[q];
+      d.frame = d.expect = nullptr;  // the kernel stages in its shared memory
+      d.result = reinterpret_cast<FarEndResult*>(far_results_.device()) + q;
+    }
+    far_descs_.write(0, descs.data(), descs.size() * sizeof(FarEndDesc));
+    const size_t scratch_bytes = 2 * ((size_t(cfg_.slot_bytes) + 15) / 16 * 16);
+    executor_->run_far_end(reinterpret_cast<const FarEndDesc*>(far_descs_.device()), p.queues,
+                           scratch_bytes, p.timeout_s);
+    far_results_.read(0, run.queues.data(), p.queues * sizeof(FarEndResult));
+    std::vector<uint64_t> times(times_total);
+    far_times_.read(0, times.data(), times.size() * sizeof(uint64_t));
+    for (uint32_t q = 0; q < p.queues; ++q)
+      append_rtts(run.rtt_ns, times.data() + first_time[q], run.queues[q]);
+  }
+  for (uint32_t q = 0; q < p.queues; ++q) {
+    HostQueue& hq = queues_[q];
+    hq.inject_prod = run.queues[q].rx_end;
+    hq.collect_ci = run.queues[q].tx_end;
+    hq.far_psn = psn_add(hq.far_psn, run.queues[q].sent);
+  }
+  run.result = add_up(run.queues);
+  return run;
+}
+
+}  // namespace rt::host
