@@ -259,8 +259,13 @@ class Transceiver:
         self,
         config: Mapping[str, Any] | str | Path | None = None,
         overrides: Mapping[str, Any] | None = None,
+        *,
+        nic: _core.Nic | None = None,
     ) -> None:
         self.config = load_config(config, overrides)
+        # A NIC the caller brings (a subclass of _core.Nic: roce_transceiver.nic) carries the
+        # frames instead of the configuration's ``nic``.
+        self.nic = nic
         if self.config["nic"] == "doca":
             from roce_transceiver.doca import missing
 
@@ -282,7 +287,7 @@ class Transceiver:
         if core["handler"] == "custom" or core["frames_statistic"]:
             core.update(_build_custom(self.config, self.executor))
         try:
-            self._core: Any = _core.Transceiver(core)
+            self._core: Any = _core.Transceiver(core, nic)
         except (ValueError, RuntimeError) as e:
             raise TransceiverError(str(e)) from None
         self._started = False
@@ -345,12 +350,12 @@ class Transceiver:
     # -- data -------------------------------------------------------------
     def stats(self) -> dict[str, int]:
         """The loop's counters, read while it runs; after stop(), their final values.
-        With the socket NIC, its own counters too (``nic_*``)."""
+        With the socket NIC (or a NIC of the caller's that counts), its own counters too
+        (``nic_*``)."""
         if not self._stopped:
             self._check()
         out = {k: int(v) for k, v in self._core.counters().items()}
-        if self.config["nic"] == "socket":
-            out.update({k: int(v) for k, v in self._core.nic_stats().items()})
+        out.update({k: int(v) for k, v in self._core.nic_stats().items()})
         return out
 
     def queue_stats(self, queue: int) -> dict[str, int]:
@@ -383,11 +388,10 @@ class Transceiver:
         ``rx_ring_block_timeout_ms`` old; ``recvmmsg``), ``rx_path_reason`` (socket.rx_path's
         rule) and ``rx_fallback`` (why the ring could not be set up; None when it was or was
         not asked for). Empty with the loopback NIC; after stop(), final (docs/socket_nic.md)."""
-        if self.config["nic"] != "socket":
-            return {}
         info = dict(self._core.nic_info())
-        info["capture_error"] = info["capture_error"] or None
-        info["rx_fallback"] = info["rx_fallback"] or None
+        for key in ("capture_error", "rx_fallback"):  # the socket NIC's: empty is None
+            if key in info:
+                info[key] = info[key] or None
         return info
 
     def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:

@@ -221,7 +221,7 @@ class Recorder:
 
     given: list[dict[str, Any]]
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], nic: Any = None) -> None:
         Recorder.given.append(config)
 
 

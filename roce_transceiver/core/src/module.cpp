@@ -8,6 +8,7 @@ PYBIND11_MODULE(_core, m) {
   rt::py::register_protocol(m);
   rt::py::register_build_info(m);
   rt::py::register_device_checks(m);
+  rt::py::register_nic(m);  // before the Transceiver, which may take one
   rt::py::register_engine(m);
   rt::py::register_bench(m);
   rt::py::register_floors(m);

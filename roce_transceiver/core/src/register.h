@@ -3,6 +3,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include "rt/host/nic.h"
+
 namespace rt::py {
 
 void register_protocol(pybind11::module_& m);
@@ -14,5 +16,9 @@ void register_floors(pybind11::module_& m);
 void register_handlers(pybind11::module_& m);
 void register_packet_tools(pybind11::module_& m);
 void register_verbs(pybind11::module_& m);
+void register_nic(pybind11::module_& m);
+
+// A NIC's counters or facts (rt/host/nic.h) as a dict, in their order.
+pybind11::dict nic_fields(const rt::host::NicFields& fields);
 
 }  // namespace rt::py

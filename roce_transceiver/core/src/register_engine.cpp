@@ -307,49 +307,19 @@ void register_engine(pb::module_& m) {
 
   using host::Transceiver;
   pb::class_<Transceiver>(m, "Transceiver")
-      .def(pb::init([](const pb::dict& cfg) {
-             return std::make_unique<Transceiver>(config_from_dict(cfg));
+      .def(pb::init([](const pb::dict& cfg, std::shared_ptr<host::Nic> nic) {
+             return std::make_unique<Transceiver>(config_from_dict(cfg), std::move(nic));
            }),
-           pb::arg("config"))
+           pb::arg("config"), pb::arg("nic") = nullptr, pb::keep_alive<1, 3>())
       .def("start", &Transceiver::start, pb::call_guard<pb::gil_scoped_release>())
       .def("stop", &Transceiver::stop, pb::call_guard<pb::gil_scoped_release>())
       .def("running", &Transceiver::running)
       .def("check", &Transceiver::check)
       .def("release_page", &Transceiver::release_page)
       .def("page_memory", &Transceiver::page_memory, pb::arg("page"), pb::arg("bytes"))
-      .def("nic_stats",
-           [](const Transceiver& t) {
-             const host::SocketNicStats s = t.nic_stats();
-             pb::dict d;
-             d["nic_rx_frames"] = s.rx_frames;
-             d["nic_rx_bytes"] = s.rx_bytes;
-             d["nic_tx_frames"] = s.tx_frames;
-             d["nic_tx_bytes"] = s.tx_bytes;
-             d["nic_filtered"] = s.filtered;
-             d["nic_too_long"] = s.too_long;
-             d["nic_rx_ring_full"] = s.rx_ring_full;
-             d["nic_tx_errors"] = s.tx_errors;
-             d["nic_kernel_drops"] = s.kernel_drops;
-             d["nic_capture_errors"] = s.capture_errors;
-             return d;
-           })
-      .def("nic_info",
-           [](const Transceiver& t) {
-             const host::SocketNicInfo i = t.nic_info();
-             pb::dict d;
-             d["rx_buffer_bytes"] = i.rx_buffer_bytes;
-             d["rx_buffer_asked"] = i.rx_buffer_asked;
-             d["capture_error"] = i.capture_error;
-             d["rx_path"] = i.rx_path;
-             d["rx_path_reason"] = i.rx_path_reason;
-             d["rx_fallback"] = i.rx_fallback;
-             d["rx_ring_bytes"] = i.rx_ring_bytes;
-             d["rx_ring_block_bytes"] = i.rx_ring_block_bytes;
-             d["rx_ring_blocks"] = i.rx_ring_blocks;
-             d["rx_ring_block_timeout_ms"] = i.rx_ring_block_timeout_ms;
-             d["rx_ring_freezes"] = i.rx_ring_freezes;
-             return d;
-           })
+      .def("nic_stats", [](const Transceiver& t) { return nic_fields(t.nic_stats()); })
+      .def("nic_info", [](const Transceiver& t) { return nic_fields(t.nic_info()); })
+      .def_property_readonly("nic_name", [](const Transceiver& t) { return t.nic().name(); })
       .def("epoch_stats",
            [](const Transceiver& t) {
              const cuda::EpochStats s = t.epoch_stats();

@@ -19,15 +19,19 @@ using namespace ring_layout;
 
 constexpr uint64_t kQpnMask = 0xFFFFFF;  // QP numbers are 24 bits
 
-Transceiver::Transceiver(TransceiverConfig config) : cfg_(std::move(config)) {
+Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
+    : cfg_(std::move(config)), nic_(std::move(nic)) {
   const TransceiverConfig& c = cfg_;
   on_gpu_ = c.executor == ExecutorKind::kCuda;
   if (c.far_end == FarEndPlace::kGpu && !on_gpu_)
     throw std::invalid_argument("far_end='gpu' needs executor='cuda'");
-  if (c.nic == NicKind::kSocket && c.far_end != FarEndPlace::kCpu)
-    throw std::invalid_argument(
-        "nic='socket' with far_end='gpu': the socket NIC is a CPU thread, its rings sit in "
-        "host memory (far_end='cpu')");
+  if (!nic_) nic_ = make_nic(c);
+  if (!nic_->host_driven() && c.far_end != FarEndPlace::kCpu)
+    throw std::invalid_argument("nic='" + nic_->name() + "' with far_end='gpu': the " +
+                                nic_->name() +
+                                " NIC is a CPU thread, its rings sit in host memory "
+                                "(far_end='cpu')");
+
   if (c.frames_statistic && c.handler != HandlerKind::kFrames)
     throw std::invalid_argument("frames_statistic: only for handler 'frames'");
   // A user handler: the handler itself, or the frames stream's statistic.
@@ -275,9 +279,7 @@ void Transceiver::start() {
     state_.write(q * sizeof st, &st, sizeof st);
     descs.push_back(queues_[q].desc);
   }
-  if (cfg_.nic == NicKind::kSocket) {  // sockets first: a failure leaves nothing running
-    SocketNicConfig nc = cfg_.socket;
-    nc.addresses = cfg_.local;
+  {  // the NIC first (the socket NIC opens its sockets): a failure leaves nothing running
     std::vector<NicQueue> rings;
     for (HostQueue& q : queues_)
       rings.push_back(NicQueue{rx_view(q, false), q.inject_prod, tx_view(q, false), q.collect_ci,
@@ -286,7 +288,7 @@ void Transceiver::start() {
     // executor's view, which is the same memory seen from the GPU).
     for (uint32_t q = 0; q < rings.size(); ++q)
       rings[q].counters = reinterpret_cast<Counters*>(counters_.host()) + q;
-    nic_ = std::make_unique<SocketNic>(nc, steering_, std::move(rings));
+    if (!nic_->host_driven()) nic_->attach(std::move(rings), steering_);
   }
   if (on_gpu_)
     executor_ =
@@ -305,7 +307,7 @@ void Transceiver::start() {
     executor_.reset();
     throw;
   }
-  if (nic_) nic_->start();
+  nic_->start();
 }
 
 void Transceiver::wait_for_calls(double timeout_s) {
@@ -326,14 +328,10 @@ void Transceiver::stop() {
   closing_.store(true, std::memory_order_release);
   store_release<Scope::kSystem>(&far_stop_, 1);  // a CPU far end ends its run
   std::string nic_error;
-  if (nic_) {  // the wire goes quiet first
-    try {
-      nic_->stop();
-    } catch (const std::exception& e) {
-      nic_error = e.what();
-    }
-    final_nic_stats_ = nic_->stats();
-    final_nic_info_ = nic_->info();
+  try {  // the wire goes quiet first
+    nic_->stop();
+  } catch (const std::exception& e) {
+    nic_error = e.what();
   }
   // Throws, keeping every buffer, if a loop will not stop. A user handler that never returns
   // is the likeliest reason then: the loop only reads its stop flag between calls.
@@ -376,8 +374,7 @@ void Transceiver::stop() {
   far_times_ = Buffer();
   far_results_ = Buffer();
   far_descs_ = Buffer();
-  nic_.reset();
-  if (!nic_error.empty()) throw std::runtime_error("the socket NIC failed: " + nic_error);
+  if (!nic_error.empty()) throw std::runtime_error(nic_error);
 }
 
 void Transceiver::release_page(uint32_t page) {
@@ -411,21 +408,10 @@ cuda::EpochStats Transceiver::epoch_stats() const {
   return executor_->stats();
 }
 
-SocketNicStats Transceiver::nic_stats() const {
-  if (stopped_ || !nic_) return final_nic_stats_;
-  return nic_->stats();
-}
-
-SocketNicInfo Transceiver::nic_info() const {
-  if (stopped_ || !nic_) return final_nic_info_;
-  return nic_->info();
-}
-
 void Transceiver::require_loopback(const char* what) const {
-  if (cfg_.nic != NicKind::kLoopback)
-    throw std::logic_error(std::string(what) +
-                           ": the wire is the socket NIC (nic='socket'); this call drives the "
-                           "loopback wire only");
+  if (!nic_->host_driven())
+    throw std::logic_error(std::string(what) + ": the wire is the " + nic_->name() + " NIC (nic='" +
+                           nic_->name() + "'); this call drives the loopback wire only");
 }
 
 void Transceiver::require_open(const char* what) const {
@@ -439,9 +425,9 @@ bool Transceiver::running() const {
 
 void Transceiver::check() const {
   if (executor_ && !stopped_) executor_->check();
-  if (nic_ && !stopped_) {
+  if (!stopped_) {
     const std::string e = nic_->error();
-    if (!e.empty()) throw std::runtime_error("the socket NIC failed: " + e);
+    if (!e.empty()) throw std::runtime_error(e);
   }
 }
 

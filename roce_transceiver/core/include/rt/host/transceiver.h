@@ -20,6 +20,7 @@
 #include "rt/host/executor.h"
 #include "rt/host/far_end_templates.h"
 #include "rt/host/memory.h"
+#include "rt/host/nic.h"
 #include "rt/host/socket_nic.h"
 #include "rt/queues/steering.h"
 
@@ -256,9 +257,14 @@ struct HostQueue {
   uint64_t ring_drops = 0;
 };
 
+// The configuration's Nic (its `nic`): the only place that picks one.
+std::unique_ptr<Nic> make_nic(const TransceiverConfig& config);
+
 class Transceiver {
  public:
-  explicit Transceiver(TransceiverConfig config);  // validates and allocates; throws on errors
+  // Validates and allocates; throws on errors. `nic`: the wire, if the caller brings its own
+  // (then the configuration's `nic` is not used); else make_nic()'s.
+  explicit Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic = nullptr);
   ~Transceiver();
   Transceiver(const Transceiver&) = delete;
   Transceiver& operator=(const Transceiver&) = delete;
@@ -308,13 +314,14 @@ class Transceiver {
   // alive for as long as the result lives. Throws for a page or length out of range, and
   // after stop() (frames taken before stop() keep theirs).
   PageMemory page_memory(uint32_t page, size_t bytes) const;
-  // The socket NIC's counters (zeros with the loopback); after stop(), final.
-  SocketNicStats nic_stats() const;
+  // The NIC's counters by name (none for the loopback); after stop(), final.
+  NicFields nic_stats() const { return nic_->stats(); }
+  const Nic& nic() const { return *nic_; }
   // cuda executor: what its epochs cost so far (after stop(): the final figures).
   cuda::EpochStats epoch_stats() const;
-  // The socket NIC's receive buffer and capture error (empty with the loopback); after stop(),
-  // final (a capture error at close included).
-  SocketNicInfo nic_info() const;
+  // What the NIC is and how it runs (the socket NIC's receive buffer, path and capture
+  // error; nothing for the loopback); after stop(), final (a capture error at close included).
+  NicFields nic_info() const { return nic_->info(); }
 
  private:
   void require_open(const char* what) const;
@@ -353,10 +360,8 @@ class Transceiver {
   mutable std::atomic<int> active_calls_{0};
   uint32_t far_stop_ = 0;  // the CPU far end's stop flag (release / acquire)
   std::unique_ptr<Executor> executor_;
-  std::unique_ptr<SocketNic> nic_;
-  SocketNicStats final_nic_stats_{};
+  std::shared_ptr<Nic> nic_;  // set in the constructor, kept past stop() (its final stats)
   cuda::EpochStats final_epoch_stats_{};
-  SocketNicInfo final_nic_info_{};
   Buffer heartbeat_;
   // The GPU far end's buffers, allocated before the kernel starts: allocating
   // or freeing device memory while a persistent kernel runs can wait for it.
