@@ -21,11 +21,27 @@ constexpr uint64_t kQpnMask = 0xFFFFFF;  // QP numbers are 24 bits
 
 Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
     : cfg_(std::move(config)), nic_(std::move(nic)) {
+  on_gpu_ = cfg_.executor == ExecutorKind::kCuda;
+  wire_device_ = cfg_.far_end == FarEndPlace::kGpu;
+  if (!nic_) nic_ = make_nic(cfg_);
+  check_settings();
+  // Everything of ours on the GPU is made on our device (Buffer keeps its own).
+  const DeviceScope on_device(cfg_.cuda_device);
+  const Placements at = placements();
+  lay_out_rings(at);
+  make_queues(engine_desc(at), at);
+}
+
+bool Transceiver::uses_custom() const {
+  // A user handler: the handler itself, or the frames stream's statistic.
+  return cfg_.handler == HandlerKind::kCustom || cfg_.frames_statistic;
+}
+
+// What can be told wrong before anything is allocated (and the steering it implies).
+void Transceiver::check_settings() {
   const TransceiverConfig& c = cfg_;
-  on_gpu_ = c.executor == ExecutorKind::kCuda;
   if (c.far_end == FarEndPlace::kGpu && !on_gpu_)
     throw std::invalid_argument("far_end='gpu' needs executor='cuda'");
-  if (!nic_) nic_ = make_nic(c);
   if (!nic_->host_driven() && c.far_end != FarEndPlace::kCpu)
     throw std::invalid_argument("nic='" + nic_->name() + "' with far_end='gpu': the " +
                                 nic_->name() +
@@ -34,8 +50,7 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
 
   if (c.frames_statistic && c.handler != HandlerKind::kFrames)
     throw std::invalid_argument("frames_statistic: only for handler 'frames'");
-  // A user handler: the handler itself, or the frames stream's statistic.
-  const bool custom = c.handler == HandlerKind::kCustom || c.frames_statistic;
+  const bool custom = uses_custom();
   const char* custom_what = c.frames_statistic ? "frames_statistic" : "handler 'custom'";
   if (custom && !on_gpu_ && c.custom_library.empty())
     throw std::invalid_argument(std::string(custom_what) +
@@ -45,7 +60,6 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
     throw std::invalid_argument(std::string(custom_what) +
                                 " on executor 'cuda' needs the engine's kernels compiled with it "
                                 "(custom_kernel_image): Transceiver builds them with NVRTC");
-  wire_device_ = c.far_end == FarEndPlace::kGpu;
   std::string why;
   if (on_gpu_ && !cuda_usable(&why))
     throw std::runtime_error("executor='cuda' cannot run here: " + why);
@@ -57,8 +71,6 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
         "cuda_device=" + std::to_string(c.cuda_device) + ": " +
         std::to_string(cuda_device_count()) + " GPU(s) visible to this process (0 to " +
         std::to_string(cuda_device_count() - 1) + "; CUDA_VISIBLE_DEVICES picks and numbers them)");
-  // Everything of ours on the GPU is made on our device (Buffer keeps its own).
-  const DeviceScope on_device(c.cuda_device);
   if (c.qp.transport != Transport::RC && c.qp.transport != Transport::UC)
     throw std::invalid_argument("qp.transport: must be RC or UC");
   if (c.slot_bytes < 128 || c.slot_bytes % 64 || c.slot_bytes > 65536)
@@ -92,25 +104,34 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
     throw std::invalid_argument("regions: at most " + std::to_string(kMaxRegions));
   if (c.handler == HandlerKind::kQec && c.qec_blob.empty())
     throw std::invalid_argument("handler 'qec' needs its table blob (qec_blob)");
+}
 
+// Where each kind of memory lives for this executor and far end (the table in
+// docs/ARCHITECTURE.md, "Memory").
+Transceiver::Placements Transceiver::placements() const {
+  return Placements{!on_gpu_       ? Placement::kHost
+                    : wire_device_ ? Placement::kDevice
+                                   : Placement::kPinned,
+                    on_gpu_ ? Placement::kPinned : Placement::kHost,
+                    on_gpu_ ? Placement::kDevice : Placement::kHost};
+}
+
+// The rings' layout in a queue's memory, and what the queues share: their counters, the
+// engines' states, the GPU far end's buffers (allocated before any kernel runs).
+void Transceiver::lay_out_rings(const Placements& at) {
+  const TransceiverConfig& c = cfg_;
   const uint32_t rx_log2 = log2_exact(c.rx_depth, "rx_depth");
   const uint32_t tx_log2 = log2_exact(c.tx_depth, "tx_depth");
   const uint32_t host_log2 = log2_exact(c.host_tx_depth, "host_tx_depth");
   const uint32_t comp_log2 = log2_exact(c.completion_depth, "completion_depth");
-
-  const Placement wire_at = !on_gpu_       ? Placement::kHost
-                            : wire_device_ ? Placement::kDevice
-                                           : Placement::kPinned;
-  const Placement host_facing = on_gpu_ ? Placement::kPinned : Placement::kHost;
-  const Placement engine_private = on_gpu_ ? Placement::kDevice : Placement::kHost;
 
   const RingLayout rx = lay_out(0, c.rx_depth, c.slot_bytes);
   const RingLayout tx = lay_out(rx.end, c.tx_depth, c.slot_bytes);
   const RingLayout ht = lay_out(0, c.host_tx_depth, c.slot_bytes);
   const RingLayout cp = lay_out(ht.end, c.completion_depth, c.completion_slot_bytes);
   desc_views_ = Views{rx, tx, ht, cp, rx_log2, tx_log2, host_log2, comp_log2};
-  counters_ = Buffer(host_facing, size_t(c.queues) * sizeof(Counters));
-  state_ = Buffer(engine_private, size_t(c.queues) * sizeof(EngineState));
+  counters_ = Buffer(at.host_facing, size_t(c.queues) * sizeof(Counters));
+  state_ = Buffer(at.engine_private, size_t(c.queues) * sizeof(EngineState));
   if (on_gpu_) heartbeat_ = Buffer(Placement::kPinned, sizeof(uint64_t));
   if (wire_device_) {
     far_requests_ = Buffer(Placement::kDevice, kGpuFarEndMaxTemplateBytes);
@@ -120,8 +141,11 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
     far_results_ = Buffer(Placement::kDevice, kMaxQueues * sizeof(FarEndResult));
     far_descs_ = Buffer(Placement::kDevice, kMaxQueues * sizeof(FarEndDesc));
   }
+}
 
-  // What every queue's engine shares: the regions, the handler, the settings.
+// What every queue's engine shares: the regions, the handler, the settings.
+EngineDesc Transceiver::engine_desc(const Placements& at) {
+  const TransceiverConfig& c = cfg_;
   EngineDesc d{};
   d.qp = c.qp;
   d.reply_spec = c.local;
@@ -135,7 +159,7 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
         throw std::invalid_argument("regions[" + std::to_string(i) +
                                     "].rkey=" + std::to_string(r.rkey) +
                                     ": already used by regions[" + std::to_string(j) + "]");
-    regions_.push_back(std::make_shared<Buffer>(engine_private, r.length));
+    regions_.push_back(std::make_shared<Buffer>(at.engine_private, r.length));
     d.regions[i] = MemRegion{r.va, r.rkey, r.length, regions_.back()->data()};
   }
   d.handler.kind = c.handler;
@@ -145,12 +169,12 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
     if (!qec_table_from_blob(c.qec_blob.data(), c.qec_blob.size(), &d.handler.qec))
       throw std::invalid_argument("qec_blob: not a valid decoder table blob (" +
                                   std::to_string(c.qec_blob.size()) + " bytes)");
-    qec_ = Buffer(engine_private, c.qec_blob.size());
+    qec_ = Buffer(at.engine_private, c.qec_blob.size());
     qec_.write(0, c.qec_blob.data(), c.qec_blob.size());
     qec_table_relocate(&d.handler.qec, qec_.data());
   }
+  const bool custom = uses_custom();
   // A user handler: its shared object stays loaded until the loop that calls it is gone.
-  uint32_t custom_stride = 0;
   if (custom && !on_gpu_) {
     custom_library_ = std::make_unique<CustomLibrary>(c.custom_library);
     d.handler.custom.call = custom_library_->call();
@@ -158,19 +182,18 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
   if (custom) {
     // Each queue's state on its own 64-byte lines: the ABI promises 16-byte alignment, and
     // queues on different threads must not share a cache line.
-    custom_stride = (c.custom_state_bytes + 63u) / 64u * 64u;
-    if (custom_stride) {
-      custom_state_ = Buffer(engine_private, size_t(custom_stride) * c.queues);
+    custom_stride_ = (c.custom_state_bytes + 63u) / 64u * 64u;
+    if (custom_stride_) {
+      custom_state_ = Buffer(at.engine_private, size_t(custom_stride_) * c.queues);
       d.handler.custom.state_bytes = c.custom_state_bytes;
     }
     if (!c.custom_params.empty()) {
-      custom_params_ = Buffer(engine_private, c.custom_params.size());
+      custom_params_ = Buffer(at.engine_private, c.custom_params.size());
       custom_params_.write(0, c.custom_params.data(), c.custom_params.size());
       d.handler.custom.params = custom_params_.data();
       d.handler.custom.params_bytes = uint32_t(c.custom_params.size());
     }
   }
-  uint32_t pages_per_queue = 0;
   if (c.handler == HandlerKind::kFrames) {
     if (c.frames_region >= c.regions.size())
       throw std::invalid_argument("frames: region " + std::to_string(c.frames_region) +
@@ -191,12 +214,12 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
           "frames: the host gets frames as completion records: completions on, "
           "completion_slot_bytes >= " +
           std::to_string(sizeof(CompletionRecord) + 2 * sizeof(FrameRecord)));
-    page_free_ = Buffer(host_facing, size_t(c.frames_pages) * sizeof(uint32_t));
+    page_free_ = Buffer(at.host_facing, size_t(c.frames_pages) * sizeof(uint32_t));
     const std::vector<uint32_t> ones(c.frames_pages, 1u);
     page_free_.write(0, ones.data(), ones.size() * sizeof(uint32_t));
-    pages_per_queue = c.frames_pages / c.queues;
+    pages_per_queue_ = c.frames_pages / c.queues;
     d.frames =
-        FramesDesc{c.frames_region,    c.frames_page_bytes, pages_per_queue, c.frames_metadata,
+        FramesDesc{c.frames_region,    c.frames_page_bytes, pages_per_queue_, c.frames_metadata,
                    c.frames_check_crc, c.frames_statistic,  nullptr};
   }
   d.msg_buf_bytes = c.msg_buf_bytes;
@@ -211,40 +234,48 @@ Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
   // pure: a corrupt frame would still change its state, so it takes the general path.
   d.express = c.express && !(c.handler == HandlerKind::kCustom && c.custom_state_bytes);
 
+  return d;
+}
+
+void Transceiver::make_queues(const EngineDesc& d, const Placements& at) {
+  const TransceiverConfig& c = cfg_;
+  const bool custom = uses_custom();
+  const Views& v = desc_views_;
   // Each queue: its rings, scratch and counters, its QP, its share of the pages (a region of
   // their own, so that a sensor's page numbers are its queue's).
   queues_.reserve(c.queues);
   for (uint32_t q = 0; q < c.queues; ++q) {
     HostQueue& hq = queues_.emplace_back();
-    hq.wire = Buffer(wire_at, tx.end);
-    hq.host_rings = Buffer(host_facing, cp.end);
-    hq.scratch = Buffer(engine_private, size_t(c.msg_buf_bytes) + c.slot_bytes);
+    hq.wire = Buffer(at.wire, v.tx.end);
+    hq.host_rings = Buffer(at.host_facing, v.cp.end);
+    hq.scratch = Buffer(at.engine_private, size_t(c.msg_buf_bytes) + c.slot_bytes);
     hq.desc = d;
     EngineDesc& qd = hq.desc;
     qd.qp.qpn = steering_.qpn(q);
     if (steering_.by == SteerBy::kQp) qd.qp.peer_qpn = c.qp.peer_qpn + q;
     if (c.handler == HandlerKind::kFrames) {
-      hq.first_page = q * pages_per_queue;
+      hq.first_page = q * pages_per_queue_;
       MemRegion& pages = qd.regions[c.frames_region];
       const uint64_t skip = uint64_t(hq.first_page) * c.frames_page_bytes;
       pages = MemRegion{pages.va + skip, pages.rkey,
-                        uint32_t(pages_per_queue * c.frames_page_bytes), pages.base + skip};
+                        uint32_t(pages_per_queue_ * c.frames_page_bytes), pages.base + skip};
       qd.frames.page_free =
           reinterpret_cast<uint32_t*>(on_gpu_ ? page_free_.device() : page_free_.host()) +
           hq.first_page;
     }
     if (custom) {
       qd.handler.custom.queue = uint16_t(q);
-      if (custom_stride) qd.handler.custom.state = custom_state_.data() + size_t(q) * custom_stride;
+      if (custom_stride_)
+        qd.handler.custom.state = custom_state_.data() + size_t(q) * custom_stride_;
     }
     qd.msg_buf = hq.scratch.data();
     qd.reply_scratch = hq.scratch.data() + c.msg_buf_bytes;
     uint8_t* wire = on_gpu_ ? hq.wire.device() : hq.wire.host();
-    qd.rx = rx_ring(wire, rx, rx_log2, c.slot_bytes);
-    qd.tx = tx_ring(wire, tx, tx_log2, c.slot_bytes);
+    qd.rx = rx_ring(wire, v.rx, v.rx_log2, c.slot_bytes);
+    qd.tx = tx_ring(wire, v.tx, v.tx_log2, c.slot_bytes);
     uint8_t* hr = on_gpu_ ? hq.host_rings.device() : hq.host_rings.host();
-    qd.host_tx = rx_ring(hr, ht, host_log2, c.slot_bytes);
-    qd.completions = tx_ring(hr, cp, comp_log2, c.completion_slot_bytes);
+    qd.host_tx = rx_ring(hr, v.ht, v.ht_log2, c.slot_bytes);
+    qd.completions = tx_ring(hr, v.cp, v.cp_log2, c.completion_slot_bytes);
     qd.counters = reinterpret_cast<Counters*>(on_gpu_ ? counters_.device() : counters_.host()) + q;
     hq.far_psn = c.qp.rx_psn & kPsnMask;
   }

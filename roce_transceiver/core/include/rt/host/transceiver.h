@@ -324,6 +324,19 @@ class Transceiver {
   NicFields nic_info() const { return nic_->info(); }
 
  private:
+  // Where each kind of memory lives: the wire rings, what the host reads while the loop
+  // runs (host rings, counters), what only the engine touches (state, regions, scratch).
+  struct Placements {
+    Placement wire, host_facing, engine_private;
+  };
+  // The constructor's steps, in order.
+  void check_settings();
+  Placements placements() const;
+  void lay_out_rings(const Placements& at);
+  EngineDesc engine_desc(const Placements& at);
+  void make_queues(const EngineDesc& d, const Placements& at);
+  bool uses_custom() const;
+
   void require_open(const char* what) const;
   void require_loopback(const char* what) const;
   void wait_for_calls(double timeout_s);
@@ -337,11 +350,13 @@ class Transceiver {
   bool wire_device_ = false;  // rx/tx rings in device memory (GPU far end)
   Steering steering_{};
   std::vector<HostQueue> queues_;
-  Buffer counters_;       // Counters, one a queue, host-visible
-  Buffer state_;          // EngineState, one a queue
-  Buffer qec_;            // the QEC table blob
-  Buffer custom_state_;   // handler kCustom: each queue's state, one stride a queue
-  Buffer custom_params_;  // handler kCustom: the user's parameters
+  Buffer counters_;               // Counters, one a queue, host-visible
+  Buffer state_;                  // EngineState, one a queue
+  Buffer qec_;                    // the QEC table blob
+  Buffer custom_state_;           // handler kCustom: each queue's state, one stride a queue
+  Buffer custom_params_;          // handler kCustom: the user's parameters
+  uint32_t custom_stride_ = 0;    // a user handler: each queue's state's bytes, 64-byte lines
+  uint32_t pages_per_queue_ = 0;  // handler kFrames: each queue's share of the pages
   // a user handler on the cpu executor: its shared object, closed after the loop ends.
   std::unique_ptr<CustomLibrary> custom_library_;
   Buffer page_free_;  // frames handler: per page, 1 free / 0 held by the host
