@@ -319,6 +319,8 @@ void Transceiver::start() {
     // executor's view, which is the same memory seen from the GPU).
     for (uint32_t q = 0; q < rings.size(); ++q)
       rings[q].counters = reinterpret_cast<Counters*>(counters_.host()) + q;
+    // A wire the host drives (the loopback) needs no rings of its own: its rings may be in
+    // device memory, with no host view to give (far_end: gpu).
     if (!nic_->host_driven()) nic_->attach(std::move(rings), steering_);
   }
   if (on_gpu_)

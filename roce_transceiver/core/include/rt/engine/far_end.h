@@ -387,39 +387,9 @@ RT_HD inline bool far_end_begin(const FarEndDesc& d) {
 
 }  // namespace far_end_detail
 
-// A far end's two halves on one thread, to completion, timeout or stop. `stop`
-// is polled with acquire at the system scope (the host sets it).
-template <Scope S>
-RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
-  using namespace far_end_detail;
-  if (!far_end_begin(d)) return;
-  FarEndShared sh{};
-  Sender s{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0, 0};
-  Receiver r{};
-  // Frames the engine sent before this run are not replies to it: skip them.
-  r.ci = r.consumed = r.seen = load_acquire<S>(d.tx.producer);
-  tx_consume<S>(d.tx, r.ci);
-  const uint64_t start = now_ns();
-  d.result->start_ns = start;
-  uint32_t status = 0;
-  for (uint32_t pass = 0;; ++pass) {
-    if (s.offered == d.count && r.received == s.sent) {
-      status = uint32_t(FarEndStatus::kDone);
-      break;
-    }
-    if (pass % kCheckEvery == 0 && (status = must_end(d, start, stop)) != 0) break;
-    const bool sent = send_step<S>(d, s, sh, start, r.received);
-    const bool got = receive_step<S>(d, r, sh, start);
-    if (!sent && !got) spin_pause();
-  }
-  give_back<S>(d, r, true);
-  finish_sender(d, s);
-  finish_receiver(d, r, start);
-  d.result->status = status;
-}
-
-// A GPU far end between epochs (the kernel returns every epoch and is launched again, as the
-// engine's: docs/gpu_sharing.md): both halves' state, in memory the host can read.
+// A far end's two halves' state: a CPU thread's for its run; a GPU far end's between epochs
+// (the kernel returns every epoch and is launched again, as the engine's:
+// docs/gpu_sharing.md), in memory the host can read.
 struct FarEndCarry {
   far_end_detail::Sender s;
   far_end_detail::Receiver r;
@@ -428,6 +398,61 @@ struct FarEndCarry {
   uint32_t begun;  // the run's checks passed and its state is set
   uint32_t over;   // the run ended: its result is written
 };
+
+// A far end's first and last steps (a GPU far end's on one thread of its block): the run's
+// checks and both halves' start (false: bad_config, written), and its result once both
+// halves are over.
+template <Scope S>
+RT_HD inline bool far_end_carry_begin(const FarEndDesc& d, FarEndCarry& c) {
+  using namespace far_end_detail;
+  if (c.begun) return true;
+  if (!far_end_begin(d)) {
+    c.over = 1;
+    return false;
+  }
+  c.s = far_end_detail::Sender{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0, 0};
+  c.r = far_end_detail::Receiver{};
+  // Frames the engine sent before this run are not replies to it: skip them.
+  c.r.ci = c.r.consumed = c.r.seen = load_acquire<S>(d.tx.producer);
+  tx_consume<S>(d.tx, c.r.ci);
+  c.sh = FarEndShared{};
+  c.start = now_ns();
+  d.result->start_ns = c.start;
+  c.begun = 1;
+  return true;
+}
+
+RT_HD inline void far_end_carry_finish(const FarEndDesc& d, FarEndCarry& c, uint32_t status) {
+  using namespace far_end_detail;
+  finish_sender(d, c.s);
+  finish_receiver(d, c.r, c.start);
+  d.result->status = status;
+  c.over = 1;
+}
+
+// A far end's two halves on one thread, to completion, timeout or stop. `stop`
+// is polled with acquire at the system scope (the host sets it).
+template <Scope S>
+RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
+  using namespace far_end_detail;
+  FarEndCarry c{};
+  if (!far_end_carry_begin<S>(d, c)) return;
+  Sender& s = c.s;
+  Receiver& r = c.r;
+  uint32_t status = 0;
+  for (uint32_t pass = 0;; ++pass) {
+    if (s.offered == d.count && r.received == s.sent) {
+      status = uint32_t(FarEndStatus::kDone);
+      break;
+    }
+    if (pass % kCheckEvery == 0 && (status = must_end(d, c.start, stop)) != 0) break;
+    const bool sent = send_step<S>(d, s, c.sh, c.start, r.received);
+    const bool got = receive_step<S>(d, r, c.sh, c.start);
+    if (!sent && !got) spin_pause();
+  }
+  give_back<S>(d, r, true);
+  far_end_carry_finish(d, c, status);
+}
 
 // The sending half alone (a GPU far end's first warp), until the run is over for it or the
 // clock passes `until` (an epoch's end: `s` carries on in the next). `sh` is shared with
@@ -474,36 +499,6 @@ RT_HD inline uint32_t far_end_receive(const FarEndDesc& d, far_end_detail::Recei
   give_back<S>(d, r, true);
   store_release<Scope::kDevice>(&sh.receiver_over, status);
   return status;
-}
-
-// A GPU far end's first and last steps, on one thread of its block: the run's checks and
-// both halves' start (false: bad_config, written), and its result once both halves are over.
-template <Scope S>
-RT_HD inline bool far_end_carry_begin(const FarEndDesc& d, FarEndCarry& c) {
-  using namespace far_end_detail;
-  if (c.begun) return true;
-  if (!far_end_begin(d)) {
-    c.over = 1;
-    return false;
-  }
-  c.s = far_end_detail::Sender{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0, 0};
-  c.r = far_end_detail::Receiver{};
-  // Frames the engine sent before this run are not replies to it: skip them.
-  c.r.ci = c.r.consumed = c.r.seen = load_acquire<S>(d.tx.producer);
-  tx_consume<S>(d.tx, c.r.ci);
-  c.sh = FarEndShared{};
-  c.start = now_ns();
-  d.result->start_ns = c.start;
-  c.begun = 1;
-  return true;
-}
-
-RT_HD inline void far_end_carry_finish(const FarEndDesc& d, FarEndCarry& c, uint32_t status) {
-  using namespace far_end_detail;
-  finish_sender(d, c.s);
-  finish_receiver(d, c.r, c.start);
-  d.result->status = status;
-  c.over = 1;
 }
 
 }  // namespace rt

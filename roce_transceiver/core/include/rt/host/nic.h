@@ -29,7 +29,8 @@ class Nic {
   virtual ~Nic() = default;
   virtual std::string name() const = 0;
   // The rings a Nic serves, one a queue, from where their far sides stand, and how frames
-  // pick their queue; given once, before start(), and valid until the Transceiver stops.
+  // pick their queue; given once, before start(), and valid until the Transceiver stops
+  // (not to a host-driven one: the host is that wire).
   virtual void attach(std::vector<NicQueue> queues, const Steering& steering) {
     static_cast<void>(queues);
     static_cast<void>(steering);
