@@ -19,6 +19,7 @@ from typing import Any
 
 # Policies that live with their owners, importable from here as before: the custom.params
 # packer, cuda.warps' auto, socket.rx_path's auto.
+from roce_transceiver import _core
 from roce_transceiver.cuda_warps import AUTO_FRAMES_WARPS as AUTO_FRAMES_WARPS
 from roce_transceiver.cuda_warps import cuda_warps as cuda_warps
 from roce_transceiver.custom_params import MAX_CUSTOM_PARAMS as MAX_CUSTOM_PARAMS
@@ -58,6 +59,11 @@ __all__ = [
     "reference_markdown",
     "rx_path",
 ]
+
+
+#: The bounds of the core's fixed arrays (queues, registered regions, frame pages): the
+#: schema's maxima for them, defined once, in C++.
+_LIMITS: dict[str, int] = dict(_core.LIMITS)
 
 
 def _power_of_two(v: int) -> str | None:
@@ -108,9 +114,8 @@ def _entry_name(v: str) -> str | None:
 
 
 def _regions(v: list[Any]) -> str | None:
-    """at most 8 entries {va, rkey, length}, rkeys distinct, length > 0."""
-    if len(v) > 8:
-        return "at most 8 regions"
+    if len(v) > _LIMITS["regions"]:
+        return f"at most {_LIMITS['regions']} regions"
     rkeys = set()
     for i, r in enumerate(v):
         if not isinstance(r, Mapping) or set(r) != {"va", "rkey", "length"}:
@@ -126,6 +131,12 @@ def _regions(v: list[Any]) -> str | None:
             return f"entry {i}: rkey {r['rkey']:#x} is used twice"
         rkeys.add(r["rkey"])
     return None
+
+
+# What the reference's "allowed" column says: the bound is the core's (_core.LIMITS).
+_regions.__doc__ = (
+    f"at most {_LIMITS['regions']} entries {{va, rkey, length}}, rkeys distinct, length > 0"
+)
 
 
 def allowed_cores() -> set[int]:
@@ -317,7 +328,7 @@ SCHEMA = Section(
         "frames": Section(
             "The frames handler: a ring of pages the sensor writes frames into (docs/frames.md).",
             {
-                "pages": Field(int, 8, "frame buffers", minimum=1, maximum=4096),
+                "pages": Field(int, 8, "frame buffers", minimum=1, maximum=_LIMITS["pages"]),
                 "page_bytes": Field(
                     int,
                     1 << 20,
@@ -509,7 +520,7 @@ SCHEMA = Section(
                     "cuda.warps warps on its own SM; cpu: a thread); the NIC steers each packet "
                     "to one (queues.steer)",
                     minimum=1,
-                    maximum=16,
+                    maximum=_LIMITS["queues"],
                 ),
                 "steer": Field(
                     str,
@@ -566,6 +577,16 @@ SCHEMA = Section(
                 ),
                 "max_message_bytes": Field(
                     int, 65536, "largest multi-packet SEND assembled", minimum=64, maximum=1 << 24
+                ),
+                "settle_passes": Field(
+                    int,
+                    8,
+                    "idle loop passes in a row before an engine settles: gives its rx slots "
+                    "back and publishes its counters and completion records (fewer: the host "
+                    "sees them sooner after a burst; more: fewer writes across the bus while "
+                    "traffic pauses)",
+                    minimum=1,
+                    maximum=1 << 16,
                 ),
             },
         ),
@@ -694,6 +715,12 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
     if cfg["handler"] == "frames":
         if not cfg["completions"]:
             raise fail("the frames handler hands frames over as completions: on", "completions")
+        if len(cfg["regions"]) >= _LIMITS["regions"]:
+            raise fail(
+                f"the frames' pages are a region of their own: at most "
+                f"{_LIMITS['regions'] - 1} regions beside them",
+                "regions",
+            )
         if any(r["rkey"] == cfg["frames"]["rkey"] for r in cfg["regions"]):
             raise fail("the frames' rkey is used by a region too", "frames.rkey")
         if cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] >= 1 << 32:
@@ -794,53 +821,21 @@ def _mac_of(cfg: dict[str, Any], side: str) -> bytes:
 
 # ---------------------------------------------------------------- what reaches the engine
 # The core takes a flat dict: its keys, and the member each sets, are listed once, in
-# roce_transceiver/core/include/rt/host/transceiver.h (for_each_config_key), and
-# _core.engine_config_keys() returns them with their kinds. The tables below say where each
-# comes from; tests/test_config_mapping.py holds them to the schema (every leaf placed, each
-# one reaching what it claims) and to the core (every key it takes, no other).
+# roce_transceiver/core/include/rt/host/transceiver.h (for_each_config_key; the engine's own
+# settings in rt/engine/settings.h), and _core.engine_config_keys() returns them with their
+# kinds. A core key that is a schema leaf has the leaf's dotted name and takes its value as it
+# is (TO_CORE: no table to keep, nothing renamed); the others are COMPUTED below.
+# tests/test_config_mapping.py holds them to the schema (every leaf placed, each one reaching
+# what it claims) and to the core (every key it takes, no other).
 
-#: Schema keys the core takes one for one: dotted key -> the core's key.
-TO_CORE: dict[str, str] = {
-    "nic": "nic",
-    "far_end": "far_end",
-    "handler": "handler",
-    "socket.mode": "socket_mode",
-    "socket.interface": "socket_interface",
-    "socket.capture": "socket_capture",
-    "socket.batch": "socket_batch",
-    "cuda.epoch_us": "cuda_epoch_us",
-    "cuda.epochs_in_flight": "cuda_epochs_in_flight",
-    "cuda.device": "cuda_device",
-    "frames.pages": "frames_pages",
-    "frames.page_bytes": "frames_page_bytes",
-    "frames.metadata": "frames_metadata",
-    "frames.check_crc": "frames_check_crc",
-    "custom.state_bytes": "custom_state_bytes",
-    "qp.transport": "transport",
-    "qp.qpn": "qpn",
-    "qp.peer_qpn": "peer_qpn",
-    "qp.pkey": "pkey",
-    "qp.rx_psn": "rx_psn",
-    "qp.tx_psn": "tx_psn",
-    "local.udp_sport": "udp_sport",
-    "vlan": "vlan",
-    "queues.count": "queues",
-    "queues.steer": "steer",
-    "queues.rx_depth": "rx_depth",
-    "queues.tx_depth": "tx_depth",
-    "queues.slot_bytes": "slot_bytes",
-    "queues.batch": "batch",
-    "queues.host_tx_depth": "host_tx_depth",
-    "queues.completion_depth": "completion_depth",
-    "queues.completion_slot_bytes": "completion_slot_bytes",
-    "queues.completion_batch": "completion_batch",
-    "queues.max_message_bytes": "msg_buf_bytes",
-    "check_icrc": "check_icrc",
-    "express": "express",
-    "completions": "record_completions",
-    "cpu_core": "cpu_core",
-    "stop_timeout_s": "stop_timeout_s",
-}
+
+def _schema_leaves(section: Section, prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for key, spec in section.keys.items():
+        dotted = f"{prefix}{key}"
+        out |= _schema_leaves(spec, f"{dotted}.") if isinstance(spec, Section) else {dotted}
+    return out
+
 
 #: What a null goes across as, for the keys of TO_CORE whose core member has no None.
 NULL_TO_CORE: dict[str, Any] = {"socket.interface": "", "socket.capture": "", "cpu_core": -1}
@@ -905,6 +900,14 @@ COMPUTED: dict[str, Computed] = {
     "socket_rx_path_reason": Computed(_RX_PATH_READS, lambda cfg, ex, blob: rx_path(cfg)[1]),
 }
 
+#: Schema keys the core takes one for one, under their own names: the core's keys that are
+#: schema leaves and not computed (read from _core, so a key added there needs nothing here).
+TO_CORE: tuple[str, ...] = tuple(
+    key
+    for key, _ in _core.engine_config_keys()
+    if key in _schema_leaves(SCHEMA) and key not in COMPUTED
+)
+
 #: Schema keys Python consumes before the core, and what reaches the core in their place.
 BY_PYTHON: dict[str, str] = {
     "executor": "transceiver.pick_executor() resolves auto to cpu or cuda, which the core "
@@ -952,9 +955,9 @@ def core_config(cfg: dict[str, Any], executor: str, qec_blob: bytes | None) -> d
             key="cpu_core",
         )
     out: dict[str, Any] = {}
-    for dotted, key in TO_CORE.items():
+    for dotted in TO_CORE:
         value = _get(cfg, dotted)
-        out[key] = NULL_TO_CORE[dotted] if value is None and dotted in NULL_TO_CORE else value
+        out[dotted] = NULL_TO_CORE[dotted] if value is None and dotted in NULL_TO_CORE else value
     for key, computed in COMPUTED.items():
         out[key] = computed.value(cfg, executor, qec_blob)
     return out

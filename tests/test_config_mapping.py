@@ -1,7 +1,8 @@
 """The way from the schema to the engine: one description, and no setting silently ignored.
 
 Goal: every leaf of the transceiver's schema is placed exactly once: taken by the core one for
-one (config.TO_CORE), read into a computed core key (config.COMPUTED), consumed by Python
+one under its own dotted name (config.TO_CORE, which is read from the core), read into a
+computed core key (config.COMPUTED), consumed by Python
 (config.BY_PYTHON: what reaches the core in its place) or named as not reaching the engine
 (config.NOT_IN_ENGINE); changing a key that reaches the engine changes what the core gets, at
 the keys that say they read it and no other; core_config() gives exactly the keys the core
@@ -59,7 +60,7 @@ def nested(dotted: str, value: Any) -> dict[str, Any]:
 LEAVES = leaves(SCHEMA)
 CORE_KINDS = dict(_core.engine_config_keys())
 READ_BY = {  # schema key -> the core keys that say they depend on it
-    dotted: {TO_CORE[dotted]} if dotted in TO_CORE else set() for dotted in LEAVES
+    dotted: {dotted} if dotted in TO_CORE else set() for dotted in LEAVES
 }
 for core_key, computed in COMPUTED.items():
     for dotted in computed.reads:
@@ -76,9 +77,8 @@ def test_the_core_lists_each_key_once():
 
 
 def test_core_config_gives_exactly_the_keys_the_core_takes():
-    assert len(set(TO_CORE.values())) == len(TO_CORE), "two schema keys map to one core key"
-    assert not set(TO_CORE.values()) & set(COMPUTED), "a core key both mapped and computed"
-    ours = set(TO_CORE.values()) | set(COMPUTED)
+    assert not set(TO_CORE) & set(COMPUTED), "a core key both taken as it is and computed"
+    ours = set(TO_CORE) | set(COMPUTED)
     theirs = set(CORE_KINDS)
     assert (sorted(ours - theirs), sorted(theirs - ours)) == ([], []), (
         "(keys the core does not take, keys it takes that config.py does not give)"
@@ -213,7 +213,7 @@ def test_changing_a_key_changes_what_the_core_gets_there_and_only_there(dotted):
     assert changed, f"{dotted}={value!r} reaches nothing the core gets"
     assert changed <= READ_BY[dotted], f"{dotted} changes {changed}, says {READ_BY[dotted]}"
     if dotted in TO_CORE:
-        assert after[TO_CORE[dotted]] == value
+        assert after[dotted] == value
 
 
 class Recorder:
@@ -262,12 +262,12 @@ def good() -> dict[str, Any]:
 
 def test_the_core_refuses_missing_and_unknown_keys_naming_all_of_them():
     bad = good()
-    del bad["batch"], bad["frames_check_crc"]
+    del bad["queues.batch"], bad["frames.check_crc"]
     bad["bogus"] = 1
     with pytest.raises(ValueError) as e:
         _core.Transceiver(bad)
     assert str(e.value).startswith(
-        "engine config: keys missing: 'batch', 'frames_check_crc'; keys unknown: 'bogus' "
+        "engine config: keys missing: 'queues.batch', 'frames.check_crc'; keys unknown: 'bogus' "
     )
     assert "rebuild _core" in str(e.value)
 
@@ -275,19 +275,19 @@ def test_the_core_refuses_missing_and_unknown_keys_naming_all_of_them():
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("rx_depth", -1, "rx_depth=-1: must be an integer from 0 to 4294967295"),
-        ("batch", 1 << 32, "batch=4294967296: must be an integer from 0 to 4294967295"),
-        ("pkey", 0x10000, "pkey=65536: must be an integer from 0 to 65535"),
+        ("queues.rx_depth", -1, "queues.rx_depth=-1: must be an integer from 0 to 4294967295"),
+        ("queues.batch", 1 << 32, "queues.batch=4294967296: must be an integer from 0 to"),
+        ("qp.pkey", 0x10000, "qp.pkey=65536: must be an integer from 0 to 65535"),
         ("cpu_core", 1 << 31, "cpu_core=2147483648: must be an integer from -2147483648 to"),
         ("check_icrc", 1, "check_icrc=1: must be a bool"),
-        ("qpn", True, "qpn=True: must be an integer"),
+        ("qp.qpn", True, "qp.qpn=True: must be an integer"),
         ("stop_timeout_s", "5", "stop_timeout_s='5': must be a number"),
-        ("socket_mode", b"udp", "socket_mode=b'udp': must be a str"),
+        ("socket.mode", b"udp", "socket.mode=b'udp': must be a str"),
         ("executor", "gpu", "executor='gpu': must be one of cpu|cuda"),
         ("far_end", "fpga", "far_end='fpga': must be one of cpu|gpu"),
         ("nic", "doca", "nic='doca': must be one of loopback|socket"),
-        ("steer", "rss", "steer='rss': must be one of qp|udp_sport"),
-        ("transport", "RD", "transport='RD': must be one of RC|UC"),
+        ("queues.steer", "rss", "queues.steer='rss': must be one of qp|udp_sport"),
+        ("qp.transport", "RD", "qp.transport='RD': must be one of RC|UC"),
         ("handler", "lookup", "handler='lookup': must be one of echo|sink|qec|frames|custom"),
         ("local_mac", b"\x02" * 5, "local_mac=b'\\x02\\x02\\x02\\x02\\x02': must be 6 bytes"),
         ("peer_ip", b"\x0a" * 16, "peer_ip=b'\\n\\n"),  # 16 bytes with ip_version 4

@@ -312,6 +312,7 @@ EngineOptions parse_options(int argc, char** argv) {
 constexpr uint32_t kSlotBytes = 2048;
 constexpr uint32_t kRxLog2 = 8, kTxLog2 = 10, kHostLog2 = 4;
 constexpr uint32_t kCompSlotBytes = 1024;
+constexpr uint32_t kSettlePasses = 8;  // the schema's queues.settle_passes default
 constexpr uint32_t kMsgBufBytes = 65536;
 constexpr uint64_t kRegionVa = 0x10000;
 constexpr uint32_t kRegionRkey = 0x100, kRegionBytes = 8192;
@@ -352,6 +353,7 @@ struct Engine {
     e.reply_scratch = scratch.p + kMsgBufBytes;
     e.reply_scratch_bytes = kSlotBytes;
     e.batch = 32;
+    e.settle_passes = kSettlePasses;
     e.completion_batch = o.completion_batch;
     e.check_icrc = o.check_icrc;
     e.record_completions = true;
@@ -387,7 +389,7 @@ struct Outcome {
 
 // Passes in a row with nothing done before a run is over: past the settling
 // passes, and past the pass that polls the host ring (every 16th).
-constexpr uint32_t kQuietPasses = rt::kSettlePasses + 64;
+constexpr uint32_t kQuietPasses = kSettlePasses + 64;
 constexpr uint32_t kMaxPasses = 1u << 20;
 
 // A crew of one team: the frames stream's step (stream_batch.h) on the emulated warp, as

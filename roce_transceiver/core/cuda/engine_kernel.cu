@@ -1,5 +1,5 @@
 // The CUDA executor: a persistent kernel runs the same engine_step() as the
-// CPU thread, plus a far-end kernel for the GPU side of the loopback wire.
+// CPU thread (the GPU far end beside it: far_end_kernel.cu).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -26,64 +26,6 @@ void check_cuda(cudaError_t err, const char* what) {
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" +
                              cudaGetErrorString(err) + ")");
   }
-}
-
-// A block a queue's far end: lane 0 of warp 0 sends, lane 0 of warp 1 receives, so
-// building a request never waits for checking a reply (engine/far_end.h). Replies and the
-// frames they are compared with are staged in shared memory.
-constexpr uint32_t kFarEndThreads = 64;
-
-template <Scope S>
-__global__ void __launch_bounds__(kFarEndThreads, 1)
-    far_end_kernel(const FarEndDesc* descs, FarEndCarry* carry, const uint32_t* stop,
-                   uint32_t scratch_bytes, uint64_t epoch_ns) {
-  extern __shared__ __align__(16) uint8_t staging[];
-  __shared__ FarEndDesc d;
-  __shared__ FarEndCarry c;
-  __shared__ uint64_t until;
-  __shared__ uint32_t status;
-  crc32_tables_to_shared();
-  if (threadIdx.x == 0) {
-    d = descs[blockIdx.x];
-    d.frame = staging;
-    d.expect = staging + scratch_bytes / 2;
-    c = carry[blockIdx.x];
-    status = 0;
-    if (!c.over && !far_end_carry_begin<S>(d, c)) carry[blockIdx.x] = c;  // bad_config
-    until = epoch_ns ? globaltimer_ns() + epoch_ns : ~uint64_t(0);
-  }
-  __syncthreads();
-  if (c.over) return;
-  if (threadIdx.x == 0) {
-    far_end_send<S>(d, c.s, c.sh, c.start, stop, until);
-  } else if (threadIdx.x == 32) {
-    status = far_end_receive<S>(d, c.r, c.sh, c.start, stop, until);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    if (status) far_end_carry_finish(d, c, status);
-    carry[blockIdx.x] = c;
-  }
-}
-
-// Launch `blocks` blocks of `threads` with `smem` bytes of dynamic shared memory,
-// raising the kernel's limit first when a large slot size needs more than 48 KiB
-// with the static shared memory.
-template <typename... KArgs>
-void allow_dynamic_smem(void (*kernel)(KArgs...), size_t smem) {
-  // The 48 KiB limit counts the kernel's static shared memory (the CRC tables) too.
-  cudaFuncAttributes attr;
-  check_cuda(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
-  if (smem + attr.sharedSizeBytes > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               "cudaFuncSetAttribute(shared memory)");
-}
-
-template <typename... KArgs, typename... Args>
-void launch_with_smem(void (*kernel)(KArgs...), uint32_t blocks, uint32_t threads, size_t smem,
-                      cudaStream_t stream, Args&&... args) {
-  allow_dynamic_smem(kernel, smem);
-  kernel<<<blocks, threads, smem, stream>>>(std::forward<Args>(args)...);
 }
 
 // The driver API, through the runtime's entry points: this library links the static
@@ -218,39 +160,31 @@ size_t dynamic_smem_room(const EngineFunction& kernel) {
 }  // namespace
 
 struct EngineKernel::Impl {
-  cudaStream_t stream = nullptr;      // the engine's own non-blocking stream
-  cudaStream_t far_stream = nullptr;  // the GPU far end's
-  cudaStream_t control = nullptr;     // the far end's stop flag, while both others are busy
-  KernelControl* ctl = nullptr;       // pinned, mapped: the host's view
+  cudaStream_t stream = nullptr;   // the engine's own non-blocking stream
+  cudaStream_t control = nullptr;  // allocations and copies while `stream` is busy
+  KernelControl* ctl = nullptr;    // pinned, mapped: the host's view
   KernelControl* ctl_device = nullptr;
-  EpochRecord* rec = nullptr;        // device memory, one a queue (kMaxQueues)
-  EngineDesc* descs = nullptr;       // device memory, one a queue (kMaxQueues)
-  uint32_t* far_stop = nullptr;      // device memory: polled by the GPU far end
-  FarEndCarry* far_carry = nullptr;  // pinned, mapped: the far ends' state between epochs
-  uint64_t epoch_ns = 0;             // the engine's epochs, the far end's too
-  uint64_t* heartbeat = nullptr;     // pinned: read by the host
+  EpochRecord* rec = nullptr;     // device memory, one a queue (kMaxQueues)
+  EngineDesc* descs = nullptr;    // device memory, one a queue (kMaxQueues)
+  uint64_t* heartbeat = nullptr;  // pinned: read by the host
   EpochRelauncher relauncher;  // launches the epochs, waits for each: every CUDA call of the loop
   std::atomic<bool> stopping{false};  // stop() asked: launch no more
   bool launched = false;
-  bool stopped = false;
-  uint32_t batch_depth = 1;      // frames a crew's batch holds (1: no crew)
-  uint32_t blocks = 0;           // one a queue
-  int device = 0;                // the GPU it runs on: the relauncher's current device
-  std::function<void()> launch;  // one epoch, on `stream`
-  CUmodule module = nullptr;     // a user handler's kernels (opts.kernel_image), or none
+  std::atomic<bool> stopped{false};  // read by running() from other threads (a GPU far end's)
+  uint32_t batch_depth = 1;          // frames a crew's batch holds (1: no crew)
+  uint32_t blocks = 0;               // one a queue
+  int device = 0;                    // the GPU it runs on: the relauncher's current device
+  std::function<void()> launch;      // one epoch, on `stream`
+  CUmodule module = nullptr;         // a user handler's kernels (opts.kernel_image), or none
 };
 
 EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   // CUDA loads kernels lazily (CUDA_MODULE_LOADING=LAZY is the default): the
-  // first launch of a kernel waits for the device to go idle. Load every kernel
-  // launched beside the engine now, before the engine starts.
-  cudaFuncAttributes attr;
+  // first launch of a kernel waits for the device to go idle. Load the engine's
+  // kernels now, before it starts (a GPU far end loads its own: far_end_launch.h).
   for (int kind : {kOneWarp, kCrewKernel, kStreamKernel})
     for (bool system : {false, true}) builtin_kernel(kind, system).static_smem();
-  check_cuda(cudaFuncGetAttributes(&attr, far_end_kernel<Scope::kDevice>), "load far_end_kernel");
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  check_cuda(cudaStreamCreateWithFlags(&impl_->far_stream, cudaStreamNonBlocking),
-             "cudaStreamCreate");
   check_cuda(cudaStreamCreateWithFlags(&impl_->control, cudaStreamNonBlocking), "cudaStreamCreate");
   check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&impl_->ctl), sizeof(KernelControl),
                            cudaHostAllocMapped),
@@ -267,15 +201,7 @@ EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
   check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&impl_->descs),
                              kMaxQueues * sizeof(EngineDesc), impl_->control),
              "cudaMallocAsync(queue descriptors)");
-  check_cuda(
-      cudaMallocAsync(reinterpret_cast<void**>(&impl_->far_stop), sizeof(uint32_t), impl_->control),
-      "cudaMallocAsync(stop flag)");
-  check_cuda(cudaMemsetAsync(impl_->far_stop, 0, sizeof(uint32_t), impl_->control),
-             "cudaMemsetAsync(stop flag)");
   check_cuda(cudaStreamSynchronize(impl_->control), "kernel control");
-  check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&impl_->far_carry),
-                           kMaxQueues * sizeof(FarEndCarry), cudaHostAllocMapped),
-             "cudaHostAlloc(far end state)");
 }
 
 EngineKernel::~EngineKernel() {
@@ -292,12 +218,9 @@ EngineKernel::~EngineKernel() {
   if (impl_->relauncher.joinable()) impl_->relauncher.join();
   cudaFreeAsync(impl_->rec, impl_->control);
   cudaFreeAsync(impl_->descs, impl_->control);
-  cudaFreeAsync(impl_->far_stop, impl_->control);
   cudaStreamSynchronize(impl_->control);
   cudaFreeHost(impl_->ctl);
-  cudaFreeHost(impl_->far_carry);
   cudaStreamDestroy(impl_->stream);
-  cudaStreamDestroy(impl_->far_stream);
   cudaStreamDestroy(impl_->control);
   if (impl_->module) Driver::get().module_unload(impl_->module);
 }
@@ -323,7 +246,6 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   // Dynamic shared memory: the express path's ICRC tables, then a frame in and a reply out.
   const size_t staging = kIcrcWordSmemBytes + size_t(desc.rx.slot_bytes) + desc.tx.slot_bytes;
   const uint64_t epoch_ns = uint64_t(opts.epoch_us) * 1000;
-  k.epoch_ns = epoch_ns;
   KernelControl* ctl = k.ctl_device;
   EpochRecord* rec = k.rec;
   const EngineDesc* on_device = k.descs;
@@ -417,11 +339,6 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
   plan.in_flight = opts.epoch_us ? opts.in_flight : 1;
   plan.launch = k.launch;
   plan.more = [&k] { return !k.stopping.load(std::memory_order_acquire); };
-  plan.on_end = [&k] {
-    // A GPU far end running beside the loop ends with it.
-    cudaMemsetAsync(k.far_stop, 1, sizeof(uint32_t), k.control);
-    cudaStreamSynchronize(k.control);
-  };
   plan.what = "the persistent engine kernel";
   k.relauncher.start(std::move(plan));
 }
@@ -476,60 +393,6 @@ EpochStats EngineKernel::epoch_stats() const {
   e.batch_depth = impl_->batch_depth;
   e.blocks = impl_->blocks;
   return e;
-}
-
-void EngineKernel::run_far_end(const FarEndDesc* descs, uint32_t queues, size_t scratch_bytes,
-                               double timeout_s) {
-  Impl& k = *impl_;
-  if (queues < 1 || queues > kMaxQueues)
-    throw std::invalid_argument("far end: 1 to " + std::to_string(kMaxQueues) + " queues, not " +
-                                std::to_string(queues));
-  // In epochs like the engine's, so that the far end does not hold up a kernel load either.
-  volatile FarEndCarry* carry = k.far_carry;
-  for (uint32_t q = 0; q < queues; ++q) {
-    carry[q].begun = 0;
-    carry[q].over = 0;
-  }
-  FarEndCarry* carry_device = nullptr;
-  check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&carry_device), k.far_carry, 0),
-             "cudaHostGetDevicePointer(far end state)");
-  const uint64_t epoch_ns = k.epoch_ns;
-  const auto* stop = static_cast<const uint32_t*>(k.far_stop);
-  const auto scratch = uint32_t(scratch_bytes);
-  auto launch = [=, &k] {
-    launch_with_smem(far_end_kernel<Scope::kDevice>, queues, kFarEndThreads, scratch_bytes,
-                     k.far_stream, descs, carry_device, stop, scratch, epoch_ns);
-  };
-  auto over = [carry, queues] {
-    for (uint32_t q = 0; q < queues; ++q)
-      if (!carry[q].over) return false;
-    return true;
-  };
-  launch();
-  check_cuda(cudaGetLastError(), "far_end_kernel launch");
-  auto epochs = std::make_unique<EpochRelauncher>();
-  EpochRelauncher::Plan plan;
-  plan.stream = k.far_stream;
-  plan.device = k.device;
-  plan.in_flight = epoch_ns ? 2 : 1;
-  plan.launch = launch;
-  // An epoch queued behind the last one finds the run over and returns at once.
-  plan.more = [=] { return epoch_ns != 0 && !over(); };
-  plan.what = "the GPU far end";
-  epochs->start(std::move(plan));
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s + 5.0);
-  while (!epochs->finished()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      // Stuck in the driver or in a kernel: the thread and what it uses are left behind.
-      epochs->detach();
-      static_cast<void>(epochs.release());
-      throw std::runtime_error("the GPU far end did not finish within its timeout + 5 s");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  epochs->join();
-  if (!epochs->error().empty()) throw std::runtime_error(epochs->error());
 }
 
 }  // namespace rt::cuda

@@ -383,6 +383,7 @@ OpCosts device_op_costs(const std::vector<uint8_t>& request, int repeats) {
   d.reply_spec = spec_from_frame(f);
   d.handler.kind = HandlerKind::kEcho;
   d.batch = 16;
+  d.settle_passes = 8;  // the schema's default
   d.check_icrc = true;
   d.express = true;
 

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "rt/cuda/engine_launch.h"
+#include "rt/cuda/far_end_launch.h"
 #include "rt/cuda/protocol_device.h"
 #include "rt/cuda/runtime_info.h"
 
@@ -52,6 +53,14 @@ EpochStats EngineKernel::epoch_stats() const { return {}; }
 void EngineKernel::stop(double) {}
 void EngineKernel::check() const {}
 bool EngineKernel::running() const { return false; }
-void EngineKernel::run_far_end(const FarEndDesc*, uint32_t, size_t, double) { no_cuda(); }
+
+struct GpuFarEnd::Impl {};
+GpuFarEnd::GpuFarEnd() { no_cuda(); }
+GpuFarEnd::~GpuFarEnd() = default;
+void GpuFarEnd::run(const FarEndDesc*, uint32_t, size_t, double, uint64_t,
+                    const std::function<bool()>&) {
+  no_cuda();
+}
+void GpuFarEnd::stop() {}
 
 }  // namespace rt::cuda

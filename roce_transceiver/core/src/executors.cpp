@@ -5,16 +5,40 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "rt/cuda/engine_launch.h"
 #include "rt/engine/stream_batch.h"
 #include "rt/host/executor.h"
 
 namespace rt::host {
 namespace {
+
+// The figures by the names Transceiver.epoch_stats() has in Python, one list for both
+// executors (the cpu executor's crew of one fills the batches').
+ExecutorStats named(const cuda::EpochStats& e) {
+  const auto parts = [](const auto& counts) {
+    return std::vector<uint64_t>(std::begin(counts), std::end(counts));
+  };
+  return {{"epochs", e.epochs},
+          {"gap_total_ns", e.gap_total_ns},
+          {"gap_max_ns", e.gap_max_ns},
+          {"warmup_total_ns", e.warmup_total_ns},
+          {"warmup_max_ns", e.warmup_max_ns},
+          {"first_pass_total_ns", e.first_pass_total_ns},
+          {"first_pass_max_ns", e.first_pass_max_ns},
+          {"batch_depth", uint64_t(e.batch_depth)},
+          {"blocks", uint64_t(e.blocks)},
+          {"batches", e.batches},
+          {"batch_frames", e.batch_frames},
+          {"batch_cycles", parts(e.batch_cycles)},
+          {"classify_cycles", parts(e.classify_cycles)},
+          {"commit_cycles", parts(e.commit_cycles)}};
+}
 
 // 0, or the errno of the failure: a loop that is not where the configuration put it shows
 // only as slow latency, so the caller reports it rather than running on.
@@ -92,20 +116,16 @@ class CpuExecutor final : public Executor {
   bool running() const override { return running_; }
   void check() const override {}
 
-  cuda::EpochStats stats() const override {
+  ExecutorStats stats() const override {
     cuda::EpochStats e{};
     e.blocks = uint32_t(loops_.size());
-    if (running_) return e;         // the batches are the threads' own until they are joined
+    if (running_) return named(e);  // the batches are the threads' own until they are joined
     for (const Loop& l : loops_) {  // the threads' own, read once they are done
       e.batch_depth = l.batch.depth;
       e.batches += l.batch.batches;
       e.batch_frames += l.batch.batch_frames;
     }
-    return e;
-  }
-
-  void run_far_end(const FarEndDesc*, uint32_t, size_t, double) override {
-    throw std::logic_error("a far end on the device needs executor='cuda'");
+    return named(e);
   }
 
  private:
@@ -177,12 +197,7 @@ class CudaExecutor final : public Executor {
   void stop(double timeout_s) override { kernel_.stop(timeout_s); }
   bool running() const override { return kernel_.running(); }
   void check() const override { kernel_.check(); }
-  cuda::EpochStats stats() const override { return kernel_.epoch_stats(); }
-  void run_far_end(const FarEndDesc* descs, uint32_t queues, size_t scratch_bytes,
-                   double timeout_s) override {
-    kernel_.check();
-    kernel_.run_far_end(descs, queues, scratch_bytes, timeout_s);
-  }
+  ExecutorStats stats() const override { return named(kernel_.epoch_stats()); }
 
  private:
   std::vector<EngineDesc> descs_;
@@ -194,6 +209,8 @@ class CudaExecutor final : public Executor {
 };
 
 }  // namespace
+
+ExecutorStats idle_executor_stats() { return named(cuda::EpochStats{}); }
 
 std::unique_ptr<Executor> make_cpu_executor(std::vector<EngineDesc> descs, EngineState* states,
                                             int first_core) {

@@ -277,8 +277,12 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
     }
     far_descs_.write(0, descs.data(), descs.size() * sizeof(FarEndDesc));
     const size_t scratch_bytes = 2 * ((size_t(cfg_.slot_bytes) + 15) / 16 * 16);
-    executor_->run_far_end(reinterpret_cast<const FarEndDesc*>(far_descs_.device()), p.queues,
-                           scratch_bytes, p.timeout_s);
+    executor_->check();  // a loop that failed: its error, rather than a run with no replies
+    // In the engine's epochs, so that the far end does not hold up a kernel load either; and
+    // it ends when the engine does (stopped, or failed).
+    gpu_far_end_->run(reinterpret_cast<const FarEndDesc*>(far_descs_.device()), p.queues,
+                      scratch_bytes, p.timeout_s, uint64_t(cfg_.cuda_epoch_us) * 1000,
+                      [this] { return executor_->running(); });
     far_results_.read(0, run.queues.data(), p.queues * sizeof(FarEndResult));
     std::vector<uint64_t> times(times_total);
     far_times_.read(0, times.data(), times.size() * sizeof(uint64_t));

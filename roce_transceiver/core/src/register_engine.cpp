@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "register.h"
@@ -266,6 +267,18 @@ pb::dict completion_dict(const host::Completion& c) {
   return d;
 }
 
+// The executor's figures by name, in their order: a count, or a tuple of a count a part.
+pb::dict executor_stats(const host::ExecutorStats& stats) {
+  pb::dict d;
+  for (const auto& [name, value] : stats) {
+    if (const auto* parts = std::get_if<std::vector<uint64_t>>(&value))
+      d[name.c_str()] = pb::tuple(pb::cast(*parts));
+    else
+      d[name.c_str()] = std::get<uint64_t>(value);
+  }
+  return d;
+}
+
 }  // namespace
 
 void register_engine(pb::module_& m) {
@@ -275,6 +288,12 @@ void register_engine(pb::module_& m) {
     for (const auto& entry : config_keys()) out.append(pb::make_tuple(entry.first, entry.second));
     return out;
   });
+  // The bounds of the core's fixed arrays: the schema's maxima for these keys (config.py).
+  pb::dict limits;
+  limits["queues"] = kMaxQueues;
+  limits["regions"] = kMaxRegions;
+  limits["pages"] = kMaxPages;
+  m.attr("LIMITS") = limits;
 
   {
     pb::list fields;
@@ -320,30 +339,7 @@ void register_engine(pb::module_& m) {
       .def("nic_stats", [](const Transceiver& t) { return nic_fields(t.nic_stats()); })
       .def("nic_info", [](const Transceiver& t) { return nic_fields(t.nic_info()); })
       .def_property_readonly("nic_name", [](const Transceiver& t) { return t.nic().name(); })
-      .def("epoch_stats",
-           [](const Transceiver& t) {
-             const cuda::EpochStats s = t.epoch_stats();
-             pb::dict d;
-             d["epochs"] = s.epochs;
-             d["gap_total_ns"] = s.gap_total_ns;
-             d["gap_max_ns"] = s.gap_max_ns;
-             d["warmup_total_ns"] = s.warmup_total_ns;
-             d["warmup_max_ns"] = s.warmup_max_ns;
-             d["first_pass_total_ns"] = s.first_pass_total_ns;
-             d["first_pass_max_ns"] = s.first_pass_max_ns;
-             d["batch_depth"] = s.batch_depth;
-             d["blocks"] = s.blocks;
-             d["batches"] = s.batches;
-             d["batch_frames"] = s.batch_frames;
-             d["batch_cycles"] = pb::make_tuple(s.batch_cycles[0], s.batch_cycles[1],
-                                                s.batch_cycles[2], s.batch_cycles[3]);
-             d["classify_cycles"] =
-                 pb::make_tuple(s.classify_cycles[0], s.classify_cycles[1], s.classify_cycles[2],
-                                s.classify_cycles[3], s.classify_cycles[4]);
-             d["commit_cycles"] =
-                 pb::make_tuple(s.commit_cycles[0], s.commit_cycles[1], s.commit_cycles[2]);
-             return d;
-           })
+      .def("epoch_stats", [](const Transceiver& t) { return executor_stats(t.epoch_stats()); })
       .def("counters",
            [](const Transceiver& t) {
              const std::vector<uint64_t> v = t.counters();

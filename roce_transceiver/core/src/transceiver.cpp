@@ -17,8 +17,6 @@ namespace rt::host {
 
 using namespace ring_layout;
 
-constexpr uint64_t kQpnMask = 0xFFFFFF;  // QP numbers are 24 bits
-
 Transceiver::Transceiver(TransceiverConfig config, std::shared_ptr<Nic> nic)
     : cfg_(std::move(config)), nic_(std::move(nic)) {
   on_gpu_ = cfg_.executor == ExecutorKind::kCuda;
@@ -37,7 +35,11 @@ bool Transceiver::uses_custom() const {
   return cfg_.handler == HandlerKind::kCustom || cfg_.frames_statistic;
 }
 
-// What can be told wrong before anything is allocated (and the steering it implies).
+// What only the core can tell before anything is allocated: whether the GPU is there, that
+// Python built what it computes (the compiled handler, the QEC blob), and the bounds of the
+// engine's fixed arrays. Every key's own range, and the rules across keys, are SCHEMA's and
+// config.py's, checked once there with the key's file and line (docs/ARCHITECTURE.md,
+// "Configuration").
 void Transceiver::check_settings() {
   const TransceiverConfig& c = cfg_;
   if (c.far_end == FarEndPlace::kGpu && !on_gpu_)
@@ -47,7 +49,6 @@ void Transceiver::check_settings() {
                                 nic_->name() +
                                 " NIC is a CPU thread, its rings sit in host memory "
                                 "(far_end='cpu')");
-
   if (c.frames_statistic && c.handler != HandlerKind::kFrames)
     throw std::invalid_argument("frames_statistic: only for handler 'frames'");
   const bool custom = uses_custom();
@@ -60,50 +61,32 @@ void Transceiver::check_settings() {
     throw std::invalid_argument(std::string(custom_what) +
                                 " on executor 'cuda' needs the engine's kernels compiled with it "
                                 "(custom_kernel_image): Transceiver builds them with NVRTC");
+  if (c.handler == HandlerKind::kQec && c.qec_blob.empty())
+    throw std::invalid_argument("handler 'qec' needs its table blob (qec_blob)");
   std::string why;
   if (on_gpu_ && !cuda_usable(&why))
     throw std::runtime_error("executor='cuda' cannot run here: " + why);
-  if (!on_gpu_ && c.cuda_device != 0)
-    throw std::invalid_argument("cuda_device=" + std::to_string(c.cuda_device) +
-                                ": the GPU of executor='cuda'; the cpu executor has none");
   if (on_gpu_ && (c.cuda_device < 0 || c.cuda_device >= cuda_device_count()))
     throw std::invalid_argument(
-        "cuda_device=" + std::to_string(c.cuda_device) + ": " +
+        "cuda.device=" + std::to_string(c.cuda_device) + ": " +
         std::to_string(cuda_device_count()) + " GPU(s) visible to this process (0 to " +
         std::to_string(cuda_device_count() - 1) + "; CUDA_VISIBLE_DEVICES picks and numbers them)");
-  if (c.qp.transport != Transport::RC && c.qp.transport != Transport::UC)
-    throw std::invalid_argument("qp.transport: must be RC or UC");
-  if (c.slot_bytes < 128 || c.slot_bytes % 64 || c.slot_bytes > 65536)
-    throw std::invalid_argument("slot_bytes=" + std::to_string(c.slot_bytes) +
-                                ": must be a multiple of 64 from 128 to 65536");
-  if (c.completion_slot_bytes < 128 || c.completion_slot_bytes % 64)
-    throw std::invalid_argument("completion_slot_bytes=" + std::to_string(c.completion_slot_bytes) +
-                                ": must be a multiple of 64, at least 128");
-  if (c.completion_batch < 1 || c.completion_batch > 65536)
-    throw std::invalid_argument("completion_batch=" + std::to_string(c.completion_batch) +
-                                ": must be 1 to 65536");
-  if (c.batch < 1 || c.batch > 1024)
-    throw std::invalid_argument("batch=" + std::to_string(c.batch) + ": must be 1 to 1024");
-  if (c.queues < 1 || c.queues > kMaxQueues)
-    throw std::invalid_argument("queues=" + std::to_string(c.queues) + ": must be 1 to " +
-                                std::to_string(kMaxQueues));
-  steering_ = Steering{c.queues, c.steer, c.qp.qpn};
-  if (steering_.by == SteerBy::kQp && (uint64_t(c.qp.qpn) + c.queues - 1 > kQpnMask ||
-                                       uint64_t(c.qp.peer_qpn) + c.queues - 1 > kQpnMask))
-    throw std::invalid_argument("queues=" + std::to_string(c.queues) +
-                                " steered by QP: queue i is QP qpn + i (peer peer_qpn + i), "
-                                "past the 24-bit QP numbers from qpn=" +
-                                std::to_string(c.qp.qpn) +
-                                ", peer_qpn=" + std::to_string(c.qp.peer_qpn));
+  // The fixed arrays (the queues' far-end slots, the descriptor's regions): past them is
+  // memory that is not theirs. SCHEMA refuses these first (its bounds are these, read from
+  // _core.LIMITS); here they guard the arrays against a caller of _core that skipped it.
+  if (c.queues < 1 || c.queues > kMaxQueues || c.regions.size() > kMaxRegions)
+    throw std::invalid_argument("queues.count=" + std::to_string(c.queues) + ", " +
+                                std::to_string(c.regions.size()) +
+                                " regions: past the core's arrays (1 to " +
+                                std::to_string(kMaxQueues) + " queues, " +
+                                std::to_string(kMaxRegions) + " regions)");
   // CPU_SET past the set's end would write out of bounds; queue q's thread takes cpu_core + q.
+  // The set's size is the C library's, known here only.
   if (c.cpu_core >= 0 && uint64_t(c.cpu_core) + c.queues > CPU_SETSIZE)
     throw std::invalid_argument("cpu_core=" + std::to_string(c.cpu_core) + ": must be below " +
                                 std::to_string(CPU_SETSIZE - c.queues + 1) +
                                 " (CPU_SETSIZE; queue q's thread takes core cpu_core + q)");
-  if (c.regions.size() > kMaxRegions)
-    throw std::invalid_argument("regions: at most " + std::to_string(kMaxRegions));
-  if (c.handler == HandlerKind::kQec && c.qec_blob.empty())
-    throw std::invalid_argument("handler 'qec' needs its table blob (qec_blob)");
+  steering_ = Steering{c.queues, c.steer, c.qp.qpn};
 }
 
 // Where each kind of memory lives for this executor and far end (the table in
@@ -117,7 +100,7 @@ Transceiver::Placements Transceiver::placements() const {
 }
 
 // The rings' layout in a queue's memory, and what the queues share: their counters, the
-// engines' states, the GPU far end's buffers (allocated before any kernel runs).
+// engines' states, the GPU far end and its buffers (made before any kernel of ours runs).
 void Transceiver::lay_out_rings(const Placements& at) {
   const TransceiverConfig& c = cfg_;
   const uint32_t rx_log2 = log2_exact(c.rx_depth, "rx_depth");
@@ -140,6 +123,7 @@ void Transceiver::lay_out_rings(const Placements& at) {
     far_times_ = Buffer(Placement::kDevice, size_t(kGpuFarEndMaxCount) * sizeof(uint64_t));
     far_results_ = Buffer(Placement::kDevice, kMaxQueues * sizeof(FarEndResult));
     far_descs_ = Buffer(Placement::kDevice, kMaxQueues * sizeof(FarEndDesc));
+    gpu_far_end_ = std::make_unique<cuda::GpuFarEnd>();
   }
 }
 
@@ -152,13 +136,6 @@ EngineDesc Transceiver::engine_desc(const Placements& at) {
   d.num_regions = uint32_t(c.regions.size());
   for (size_t i = 0; i < c.regions.size(); ++i) {
     const RegionConfig& r = c.regions[i];
-    if (r.length == 0)
-      throw std::invalid_argument("regions[" + std::to_string(i) + "].length: must be > 0");
-    for (size_t j = 0; j < i; ++j)
-      if (c.regions[j].rkey == r.rkey)
-        throw std::invalid_argument("regions[" + std::to_string(i) +
-                                    "].rkey=" + std::to_string(r.rkey) +
-                                    ": already used by regions[" + std::to_string(j) + "]");
     regions_.push_back(std::make_shared<Buffer>(at.engine_private, r.length));
     d.regions[i] = MemRegion{r.va, r.rkey, r.length, regions_.back()->data()};
   }
@@ -195,24 +172,21 @@ EngineDesc Transceiver::engine_desc(const Placements& at) {
     }
   }
   if (c.handler == HandlerKind::kFrames) {
-    if (c.frames_region >= c.regions.size())
-      throw std::invalid_argument("frames: region " + std::to_string(c.frames_region) +
-                                  " is not configured");
-    if (c.frames_pages == 0 || c.frames_pages > kMaxPages || c.frames_page_bytes == 0 ||
+    // The pages' region is the one config.py appended; a page table past the engine's
+    // (the immediate's 12 bits) or pages past the region would be memory not theirs.
+    if (c.frames_region >= c.regions.size() || c.frames_pages == 0 || c.frames_pages > kMaxPages ||
+        c.frames_pages % c.queues ||
         uint64_t(c.frames_pages) * c.frames_page_bytes > c.regions[c.frames_region].length)
       throw std::invalid_argument("frames: " + std::to_string(c.frames_pages) + " pages of " +
-                                  std::to_string(c.frames_page_bytes) +
-                                  " bytes do not fit the region (at most 4096 pages)");
-    if (c.frames_pages % c.queues)
-      throw std::invalid_argument("frames: " + std::to_string(c.frames_pages) + " pages for " +
+                                  std::to_string(c.frames_page_bytes) + " bytes for " +
                                   std::to_string(c.queues) +
-                                  " queues: each queue takes an equal share of the pages, so "
-                                  "the pages must be a multiple of the queues");
-    if (!c.record_completions ||
+                                  " queues do not fit regions[frames_region] (at most " +
+                                  std::to_string(kMaxPages) + " pages, a share a queue)");
+    if (!c.engine.record_completions ||
         completion_data_bytes(c.completion_slot_bytes) < sizeof(FrameRecord))
       throw std::invalid_argument(
           "frames: the host gets frames as completion records: completions on, "
-          "completion_slot_bytes >= " +
+          "queues.completion_slot_bytes >= " +
           std::to_string(sizeof(CompletionRecord) + 2 * sizeof(FrameRecord)));
     page_free_ = Buffer(at.host_facing, size_t(c.frames_pages) * sizeof(uint32_t));
     const std::vector<uint32_t> ones(c.frames_pages, 1u);
@@ -222,17 +196,14 @@ EngineDesc Transceiver::engine_desc(const Placements& at) {
         FramesDesc{c.frames_region,    c.frames_page_bytes, pages_per_queue_, c.frames_metadata,
                    c.frames_check_crc, c.frames_statistic,  nullptr};
   }
-  d.msg_buf_bytes = c.msg_buf_bytes;
+  static_cast<EngineSettings&>(d) = c.engine;
   d.reply_scratch_bytes = c.slot_bytes;
-  d.batch = c.batch;
   // Half the ring at most: the host drains one half while the loop fills the other.
-  d.completion_batch = std::max(1u, std::min(c.completion_batch, c.completion_depth / 2));
-  d.check_icrc = c.check_icrc;
-  d.record_completions = c.record_completions;
+  d.completion_batch = std::max(1u, std::min(d.completion_batch, c.completion_depth / 2));
   // The express path runs a SEND's handler before the request's ICRC verdict and drops the
   // reply of a bad frame (handler.h: handlers are pure). A user handler with state is not
   // pure: a corrupt frame would still change its state, so it takes the general path.
-  d.express = c.express && !(c.handler == HandlerKind::kCustom && c.custom_state_bytes);
+  d.express = d.express && !(c.handler == HandlerKind::kCustom && c.custom_state_bytes);
 
   return d;
 }
@@ -248,7 +219,7 @@ void Transceiver::make_queues(const EngineDesc& d, const Placements& at) {
     HostQueue& hq = queues_.emplace_back();
     hq.wire = Buffer(at.wire, v.tx.end);
     hq.host_rings = Buffer(at.host_facing, v.cp.end);
-    hq.scratch = Buffer(at.engine_private, size_t(c.msg_buf_bytes) + c.slot_bytes);
+    hq.scratch = Buffer(at.engine_private, size_t(c.engine.msg_buf_bytes) + c.slot_bytes);
     hq.desc = d;
     EngineDesc& qd = hq.desc;
     qd.qp.qpn = steering_.qpn(q);
@@ -269,7 +240,7 @@ void Transceiver::make_queues(const EngineDesc& d, const Placements& at) {
         qd.handler.custom.state = custom_state_.data() + size_t(q) * custom_stride_;
     }
     qd.msg_buf = hq.scratch.data();
-    qd.reply_scratch = hq.scratch.data() + c.msg_buf_bytes;
+    qd.reply_scratch = hq.scratch.data() + c.engine.msg_buf_bytes;
     uint8_t* wire = on_gpu_ ? hq.wire.device() : hq.wire.host();
     qd.rx = rx_ring(wire, v.rx, v.rx_log2, c.slot_bytes);
     qd.tx = tx_ring(wire, v.tx, v.tx_log2, c.slot_bytes);
@@ -359,7 +330,9 @@ void Transceiver::stop() {
   if (stopped_) return;
   const DeviceScope on_device(cfg_.cuda_device);  // the executor's streams go with it
   closing_.store(true, std::memory_order_release);
-  store_release<Scope::kSystem>(&far_stop_, 1);  // a CPU far end ends its run
+  // A far end's run ends: the CPU's reads this flag, the GPU's is asked (no CUDA call here).
+  store_release<Scope::kSystem>(&far_stop_, 1);
+  if (gpu_far_end_) gpu_far_end_->stop();
   std::string nic_error;
   try {  // the wire goes quiet first
     nic_->stop();
@@ -378,8 +351,8 @@ void Transceiver::stop() {
                                "returns keeps the loop from its stop flag");
     }
   }
-  // The engines are stopped (a GPU far end saw the same flag): what runs in
-  // other threads now ends by itself.
+  // The engines are stopped and the far ends asked to end: what runs in other
+  // threads now ends by itself.
   wait_for_calls(cfg_.stop_timeout_s);
   for (uint32_t q = 0; q < queue_count(); ++q) final_counters_.push_back(read_counters(q));
   stopped_ = true;
@@ -407,6 +380,7 @@ void Transceiver::stop() {
   far_times_ = Buffer();
   far_results_ = Buffer();
   far_descs_ = Buffer();
+  gpu_far_end_.reset();
   if (!nic_error.empty()) throw std::runtime_error(nic_error);
 }
 
@@ -436,7 +410,7 @@ std::vector<uint8_t> PageMemory::read() const {
   return out;
 }
 
-cuda::EpochStats Transceiver::epoch_stats() const {
+ExecutorStats Transceiver::epoch_stats() const {
   if (stopped_ || !executor_) return final_epoch_stats_;
   return executor_->stats();
 }

@@ -1,6 +1,6 @@
 // The CUDA executor as host code sees it: run the persistent engine kernel,
-// ask it to stop, watch it; run a GPU far end beside it. Compiled without nvcc
-// on the caller's side: no CUDA types here.
+// ask it to stop, watch it (a GPU far end beside it: far_end_launch.h).
+// Compiled without nvcc on the caller's side: no CUDA types here.
 //
 // The kernel runs in epochs (docs/gpu_sharing.md): it returns after epoch_us,
 // its state kept in device memory and the rings untouched, and a host thread
@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "rt/engine/engine.h"
-#include "rt/engine/far_end.h"
 #include "rt/queues/steering.h"
 
 namespace rt::cuda {
@@ -77,13 +76,7 @@ class EngineKernel {
 
   // Throws if the kernel faulted or exited on its own; no-op while running.
   void check() const;
-  bool running() const;
-
-  // Run far ends on the GPU (a block each, `descs[q]` in device memory, on their own
-  // stream) to completion or their own timeout; the host waits at most timeout_s + 5 s more.
-  // Each block has `scratch_bytes` of dynamic shared memory: its reply and expected frames.
-  void run_far_end(const FarEndDesc* descs, uint32_t queues, size_t scratch_bytes,
-                   double timeout_s);
+  bool running() const;  // any thread
 
   struct Impl;  // CUDA-side; opaque here
 

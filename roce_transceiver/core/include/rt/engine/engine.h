@@ -17,9 +17,6 @@
 
 namespace rt {
 
-// Idle passes before the loop gives slots back and publishes its counters.
-constexpr uint32_t kSettlePasses = 8;
-
 // Leader, at the end of a pass that did `done` (frames taken): the host's
 // sends now and then, slots back, counters out. Returns the work done with
 // the host's sends.
@@ -34,7 +31,7 @@ RT_HD inline uint32_t end_pass(const EngineDesc& d, EngineState& st, const Stagi
   st.idle_passes = done ? 0 : st.idle_passes + 1;
   // Once the loop has been idle a few passes: not in the pass right after a
   // reply, where the next request is likely on its way.
-  const bool settled = st.idle_passes == kSettlePasses;
+  const bool settled = st.idle_passes == d.settle_passes;
   // Slots go back in bulk (each release is a fence and a bus write), and
   // when the loop settles, so a producer never waits long on a lazy release.
   const uint32_t held = st.rx_ci - st.rx_released;

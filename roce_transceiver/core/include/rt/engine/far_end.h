@@ -29,6 +29,7 @@
 
 #include "rt/byte_copy.h"
 #include "rt/protocol/encode.h"
+#include "rt/protocol/psn.h"
 #include "rt/queues/copy_wide.h"
 #include "rt/queues/rx_ring.h"
 #include "rt/queues/tx_ring.h"

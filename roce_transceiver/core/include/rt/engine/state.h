@@ -7,6 +7,7 @@
 #include "rt/engine/counters.h"
 #include "rt/engine/frames.h"
 #include "rt/engine/prediction.h"
+#include "rt/engine/settings.h"
 #include "rt/handlers/dispatch.h"
 #include "rt/protocol/encode.h"
 #include "rt/protocol/psn.h"
@@ -27,25 +28,18 @@ struct QpConfig {
   uint32_t tx_psn;      // first PSN we send
 };
 
-// Read-only for the loop; built by the host before start.
-struct EngineDesc {
+// Read-only for the loop; built by the host before start. Its settings (batch, check_icrc,
+// ...) are the configuration's own (settings.h); the rest the host lays out.
+struct EngineDesc : EngineSettings {
   QpConfig qp;
   FrameSpec reply_spec;  // our addresses -> the peer's; opcode, PSN, QP set per packet
   MemRegion regions[kMaxRegions];
   uint32_t num_regions;
   HandlerDesc handler;
-  FramesDesc frames;  // handler kFrames
-  uint8_t* msg_buf;   // assembles multi-packet SENDs
-  uint32_t msg_buf_bytes;
+  FramesDesc frames;       // handler kFrames
+  uint8_t* msg_buf;        // assembles multi-packet SENDs, msg_buf_bytes of them
   uint8_t* reply_scratch;  // the handler's output when the tx ring is full
   uint32_t reply_scratch_bytes;
-  uint32_t batch;  // rx packets per step at most
-  // Completion records published together, 1 to half the ring (each publication is a fence
-  // across the bus); the loop settling publishes what is written at any count.
-  uint32_t completion_batch;
-  bool check_icrc;
-  bool record_completions;
-  bool express;        // predicted SEND Onlys skip decoding (prediction.h)
   RxRing rx;           // wire in
   TxRing tx;           // wire out
   RxRing host_tx;      // host -> engine: payloads to SEND to the peer

@@ -4,14 +4,25 @@
 // transceiver owns the memory and hands each executor the queues.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
-#include "rt/cuda/engine_launch.h"
 #include "rt/engine/engine.h"
-#include "rt/engine/far_end.h"
+
+namespace rt::cuda {
+struct LaunchOptions;  // cuda/engine_launch.h
+}  // namespace rt::cuda
 
 namespace rt::host {
+
+// One figure of an executor's loops, by name: a count, or a count a part (a crew's cycles by
+// phase).
+using ExecutorValue = std::variant<uint64_t, std::vector<uint64_t>>;
+using ExecutorStats = std::vector<std::pair<std::string, ExecutorValue>>;
 
 class Executor {
  public:
@@ -22,14 +33,14 @@ class Executor {
   virtual void stop(double timeout_s) = 0;
   virtual bool running() const = 0;
   virtual void check() const = 0;  // throws if it failed while running
-  // What its loops cost (a crew's profile, the cuda executor's epochs); after stop(), final.
-  virtual cuda::EpochStats stats() const = 0;
-  // Far ends beside the loop on the same device, one a queue (`descs`: `queues` of them in
-  // device memory, each with `scratch_bytes` of shared memory for its two staging buffers),
-  // to their end or their timeout (cuda only).
-  virtual void run_far_end(const FarEndDesc* descs, uint32_t queues, size_t scratch_bytes,
-                           double timeout_s) = 0;
+  // What its loops cost (the cuda executor's epochs, a crew's batches and profile), by the
+  // names of idle_executor_stats() on either executor: zeros where it has no such figure (the
+  // cpu executor has no epochs, nor a cycle clock); after stop(), final.
+  virtual ExecutorStats stats() const = 0;
 };
+
+// stats() where no loop ran: every name, zeros (a batch of one frame, no blocks).
+ExecutorStats idle_executor_stats();
 
 // A thread per queue: queue q's runs crew_step over descs[q] and states[q] (host memory),
 // pinned to first_core + q when first_core >= 0.

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "rt/cuda/engine_launch.h"
+#include "rt/cuda/far_end_launch.h"
 #include "rt/engine/batch.h"
 #include "rt/engine/engine.h"
 #include "rt/engine/far_end.h"
@@ -38,28 +38,27 @@ enum class ExecutorKind : uint8_t { kCpu, kCuda };
 enum class FarEndPlace : uint8_t { kCpu, kGpu };  // kGpu: the cuda executor only
 enum class NicKind : uint8_t { kLoopback, kSocket };
 
+// The configuration as roce_transceiver/config.py's core_config() hands it over, validated
+// there (SCHEMA holds each key's default and range, and checks them once): no defaults here,
+// and the constructor checks only what it alone knows (the GPU, the compiled handler, the
+// fixed arrays' bounds).
 struct TransceiverConfig {
-  ExecutorKind executor = ExecutorKind::kCpu;
-  FarEndPlace far_end = FarEndPlace::kCpu;
-  NicKind nic = NicKind::kLoopback;  // kSocket: socket_nic.h
-  SocketNicConfig socket;            // nic "socket" only; its addresses and QP are filled in
-  uint32_t queues = 1;               // rx/tx ring pairs, an engine each (steering.h)
-  SteerBy steer = SteerBy::kQp;      // how packets pick a queue
-  uint32_t rx_depth = 256;           // powers of two, per queue
-  uint32_t tx_depth = 256;
-  uint32_t slot_bytes = 2048;
-  uint32_t host_tx_depth = 64;
-  uint32_t completion_depth = 1024;
-  uint32_t completion_slot_bytes = 1024;
-  uint32_t completion_batch = 128;  // records published together (at most half the ring)
-  uint32_t batch = 32;
-  uint32_t msg_buf_bytes = 65536;
-  bool check_icrc = true;
-  bool record_completions = true;
-  bool express = true;
-  QpConfig qp{};
-  FrameSpec local{};  // our addresses (src_*) and the peer's (dst_*), as in our replies
-  HandlerKind handler = HandlerKind::kEcho;
+  ExecutorKind executor;
+  FarEndPlace far_end;  // kGpu: the cuda executor only
+  NicKind nic;
+  SocketNicConfig socket;  // nic "socket" only; its addresses and QP are filled in
+  uint32_t queues;         // rx/tx ring pairs, an engine each (steering.h)
+  SteerBy steer;           // how packets pick a queue
+  uint32_t rx_depth;       // powers of two, per queue
+  uint32_t tx_depth;
+  uint32_t slot_bytes;
+  uint32_t host_tx_depth;
+  uint32_t completion_depth;
+  uint32_t completion_slot_bytes;
+  EngineSettings engine;  // the engines' own settings (engine/settings.h)
+  QpConfig qp;
+  FrameSpec local;  // our addresses (src_*) and the peer's (dst_*), as in our replies
+  HandlerKind handler;
   std::vector<uint8_t> qec_blob;
   // handler kCustom: the shared object roce_transceiver/custom_handler.py built (its
   // rt_custom_call trampoline and rt_custom_abi_version), the state each queue keeps and the
@@ -69,23 +68,23 @@ struct TransceiverConfig {
   std::vector<uint8_t> custom_kernel_image;
   // handler kFrames: the user handler above is the streams' statistic, run on each frame
   // (its result is the frame's reply, FramesDesc::statistic).
-  bool frames_statistic = false;
-  uint32_t custom_state_bytes = 0;
+  bool frames_statistic;
+  uint32_t custom_state_bytes;
   std::vector<uint8_t> custom_params;
   std::vector<RegionConfig> regions;
   // handler kFrames: the pages are regions[frames_region], page_bytes each.
-  uint32_t frames_region = 0;
-  uint32_t frames_page_bytes = 0;
-  uint32_t frames_pages = 0;
-  bool frames_metadata = true;
-  bool frames_check_crc = true;
-  int cpu_core = -1;  // pin the cpu executor's thread; -1: no pinning
-  double stop_timeout_s = 5.0;
+  uint32_t frames_region;
+  uint32_t frames_page_bytes;
+  uint32_t frames_pages;
+  bool frames_metadata;
+  bool frames_check_crc;
+  int cpu_core;  // pin the cpu executor's thread; -1: no pinning
+  double stop_timeout_s;
   // cuda executor: the persistent kernel's epochs (cuda/engine_launch.h); 0: one launch.
-  uint32_t cuda_epoch_us = 10000;
-  uint32_t cuda_epochs_in_flight = 2;
-  uint32_t cuda_warps = 1;  // 1: one warp; more: a crew (engine/batch.h)
-  int cuda_device = 0;      // the GPU the cuda executor runs on, its memory there
+  uint32_t cuda_epoch_us;
+  uint32_t cuda_epochs_in_flight;
+  uint32_t cuda_warps;  // 1: one warp; more: a crew (engine/batch.h)
+  int cuda_device;      // the GPU the cuda executor runs on, its memory there
 };
 
 // What a flat key holds where the member's type alone does not say it (the others: strings,
@@ -121,8 +120,11 @@ static_assert(std::size(kHandlerKeyNames) == uint32_t(HandlerKind::kCustom) + 1,
               "a key name for every handler, in HandlerKind's order");
 
 // The flat configuration as roce_transceiver/config.py's core_config() hands it over: every
-// key and the member it sets, here once. register_engine.cpp derives from it the keys it
-// takes (none missing, none unknown), how each is read, and _core.engine_config_keys(), which
+// key and the member it sets, here once. A key that is a schema leaf has the leaf's dotted
+// name, and core_config() copies its value across by that name; the others are what
+// config.py's COMPUTED derives (addresses as bytes, the QEC blob, the regions with the
+// frames' pages). register_engine.cpp derives from this list the keys it takes (none
+// missing, none unknown), how each is read, and _core.engine_config_keys(), which
 // tests/test_config_mapping.py holds core_config() to. Keys are read in this order:
 // ip_version before the addresses it sizes. local.pkey is qp.pkey, set after.
 template <class Visit>
@@ -130,58 +132,53 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("executor", NamedKey<ExecutorKind>(c.executor, kExecutorKeyNames));
   key("far_end", NamedKey<FarEndPlace>(c.far_end, kFarEndKeyNames));
   key("nic", NamedKey<NicKind>(c.nic, kNicKeyNames));
-  key("socket_mode", c.socket.mode);
-  key("socket_interface", c.socket.interface);
-  key("socket_capture", c.socket.capture);
-  key("socket_batch", c.socket.batch);
+  key("socket.mode", c.socket.mode);
+  key("socket.interface", c.socket.interface);
+  key("socket.capture", c.socket.capture);
+  key("socket.batch", c.socket.batch);
   key("socket_rx_path", c.socket.rx_path);
   key("socket_rx_path_reason", c.socket.rx_path_reason);
-  key("queues", c.queues);
-  key("steer", NamedKey<SteerBy>(c.steer, kSteerKeyNames));
-  key("rx_depth", c.rx_depth);
-  key("tx_depth", c.tx_depth);
-  key("slot_bytes", c.slot_bytes);
-  key("host_tx_depth", c.host_tx_depth);
-  key("completion_depth", c.completion_depth);
-  key("completion_slot_bytes", c.completion_slot_bytes);
-  key("completion_batch", c.completion_batch);
-  key("batch", c.batch);
-  key("msg_buf_bytes", c.msg_buf_bytes);
-  key("check_icrc", c.check_icrc);
-  key("record_completions", c.record_completions);
-  key("express", c.express);
-  key("qpn", c.qp.qpn);
-  key("peer_qpn", c.qp.peer_qpn);
-  key("transport", NamedKey<Transport>(c.qp.transport, kTransportKeyNames));
-  key("pkey", c.qp.pkey);
-  key("rx_psn", c.qp.rx_psn);
-  key("tx_psn", c.qp.tx_psn);
+  key("queues.count", c.queues);
+  key("queues.steer", NamedKey<SteerBy>(c.steer, kSteerKeyNames));
+  key("queues.rx_depth", c.rx_depth);
+  key("queues.tx_depth", c.tx_depth);
+  key("queues.slot_bytes", c.slot_bytes);
+  key("queues.host_tx_depth", c.host_tx_depth);
+  key("queues.completion_depth", c.completion_depth);
+  key("queues.completion_slot_bytes", c.completion_slot_bytes);
+  for_each_setting(c.engine, key);
+  key("qp.qpn", c.qp.qpn);
+  key("qp.peer_qpn", c.qp.peer_qpn);
+  key("qp.transport", NamedKey<Transport>(c.qp.transport, kTransportKeyNames));
+  key("qp.pkey", c.qp.pkey);
+  key("qp.rx_psn", c.qp.rx_psn);
+  key("qp.tx_psn", c.qp.tx_psn);
   key("local_mac", MacKey{c.local.src_mac});
   key("peer_mac", MacKey{c.local.dst_mac});
   key("ip_version", c.local.ip_version);
   key("local_ip", IpKey{c.local.src_ip, &c.local.ip_version});
   key("peer_ip", IpKey{c.local.dst_ip, &c.local.ip_version});
-  key("udp_sport", c.local.src_port);
+  key("local.udp_sport", c.local.src_port);
   key("vlan", OptionalU16Key{&c.local.vlan, &c.local.vlan_tci});
   key("handler", NamedKey<HandlerKind>(c.handler, kHandlerKeyNames));
   key("qec_blob", c.qec_blob);
   key("custom_library", c.custom_library);
   key("custom_kernel_image", c.custom_kernel_image);
-  key("custom_state_bytes", c.custom_state_bytes);
+  key("custom.state_bytes", c.custom_state_bytes);
   key("custom_params", c.custom_params);
   key("regions", c.regions);
   key("frames_region", c.frames_region);
-  key("frames_page_bytes", c.frames_page_bytes);
-  key("frames_pages", c.frames_pages);
-  key("frames_metadata", c.frames_metadata);
-  key("frames_check_crc", c.frames_check_crc);
+  key("frames.page_bytes", c.frames_page_bytes);
+  key("frames.pages", c.frames_pages);
+  key("frames.metadata", c.frames_metadata);
+  key("frames.check_crc", c.frames_check_crc);
   key("frames_statistic", c.frames_statistic);
   key("cpu_core", c.cpu_core);
   key("stop_timeout_s", c.stop_timeout_s);
-  key("cuda_epoch_us", c.cuda_epoch_us);
-  key("cuda_epochs_in_flight", c.cuda_epochs_in_flight);
+  key("cuda.epoch_us", c.cuda_epoch_us);
+  key("cuda.epochs_in_flight", c.cuda_epochs_in_flight);
   key("cuda_warps", c.cuda_warps);
-  key("cuda_device", c.cuda_device);
+  key("cuda.device", c.cuda_device);
 }
 
 // A completed message as the host reads it from the completion ring.
@@ -317,8 +314,9 @@ class Transceiver {
   // The NIC's counters by name (none for the loopback); after stop(), final.
   NicFields nic_stats() const { return nic_->stats(); }
   const Nic& nic() const { return *nic_; }
-  // cuda executor: what its epochs cost so far (after stop(): the final figures).
-  cuda::EpochStats epoch_stats() const;
+  // What the executor's loops cost so far (executor.h's stats(): the cuda executor's epochs,
+  // a crew's batches); after stop(), the final figures.
+  ExecutorStats epoch_stats() const;
   // What the NIC is and how it runs (the socket NIC's receive buffer, path and capture
   // error; nothing for the loopback); after stop(), final (a capture error at close included).
   NicFields nic_info() const { return nic_->info(); }
@@ -374,9 +372,12 @@ class Transceiver {
   std::atomic<bool> closing_{false};
   mutable std::atomic<int> active_calls_{0};
   uint32_t far_stop_ = 0;  // the CPU far end's stop flag (release / acquire)
+  // far_end gpu: made with the far end's buffers below, before the engine starts (its kernel
+  // loaded then), and freed with them.
+  std::unique_ptr<cuda::GpuFarEnd> gpu_far_end_;
   std::unique_ptr<Executor> executor_;
   std::shared_ptr<Nic> nic_;  // set in the constructor, kept past stop() (its final stats)
-  cuda::EpochStats final_epoch_stats_{};
+  ExecutorStats final_epoch_stats_ = idle_executor_stats();
   Buffer heartbeat_;
   // The GPU far end's buffers, allocated before the kernel starts: allocating
   // or freeing device memory while a persistent kernel runs can wait for it.
