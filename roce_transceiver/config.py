@@ -35,6 +35,7 @@ from roce_transceiver.schema import (
     Field,
     Section,
     given_by_flag,
+    leaves,
     line_of,
     load_yaml_with_lines,
     quote,
@@ -829,14 +830,6 @@ def _mac_of(cfg: dict[str, Any], side: str) -> bytes:
 # what it claims) and to the core (every key it takes, no other).
 
 
-def _schema_leaves(section: Section, prefix: str = "") -> set[str]:
-    out: set[str] = set()
-    for key, spec in section.keys.items():
-        dotted = f"{prefix}{key}"
-        out |= _schema_leaves(spec, f"{dotted}.") if isinstance(spec, Section) else {dotted}
-    return out
-
-
 #: What a null goes across as, for the keys of TO_CORE whose core member has no None.
 NULL_TO_CORE: dict[str, Any] = {"socket.interface": "", "socket.capture": "", "cpu_core": -1}
 
@@ -903,9 +896,7 @@ COMPUTED: dict[str, Computed] = {
 #: Schema keys the core takes one for one, under their own names: the core's keys that are
 #: schema leaves and not computed (read from _core, so a key added there needs nothing here).
 TO_CORE: tuple[str, ...] = tuple(
-    key
-    for key, _ in _core.engine_config_keys()
-    if key in _schema_leaves(SCHEMA) and key not in COMPUTED
+    key for key, _ in _core.engine_config_keys() if key in leaves(SCHEMA) and key not in COMPUTED
 )
 
 #: Schema keys Python consumes before the core, and what reaches the core in their place.
@@ -994,7 +985,8 @@ def reference_markdown() -> str:
         "`socket.mode: udp` (the kernel's UDP socket writes the Ethernet header and picks the "
         "interface by route), `cpu_core` with the cuda executor (when `executor: auto` picks "
         "cuda, `Transceiver()` refuses it). Which schema key becomes which engine key: "
-        "`TO_CORE` and `COMPUTED` in `roce_transceiver/config.py`, checked by "
+        "the same dotted key (`TO_CORE`, read from the core), else `COMPUTED` in "
+        "`roce_transceiver/config.py`; checked by "
         "`tests/test_config_mapping.py`.\n\n" + render_markdown(SCHEMA)
     )
 

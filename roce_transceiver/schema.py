@@ -24,6 +24,7 @@ __all__ = [
     "LinedDict",
     "Section",
     "given_by_flag",
+    "leaves",
     "line_of",
     "load_yaml_with_lines",
     "parse_yaml_value",
@@ -493,6 +494,15 @@ def _check_leaf(f: Field, value: Any, key: str, source: str | None, line: int | 
     if f.check is not None and (problem := f.check(value)) is not None:
         raise fail(f"{quote(value)}: {problem}")
     return value
+
+
+def leaves(section: Section, prefix: str = "") -> dict[str, Field]:
+    """Every leaf under ``section`` by its dotted key, in declaration order."""
+    out: dict[str, Field] = {}
+    for key, spec in section.keys.items():
+        dotted = f"{prefix}{key}"
+        out |= leaves(spec, f"{dotted}.") if isinstance(spec, Section) else {dotted: spec}
+    return out
 
 
 def validate(

@@ -34,8 +34,7 @@ from roce_transceiver.operators.app_config import APP_SCHEMA, load_app_config
 from roce_transceiver.schema import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
-    Field,
-    Section,
+    leaves,
     load_yaml_with_lines,
     parse_yaml_value,
     quote,
@@ -98,13 +97,6 @@ def load_in_child(loader: str, path: str, cwd: Path) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(proc.stdout)
     assert result["error"] is not None and "\n" not in result["error"], result
     return result
-
-
-def leaves(section: Section, prefix: str = "") -> dict[str, Field]:
-    out: dict[str, Field] = {}
-    for k, v in section.keys.items():
-        out |= leaves(v, f"{prefix}{k}.") if isinstance(v, Section) else {f"{prefix}{k}": v}
-    return out
 
 
 def nested(dotted: str, value: Any) -> dict[str, Any]:

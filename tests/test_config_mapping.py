@@ -38,15 +38,8 @@ from roce_transceiver.config import (
     load_config,
 )
 from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode
-from roce_transceiver.schema import Field, Section
+from roce_transceiver.schema import Field, leaves
 from roce_transceiver.transceiver import Transceiver, TransceiverError
-
-
-def leaves(section: Section, prefix: str = "") -> dict[str, Field]:
-    out: dict[str, Field] = {}
-    for k, v in section.keys.items():
-        out |= leaves(v, f"{prefix}{k}.") if isinstance(v, Section) else {f"{prefix}{k}": v}
-    return out
 
 
 def nested(dotted: str, value: Any) -> dict[str, Any]:
@@ -362,3 +355,33 @@ def test_cpu_core_where_auto_picks_cuda_is_refused():
     assert e.value.key == "cpu_core"
     assert "executor 'auto' runs cuda here" in str(e.value)
     assert core_config(cfg, "cpu", None)["cpu_core"] == min(allowed_cores())
+
+
+# ---------------------------------------------------------------- the core's bounds, once
+
+
+def test_the_schemas_maxima_for_the_cores_arrays_are_the_cores():
+    assert LEAVES["queues.count"].maximum == _core.LIMITS["queues"]
+    assert LEAVES["frames.pages"].maximum == _core.LIMITS["pages"]
+    region = {"va": 0, "length": 64}
+    most = [{**region, "rkey": i} for i in range(_core.LIMITS["regions"])]
+    load_config({"regions": most})
+    with pytest.raises(ConfigError, match=f"at most {_core.LIMITS['regions']} regions$"):
+        load_config({"regions": [*most, {**region, "rkey": 99}]})
+
+
+def test_the_frames_pages_take_a_region_of_their_own():
+    region = {"va": 0, "length": 64}
+    most = [{**region, "rkey": 100 + i} for i in range(_core.LIMITS["regions"])]
+    with pytest.raises(ConfigError, match="regions: the frames' pages are a region of their own"):
+        load_config({"handler": "frames", "regions": most})
+    load_config({"handler": "frames", "regions": most[:-1]})
+
+
+@pytest.mark.parametrize("passes", [1, 1 << 16])
+def test_an_engine_settles_after_any_number_of_idle_passes(passes):
+    """queues.settle_passes at its bounds: every request answered, the counters published."""
+    cfg = {"executor": "cpu", "queues": {"settle_passes": passes}}
+    with Transceiver(cfg) as t:
+        r = t.roundtrip(count=20, size=16, timeout=5.0)
+        assert (r.sent, r.received, r.wrong) == (20, 20, 0)

@@ -25,18 +25,8 @@ from engine_helpers import Peer, collect_n, wait_counters
 from roce_transceiver import _core
 from roce_transceiver.config import SCHEMA, ConfigError, load_config
 from roce_transceiver.protocol import parse
-from roce_transceiver.schema import Field, Section
+from roce_transceiver.schema import Section, leaves
 from roce_transceiver.transceiver import Transceiver, TransceiverError
-
-
-def leaves(section: Section, prefix: str = "") -> dict[str, Field]:
-    out: dict[str, Field] = {}
-    for k, v in section.keys.items():
-        if isinstance(v, Section):
-            out |= leaves(v, f"{prefix}{k}.")
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def get(cfg: dict[str, Any], dotted: str) -> Any:

@@ -13,20 +13,13 @@
 #include <utility>
 #include <vector>
 
+#include "rt/cuda/check_cuda.h"
 #include "rt/cuda/engine_kernels.cuh"
 #include "rt/cuda/engine_launch.h"
 #include "rt/cuda/epoch_relauncher.h"
 
 namespace rt::cuda {
 namespace {
-
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" +
-                             cudaGetErrorString(err) + ")");
-  }
-}
 
 // The driver API, through the runtime's entry points: this library links the static
 // runtime, not libcuda, and a user handler's module is the driver's to load.

@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "rt/cuda/check_cuda.h"
 #include "rt/cuda/epoch_relauncher.h"
 #include "rt/cuda/far_end_launch.h"
 #include "rt/device_clock.h"
@@ -19,14 +20,6 @@
 
 namespace rt::cuda {
 namespace {
-
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" +
-                             cudaGetErrorString(err) + ")");
-  }
-}
 
 // A block a queue's far end: lane 0 of warp 0 sends, lane 0 of warp 1 receives, so
 // building a request never waits for checking a reply (engine/far_end.h). Replies and the
