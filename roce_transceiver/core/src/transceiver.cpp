@@ -75,11 +75,10 @@ void Transceiver::check_settings() {
   // memory that is not theirs. SCHEMA refuses these first (its bounds are these, read from
   // _core.LIMITS); here they guard the arrays against a caller of _core that skipped it.
   if (c.queues < 1 || c.queues > kMaxQueues || c.regions.size() > kMaxRegions)
-    throw std::invalid_argument("queues.count=" + std::to_string(c.queues) + ", " +
-                                std::to_string(c.regions.size()) +
-                                " regions: past the core's arrays (1 to " +
-                                std::to_string(kMaxQueues) + " queues, " +
-                                std::to_string(kMaxRegions) + " regions)");
+    throw std::invalid_argument(
+        "queues.count=" + std::to_string(c.queues) + ", " + std::to_string(c.regions.size()) +
+        " regions: past the core's arrays (1 to " + std::to_string(kMaxQueues) + " queues, " +
+        std::to_string(kMaxRegions) + " regions)");
   // CPU_SET past the set's end would write out of bounds; queue q's thread takes cpu_core + q.
   // The set's size is the C library's, known here only.
   if (c.cpu_core >= 0 && uint64_t(c.cpu_core) + c.queues > CPU_SETSIZE)

@@ -17,7 +17,7 @@
   X(uint32_t, msg_buf_bytes, "queues.max_message_bytes")   /* a multi-packet SEND's assembly */ \
   X(bool, check_icrc, "check_icrc")                                                             \
   X(bool, record_completions, "completions")                                                    \
-  X(bool, express, "express") /* predicted SEND Onlys skip decoding (prediction.h) */          \
+  X(bool, express, "express") /* predicted SEND Onlys skip decoding (prediction.h) */           \
   X(uint32_t, settle_passes, "queues.settle_passes") /* idle passes before it settles */
 
 namespace rt {
