@@ -7,10 +7,12 @@ host drives the wire: inject, collect, the far end) or ``socket`` (a thread of t
 the rings to Linux). A NIC brought by the caller takes their place, with the same rings:
 
 - ``name()`` (required): what it is called in errors;
-- ``attach(ports)``: the queues' rings, one :class:`NicPort` a queue, before ``start()``. A
-  port's ``produce(frame)`` puts a frame on its rx ring (False: the ring is full) and
-  ``take(max)`` returns what its engine sent. A port is valid until the Transceiver stops;
+- ``attach(ports)``: the queues' rings, one :class:`NicPort` a queue, when the Transceiver is
+  made (before ``start()``). A port's ``produce(frame)`` puts a frame on its rx ring (False:
+  the ring is full) and ``take(max)`` returns what its engine sent. A port is valid until
+  ``detach()``;
 - ``start()`` / ``stop()``: around the loop's run (``stop()`` comes first when it stops);
+- ``detach()``: after ``stop()``, once the engines have stopped: the ports go (drop them);
 - ``error()``: what failed while it ran ('' while it is fine; the Transceiver raises it);
 - ``stats()`` / ``info()``: dicts of name: int or str, merged into ``Transceiver.stats()``
   (name them ``nic_*``) and returned by ``Transceiver.nic_info()``.

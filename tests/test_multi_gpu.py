@@ -43,7 +43,7 @@ def test_a_device_is_the_cuda_executors_only() -> None:
 @pytest.mark.gpu
 def test_a_device_that_is_not_there_is_named() -> None:
     n = gpus()
-    with pytest.raises(Exception, match=rf"cuda_device={n}: {n} GPU\(s\) visible"):
+    with pytest.raises(Exception, match=rf"cuda.device={n}: {n} GPU\(s\) visible"):
         Transceiver({"executor": "cuda", "cuda": {"device": n}})
 
 

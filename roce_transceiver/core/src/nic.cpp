@@ -33,12 +33,15 @@ NicFields socket_info(const SocketNicInfo& i) {
 }  // namespace
 
 void SocketWireNic::attach(std::vector<NicQueue> queues, const Steering& steering) {
-  if (nic_) throw std::logic_error("the socket NIC: attached twice");
-  nic_ = std::make_unique<SocketNic>(cfg_, steering, std::move(queues));
+  if (!queues_.empty()) throw std::logic_error("the socket NIC: attached twice");
+  queues_ = std::move(queues);
+  steering_ = steering;
 }
 
 void SocketWireNic::start() {
-  if (!nic_) throw std::logic_error("the socket NIC: start() before attach()");
+  if (queues_.empty()) throw std::logic_error("the socket NIC: start() before attach()");
+  if (nic_ || stopped_) throw std::logic_error("the socket NIC: started twice");
+  nic_ = std::make_unique<SocketNic>(cfg_, steering_, queues_);
   nic_->start();
 }
 
@@ -74,7 +77,10 @@ NicFields SocketWireNic::info() const {
 
 std::unique_ptr<Nic> make_nic(const TransceiverConfig& c) {
   switch (c.nic) {
-    case NicKind::kLoopback: return std::make_unique<LoopbackNic>();
+    case NicKind::kLoopback:
+      return std::make_unique<LoopbackNic>(LoopbackConfig{c.local, c.qp, c.slot_bytes,
+                                                          c.far_end == FarEndPlace::kGpu,
+                                                          c.cuda_device, c.cuda_epoch_us});
     case NicKind::kSocket: {
       SocketNicConfig nc = c.socket;
       nc.addresses = c.local;

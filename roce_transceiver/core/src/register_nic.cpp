@@ -51,7 +51,7 @@ class PyNic : public Nic {
   void start() override { PYBIND11_OVERRIDE(void, Nic, start); }
   void stop() override { PYBIND11_OVERRIDE(void, Nic, stop); }
   std::string error() const override { PYBIND11_OVERRIDE(std::string, Nic, error); }
-  bool host_driven() const override { PYBIND11_OVERRIDE(bool, Nic, host_driven); }
+  void detach() override { PYBIND11_OVERRIDE(void, Nic, detach); }
   NicFields stats() const override { return fields("stats"); }
   NicFields info() const override { return fields("info"); }
 
@@ -108,7 +108,8 @@ void register_nic(pb::module_& m) {
   pb::class_<Nic, PyNic, std::shared_ptr<Nic>>(
       m, "Nic",
       "A NIC for a Transceiver (rt/host/nic.h): subclass it and override name(), and what "
-      "else it needs: attach(ports) before start(), start(), stop(), error(), stats(), info() "
+      "else it needs: attach(ports) before start(), start(), stop(), detach() (after stop(): the "
+      "ports go), error(), stats(), info() "
       "(dicts of name: int or str).")
       .def(pb::init<>())
       .def("name", &Nic::name)
@@ -117,7 +118,7 @@ void register_nic(pb::module_& m) {
       .def("start", &Nic::start)
       .def("stop", &Nic::stop)
       .def("error", &Nic::error)
-      .def("host_driven", &Nic::host_driven)
+      .def("detach", &Nic::detach)
       .def("stats", [](const Nic& n) { return nic_fields(n.stats()); })
       .def("info", [](const Nic& n) { return nic_fields(n.info()); });
 }

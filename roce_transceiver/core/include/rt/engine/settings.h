@@ -9,7 +9,7 @@
 // is three edits: its Field in SCHEMA, its line here, and the code that uses it.
 #pragma once
 
-#include <cstdint>
+#include "rt/fixed_width.h"  // uint32_t here and under NVRTC
 
 #define RT_ENGINE_SETTINGS(X)                                                                   \
   X(uint32_t, batch, "queues.batch")                       /* rx packets per step at most */    \
@@ -28,12 +28,15 @@ struct EngineSettings {
 #undef RT_SETTING_MEMBER
 };
 
-// visit(key, member) for every setting, in the list's order.
+// visit(key, member) for every setting, in the list's order: the host's (NVRTC compiles
+// the engine's device code only, where a host function is an error).
+#if !defined(__CUDACC_RTC__)
 template <class Settings, class Visit>
 void for_each_setting(Settings& s, Visit&& visit) {
 #define RT_SETTING_VISIT(type, member, key) visit(key, s.member);
   RT_ENGINE_SETTINGS(RT_SETTING_VISIT)
 #undef RT_SETTING_VISIT
 }
+#endif
 
 }  // namespace rt

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "rt/engine/counters.h"
+#include "rt/host/nic_queue.h"
 #include "rt/protocol/encode.h"
 #include "rt/queues/rx_ring.h"
 #include "rt/queues/steering.h"
@@ -56,18 +57,6 @@ struct SocketNicConfig {
   // Our addresses (src_*) and the peer's (dst_*), as in our replies; udp mode
   // rebuilds received headers from them and sends to dst_ip.
   FrameSpec addresses;
-};
-
-// One queue's rings as the NIC meets them: it produces into rx and drains tx, from the
-// far-side indices where they stand; `ring_drops` is the queue's ring-drop count, which the
-// rx ring's producer owns, and `counters` the queue's, where it is published.
-struct NicQueue {
-  RxRing rx;
-  uint32_t rx_prod = 0;
-  TxRing tx;
-  uint32_t tx_ci = 0;
-  Counters* counters = nullptr;
-  uint64_t* ring_drops = nullptr;
 };
 
 struct SocketNicStats {

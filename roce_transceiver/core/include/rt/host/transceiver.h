@@ -1,8 +1,8 @@
 // The transceiver as the host owns it: memory for its queues (an rx/tx ring
 // pair each, with its own engine state, counters and completions), the
 // engines' configuration, the executor that runs them (executor.h: a CPU
-// thread or a block of a persistent kernel per queue), the NIC that steers
-// packets to the queues (queues/steering.h), and the loopback NIC's far end.
+// thread or a block of a persistent kernel per queue), and the NIC on the rings'
+// far side that steers packets to the queues (nic.h, queues/steering.h).
 #pragma once
 
 #include <atomic>
@@ -12,13 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "rt/cuda/far_end_launch.h"
 #include "rt/engine/batch.h"
 #include "rt/engine/engine.h"
-#include "rt/engine/far_end.h"
 #include "rt/host/custom_library.h"
 #include "rt/host/executor.h"
-#include "rt/host/far_end_templates.h"
+#include "rt/host/loopback_nic.h"
 #include "rt/host/memory.h"
 #include "rt/host/nic.h"
 #include "rt/host/socket_nic.h"
@@ -189,33 +187,6 @@ struct Completion {
   std::vector<uint8_t> reply;
 };
 
-struct FarEndParams {
-  std::vector<uint8_t> payloads;  // num x payload_len
-  uint32_t payload_len = 32;
-  std::vector<uint8_t> expected;  // num x expected_len, or empty: echo
-  uint32_t expected_len = 0;
-  uint32_t count = 1000;     // requests, over all queues
-  uint32_t window = 1;       // requests in flight at most, per queue
-  uint64_t interval_ns = 0;  // between the due times of the whole schedule (0: no schedule)
-  uint64_t late_ns = 0;      // sent later than this after its due time: late (0: interval)
-  uint64_t drop_ns = 0;      // not sent this long after its due time: dropped (0: never)
-  uint32_t queues = 1;       // queues 0 .. queues-1 each get a far end and every queues-th
-                             // request of the schedule
-  double timeout_s = 10.0;
-  bool seq_in_payload = true;
-};
-
-// Limits of one run of a GPU far end (its buffers are sized once, up front): requests
-// over all queues, and bytes of request (or reply) templates over all queues.
-constexpr uint32_t kGpuFarEndMaxCount = 1u << 20;
-constexpr size_t kGpuFarEndMaxTemplateBytes = size_t(8) << 20;
-
-struct FarEndRun {
-  FarEndResult result;               // the queues' added up (status: the first not done)
-  std::vector<FarEndResult> queues;  // each queue's
-  std::vector<uint64_t> rtt_ns;      // one per reply received, queue by queue, in order
-};
-
 // One frames page, and a share in the memory it lies in: the region lives while any
 // PageMemory does, past stop() too, so a frame (or an array over it) the host still holds
 // never views freed memory.
@@ -239,19 +210,16 @@ struct RingOffsets {
 };
 
 // One queue as the host keeps it: its rings' memory, its engine's descriptor, and the
-// private indices of the rings' far sides (the loopback wire's, the host's).
+// host's private indices of the rings it is the far side of (host_tx, completions).
 struct HostQueue {
   Buffer wire;        // rx + tx rings and their indices
   Buffer host_rings;  // host_tx + completions and their indices (pinned or host)
   Buffer scratch;     // msg_buf + reply_scratch
   EngineDesc desc{};
-  uint32_t first_page = 0;   // frames handler: the queue's page 0 is the transceiver's this
-  uint32_t far_psn = 0;      // next PSN of the far end's requests
-  uint32_t host_prod = 0;    // host_tx producer index (host private)
-  uint32_t comp_ci = 0;      // completions consumer index (host private)
-  uint32_t inject_prod = 0;  // rx producer index of the far end (host private)
-  uint32_t collect_ci = 0;   // tx consumer index of the far end
-  uint64_t ring_drops = 0;
+  uint32_t first_page = 0;  // frames handler: the queue's page 0 is the transceiver's this
+  uint32_t host_prod = 0;   // host_tx producer index (host private)
+  uint32_t comp_ci = 0;     // completions consumer index (host private)
+  uint64_t ring_drops = 0;  // the NIC's: its rx ring was full
 };
 
 // The configuration's Nic (its `nic`): the only place that picks one.
@@ -285,18 +253,11 @@ class Transceiver {
   // Every queue's, queue after queue; a frame's page is the transceiver's page number.
   std::vector<Completion> poll_completions(size_t max);
 
-  // The loopback far end, driven from the host (far_end "cpu" only). A frame goes to the
-  // queue steering picks. false: that queue's rx ring is full; counted as a ring drop
-  // unless the caller will try again (a lossless far end that waits for room).
+  // The loopback wire's calls (LoopbackNic's, which says what each does), refused for
+  // another NIC, and once stop() began; preload() before start() only, run_far_end() after.
   bool inject(const uint8_t* frame, size_t len, bool count_drop = true);
-  // Before start(): frames onto the queues' rx rings at once (steered), wherever the rings
-  // lie (device memory with the GPU far end: one image copied in), as a NIC would have
-  // written them; for ingest benchmarks. How many fit: frames up to the first one whose
-  // queue is full.
   size_t preload(const std::vector<std::string>& frames);
-  // What the engines sent, queue after queue.
   std::vector<std::vector<uint8_t>> collect(size_t max);
-  // Requests out to queue 0, replies back, timed at the far end (cpu or gpu).
   FarEndRun run_far_end(const FarEndParams& params);
 
   std::vector<uint8_t> read_region(size_t index, size_t offset, size_t len) const;
@@ -336,12 +297,10 @@ class Transceiver {
   bool uses_custom() const;
 
   void require_open(const char* what) const;
-  void require_loopback(const char* what) const;
+  LoopbackNic& loopback(const char* what) const;
   void wait_for_calls(double timeout_s);
   std::vector<uint64_t> read_counters(uint32_t queue) const;
-  void count_ring_drop(HostQueue& q);
-  RxRing rx_view(const HostQueue& q, bool far) const;
-  TxRing tx_view(const HostQueue& q, bool far) const;
+  NicQueue nic_queue(HostQueue& q);
 
   TransceiverConfig cfg_;
   bool on_gpu_ = false;       // cuda executor
@@ -371,17 +330,10 @@ class Transceiver {
   class CallGuard;
   std::atomic<bool> closing_{false};
   mutable std::atomic<int> active_calls_{0};
-  uint32_t far_stop_ = 0;  // the CPU far end's stop flag (release / acquire)
-  // far_end gpu: made with the far end's buffers below, before the engine starts (its kernel
-  // loaded then), and freed with them.
-  std::unique_ptr<cuda::GpuFarEnd> gpu_far_end_;
   std::unique_ptr<Executor> executor_;
   std::shared_ptr<Nic> nic_;  // set in the constructor, kept past stop() (its final stats)
   ExecutorStats final_epoch_stats_ = idle_executor_stats();
   Buffer heartbeat_;
-  // The GPU far end's buffers, allocated before the kernel starts: allocating
-  // or freeing device memory while a persistent kernel runs can wait for it.
-  Buffer far_requests_, far_replies_, far_tables_, far_times_, far_results_, far_descs_;
   bool started_ = false;
   bool stopped_ = false;
   std::vector<std::vector<uint64_t>> final_counters_;  // a queue's each

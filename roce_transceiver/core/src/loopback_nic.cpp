@@ -1,89 +1,19 @@
-// The loopback wire as the host drives it (transceiver.h): frames injected onto the queues'
-// rx rings and preloaded there before start, frames collected from their tx rings, and the
-// far end's runs (a thread of ours, or a block of the GPU beside the loop).
+// The loopback wire (loopback_nic.h): the host on the far side of the queues' rings.
+#include "rt/host/loopback_nic.h"
+
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
-#include "call_guard.h"
-#include "ring_layout.h"
-#include "rt/host/transceiver.h"
+#include "rt/host/far_end_templates.h"
+#include "rt/platform.h"
+#include "rt/protocol/psn.h"
+#include "rt/queues/rx_ring.h"
+#include "rt/queues/tx_ring.h"
 
 namespace rt::host {
-
-using namespace ring_layout;
-
-bool Transceiver::inject(const uint8_t* frame, size_t len, bool count_drop) {
-  const CallGuard guard(*this, "inject()");
-  require_loopback("inject()");
-  if (wire_device_)
-    throw std::logic_error(
-        "inject(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
-  if (len > cfg_.slot_bytes)
-    throw std::invalid_argument(
-        "inject: a " + std::to_string(len) +
-        "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
-  HostQueue& q = queues_[steer_frame(steering_, frame, uint32_t(len))];
-  const ProduceResult r =
-      rx_produce<Scope::kSystem>(rx_view(q, false), q.inject_prod, frame, uint32_t(len), now_ns());
-  if (r == ProduceResult::kOk) return true;
-  if (count_drop) count_ring_drop(q);
-  return false;
-}
-
-size_t Transceiver::preload(const std::vector<std::string>& frames) {
-  require_open("preload()");
-  require_loopback("preload()");
-  if (started_) throw std::logic_error("preload(): before start() only");
-  for (const std::string& f : frames)
-    if (f.size() > cfg_.slot_bytes)
-      throw std::invalid_argument(
-          "preload: a " + std::to_string(f.size()) +
-          "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
-  // Each ring's memory as its engine will find it: an image in host memory, filled by the
-  // producer's own code, then copied in whole.
-  std::vector<std::vector<uint8_t>> images;
-  for (const HostQueue& q : queues_) {
-    images.emplace_back(q.wire.size());
-    q.wire.read(0, images.back().data(), images.back().size());
-  }
-  size_t n = 0;
-  for (const std::string& f : frames) {
-    const auto* bytes = reinterpret_cast<const uint8_t*>(f.data());
-    const uint32_t qi = steer_frame(steering_, bytes, uint32_t(f.size()));
-    HostQueue& q = queues_[qi];
-    const RxRing ring =
-        rx_ring(images[qi].data(), desc_views_.rx, desc_views_.rx_log2, cfg_.slot_bytes);
-    if (rx_produce<Scope::kSystem>(ring, q.inject_prod, bytes, uint32_t(f.size()), now_ns()) !=
-        ProduceResult::kOk)
-      break;
-    ++n;
-  }
-  for (uint32_t qi = 0; qi < queues_.size(); ++qi)
-    queues_[qi].wire.write(0, images[qi].data(), images[qi].size());
-  return n;
-}
-
-std::vector<std::vector<uint8_t>> Transceiver::collect(size_t max) {
-  const CallGuard guard(*this, "collect()");
-  require_loopback("collect()");
-  if (wire_device_)
-    throw std::logic_error(
-        "collect(): the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
-  std::vector<std::vector<uint8_t>> out;
-  for (HostQueue& q : queues_) {
-    const TxRing r = tx_view(q, false);
-    while (out.size() < max) {
-      const TxDesc* d = tx_poll<Scope::kSystem>(r, q.collect_ci);
-      if (!d) break;
-      const uint8_t* slot = r.slot(q.collect_ci);
-      out.emplace_back(slot, slot + d->len);
-      ++q.collect_ci;
-      tx_consume<Scope::kSystem>(r, q.collect_ci);
-    }
-  }
-  return out;
-}
 
 namespace {
 
@@ -128,13 +58,136 @@ void append_rtts(std::vector<uint64_t>& out, const uint64_t* times, const FarEnd
     if (times[i] != kFarEndDropped) out.push_back(times[i]);
 }
 
+// A ring view moved from the memory at `from` to a copy of it at `to`: preload fills an
+// image of the rings in host memory with the producer's own code.
+template <class T>
+T* moved(T* p, const uint8_t* from, uint8_t* to) {
+  return reinterpret_cast<T*>(to + (reinterpret_cast<const uint8_t*>(p) - from));
+}
+RxRing moved(const RxRing& r, const uint8_t* from, uint8_t* to) {
+  return RxRing{moved(r.slots, from, to), moved(r.descs, from, to), moved(r.released, from, to),
+                r.log2_depth, r.slot_bytes};
+}
+
 }  // namespace
 
-FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
-  const CallGuard guard(*this, "run_far_end()");
+// What queue q's engine sends (its replies), as its reply_send_spec() encodes them: our
+// addresses, its QP's peer.
+FrameSpec LoopbackNic::engine_sends(const NicQueue& q) const {
+  EngineDesc d{};
+  d.qp = cfg_.qp;
+  d.qp.qpn = q.qpn;
+  d.qp.peer_qpn = q.peer_qpn;
+  d.reply_spec = cfg_.local;
+  return reply_send_spec(d);
+}
+
+LoopbackNic::~LoopbackNic() = default;
+
+void LoopbackNic::attach(std::vector<NicQueue> queues, const Steering& steering) {
+  if (!queues_.empty()) throw std::logic_error("the loopback NIC: attached twice");
+  steering_ = steering;
+  for (NicQueue& q : queues) queues_.push_back(Queue{q, cfg_.qp.rx_psn & kPsnMask});
+  if (!cfg_.far_end_on_gpu) return;
+  const DeviceScope on_device(cfg_.cuda_device);
+  requests_ = Buffer(Placement::kDevice, kGpuFarEndMaxTemplateBytes);
+  replies_ = Buffer(Placement::kDevice, kGpuFarEndMaxTemplateBytes);
+  tables_ = Buffer(Placement::kDevice, 2 * size_t(kPatchBytes) * 256 * sizeof(uint32_t));
+  times_ = Buffer(Placement::kDevice, size_t(kGpuFarEndMaxCount) * sizeof(uint64_t));
+  results_ = Buffer(Placement::kDevice, queues_.size() * sizeof(FarEndResult));
+  descs_ = Buffer(Placement::kDevice, queues_.size() * sizeof(FarEndDesc));
+  gpu_ = std::make_unique<cuda::GpuFarEnd>();
+}
+
+void LoopbackNic::stop() {
+  store_release<Scope::kSystem>(&stop_, 1);
+  if (gpu_) gpu_->stop();
+}
+
+void LoopbackNic::detach() {
+  const DeviceScope on_device(cfg_.cuda_device);
+  queues_.clear();
+  gpu_.reset();
+  requests_ = Buffer();
+  replies_ = Buffer();
+  tables_ = Buffer();
+  times_ = Buffer();
+  results_ = Buffer();
+  descs_ = Buffer();
+}
+
+void LoopbackNic::require_host_rings(const char* what) const {
+  if (cfg_.far_end_on_gpu)
+    throw std::logic_error(std::string(what) +
+                           ": the far end is on the GPU (far_end='gpu'); use far_end='cpu'");
+  if (queues_.empty()) throw std::logic_error(std::string(what) + ": the loopback has no rings");
+}
+
+bool LoopbackNic::inject(const uint8_t* frame, size_t len, bool count_drop) {
+  require_host_rings("inject()");
+  if (len > cfg_.slot_bytes)
+    throw std::invalid_argument(
+        "inject: a " + std::to_string(len) +
+        "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  NicQueue& q = queues_[steer_frame(steering_, frame, uint32_t(len))].rings;
+  const ProduceResult r =
+      rx_produce<Scope::kSystem>(q.rx, q.rx_prod, frame, uint32_t(len), now_ns());
+  if (r == ProduceResult::kOk) return true;
+  if (count_drop)
+    store_relaxed<Scope::kSystem>(&q.counters->v[uint32_t(Counter::kRingDrops)], ++*q.ring_drops);
+  return false;
+}
+
+size_t LoopbackNic::preload(const std::vector<std::string>& frames) {
+  if (queues_.empty()) throw std::logic_error("preload(): the loopback has no rings");
+  for (const std::string& f : frames)
+    if (f.size() > cfg_.slot_bytes)
+      throw std::invalid_argument(
+          "preload: a " + std::to_string(f.size()) +
+          "-byte frame exceeds slot_bytes=" + std::to_string(cfg_.slot_bytes));
+  // Each ring's memory as its engine will find it: an image in host memory, filled by the
+  // producer's own code, then copied in whole.
+  std::vector<std::vector<uint8_t>> images;
+  for (const Queue& q : queues_) {
+    images.emplace_back(q.rings.memory->size());
+    q.rings.memory->read(0, images.back().data(), images.back().size());
+  }
+  size_t n = 0;
+  for (const std::string& f : frames) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(f.data());
+    const uint32_t qi = steer_frame(steering_, bytes, uint32_t(f.size()));
+    NicQueue& q = queues_[qi].rings;
+    const RxRing image = moved(q.rx, q.memory->data(), images[qi].data());
+    if (rx_produce<Scope::kSystem>(image, q.rx_prod, bytes, uint32_t(f.size()), now_ns()) !=
+        ProduceResult::kOk)
+      break;
+    ++n;
+  }
+  for (uint32_t qi = 0; qi < queues_.size(); ++qi)
+    queues_[qi].rings.memory->write(0, images[qi].data(), images[qi].size());
+  return n;
+}
+
+std::vector<std::vector<uint8_t>> LoopbackNic::collect(size_t max) {
+  require_host_rings("collect()");
+  std::vector<std::vector<uint8_t>> out;
+  for (Queue& queue : queues_) {
+    NicQueue& q = queue.rings;
+    while (out.size() < max) {
+      const TxDesc* d = tx_poll<Scope::kSystem>(q.tx, q.tx_ci);
+      if (!d) break;
+      const uint8_t* slot = q.tx.slot(q.tx_ci);
+      out.emplace_back(slot, slot + d->len);
+      ++q.tx_ci;
+      tx_consume<Scope::kSystem>(q.tx, q.tx_ci);
+    }
+  }
+  return out;
+}
+
+FarEndRun LoopbackNic::run_far_end(const FarEndParams& p,
+                                   const std::function<bool()>& engine_running) {
   const DeviceScope on_device(cfg_.cuda_device);  // a GPU far end runs beside the loop
-  require_loopback("roundtrip()");
-  if (!running()) throw std::logic_error("run_far_end(): start() the transceiver first");
   if (p.payload_len == 0 || p.payloads.empty() || p.payloads.size() % p.payload_len)
     throw std::invalid_argument(
         "far end payloads: need a whole number of payload_len-byte requests");
@@ -176,13 +229,12 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   std::vector<TemplateSet> requests, replies;
   for (uint32_t q = 0; q < p.queues; ++q) {
     FrameSpec s = spec;
-    s.dest_qp = queues_[q].desc.qp.qpn;
+    s.dest_qp = queues_[q].rings.qpn;
     s.src_port = steering_.by == SteerBy::kUdpSport
                      ? uint16_t(base_port - base_port % steering_.count + q)
                      : base_port;
     requests.push_back(encode_templates(s, p.payloads.data(), p.payload_len, num, seq, "request"));
-    const EngineDesc& qd = queues_[q].desc;
-    replies.push_back(encode_templates(reply_send_spec(qd),
+    replies.push_back(encode_templates(engine_sends(queues_[q].rings),
                                        echo ? p.payloads.data() : p.expected.data(),
                                        echo ? p.payload_len : p.expected_len, num, seq, "reply"));
   }
@@ -198,11 +250,11 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
   std::vector<size_t> first_time(p.queues);  // where queue q's times start
   size_t times_total = 0;
   for (uint32_t q = 0; q < p.queues; ++q) {
-    HostQueue& hq = queues_[q];
+    const Queue& hq = queues_[q];
     FarEndDesc& d = descs[q];
-    d.rx = rx_view(hq, true);
-    d.tx = tx_view(hq, true);
-    d.own_qpn = hq.desc.qp.peer_qpn;
+    d.rx = hq.rings.rx;
+    d.tx = hq.rings.tx;
+    d.own_qpn = hq.rings.peer_qpn;
     d.count = share_of(p.count, p.queues, q);
     d.window = p.window;
     // The schedule is dealt out in turn: queue q takes requests q, q + queues, ...
@@ -212,15 +264,15 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
     d.drop_ns = p.drop_ns;
     d.timeout_ns = uint64_t(p.timeout_s * 1e9);
     d.first_psn = hq.far_psn;
-    d.rx_start = hq.inject_prod;
-    d.tx_start = hq.collect_ci;
+    d.rx_start = hq.rings.rx_prod;
+    d.tx_start = hq.rings.tx_ci;
     first_time[q] = times_total;
     times_total += d.count;
   }
 
   FarEndRun run;
   run.queues.resize(p.queues);
-  if (!wire_device_) {
+  if (!cfg_.far_end_on_gpu) {
     std::vector<uint64_t> times(times_total);
     std::vector<std::vector<Chunk16>> scratch(p.queues);
     for (uint32_t q = 0; q < p.queues; ++q) {
@@ -234,11 +286,11 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
       d.result = &run.queues[q];
     }
     if (p.queues == 1) {
-      far_end_run<Scope::kSystem>(descs[0], &far_stop_);
+      far_end_run<Scope::kSystem>(descs[0], &stop_);
     } else {  // a thread a queue, as a NIC's queues are fed in parallel
       std::vector<std::thread> threads;
       for (uint32_t q = 0; q < p.queues; ++q)
-        threads.emplace_back([&, q] { far_end_run<Scope::kSystem>(descs[q], &far_stop_); });
+        threads.emplace_back([&, q] { far_end_run<Scope::kSystem>(descs[q], &stop_); });
       for (std::thread& t : threads) t.join();
     }
     for (uint32_t q = 0; q < p.queues; ++q)
@@ -259,40 +311,38 @@ FarEndRun Transceiver::run_far_end(const FarEndParams& p) {
           std::to_string(p.queues) + " queues = " + std::to_string(request_bytes) + " and " +
           std::to_string(reply_bytes) + " bytes");
     const size_t table_bytes = request_deltas.size() * sizeof(uint32_t);
-    far_tables_.write(0, request_deltas.data(), table_bytes);
-    far_tables_.write(table_bytes, reply_deltas.data(), table_bytes);
-    const auto* tables = reinterpret_cast<const uint32_t*>(far_tables_.device());
+    tables_.write(0, request_deltas.data(), table_bytes);
+    tables_.write(table_bytes, reply_deltas.data(), table_bytes);
+    const auto* tables = reinterpret_cast<const uint32_t*>(tables_.device());
     size_t request_at = 0, reply_at = 0;
     for (uint32_t q = 0; q < p.queues; ++q) {
       FarEndDesc& d = descs[q];
-      far_requests_.write(request_at, requests[q].bytes.data(), requests[q].size_bytes());
-      far_replies_.write(reply_at, replies[q].bytes.data(), replies[q].size_bytes());
-      d.requests = requests[q].view(far_requests_.device() + request_at, tables);
-      d.replies = replies[q].view(far_replies_.device() + reply_at, tables + kPatchBytes * 256);
+      requests_.write(request_at, requests[q].bytes.data(), requests[q].size_bytes());
+      replies_.write(reply_at, replies[q].bytes.data(), replies[q].size_bytes());
+      d.requests = requests[q].view(requests_.device() + request_at, tables);
+      d.replies = replies[q].view(replies_.device() + reply_at, tables + kPatchBytes * 256);
       request_at += requests[q].size_bytes();
       reply_at += replies[q].size_bytes();
-      d.times = reinterpret_cast<uint64_t*>(far_times_.device()) + first_time[q];
+      d.times = reinterpret_cast<uint64_t*>(times_.device()) + first_time[q];
       d.frame = d.expect = nullptr;  // the kernel stages in its shared memory
-      d.result = reinterpret_cast<FarEndResult*>(far_results_.device()) + q;
+      d.result = reinterpret_cast<FarEndResult*>(results_.device()) + q;
     }
-    far_descs_.write(0, descs.data(), descs.size() * sizeof(FarEndDesc));
+    descs_.write(0, descs.data(), descs.size() * sizeof(FarEndDesc));
     const size_t scratch_bytes = 2 * ((size_t(cfg_.slot_bytes) + 15) / 16 * 16);
-    executor_->check();  // a loop that failed: its error, rather than a run with no replies
     // In the engine's epochs, so that the far end does not hold up a kernel load either; and
     // it ends when the engine does (stopped, or failed).
-    gpu_far_end_->run(reinterpret_cast<const FarEndDesc*>(far_descs_.device()), p.queues,
-                      scratch_bytes, p.timeout_s, uint64_t(cfg_.cuda_epoch_us) * 1000,
-                      [this] { return executor_->running(); });
-    far_results_.read(0, run.queues.data(), p.queues * sizeof(FarEndResult));
+    gpu_->run(reinterpret_cast<const FarEndDesc*>(descs_.device()), p.queues, scratch_bytes,
+              p.timeout_s, uint64_t(cfg_.epoch_us) * 1000, engine_running);
+    results_.read(0, run.queues.data(), p.queues * sizeof(FarEndResult));
     std::vector<uint64_t> times(times_total);
-    far_times_.read(0, times.data(), times.size() * sizeof(uint64_t));
+    times_.read(0, times.data(), times.size() * sizeof(uint64_t));
     for (uint32_t q = 0; q < p.queues; ++q)
       append_rtts(run.rtt_ns, times.data() + first_time[q], run.queues[q]);
   }
   for (uint32_t q = 0; q < p.queues; ++q) {
-    HostQueue& hq = queues_[q];
-    hq.inject_prod = run.queues[q].rx_end;
-    hq.collect_ci = run.queues[q].tx_end;
+    Queue& hq = queues_[q];
+    hq.rings.rx_prod = run.queues[q].rx_end;
+    hq.rings.tx_ci = run.queues[q].tx_end;
     hq.far_psn = psn_add(hq.far_psn, run.queues[q].sent);
   }
   run.result = add_up(run.queues);
