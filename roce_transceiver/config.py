@@ -27,6 +27,7 @@ from roce_transceiver.custom_params import ParamsError as ParamsError
 from roce_transceiver.custom_params import check as _custom_params
 from roce_transceiver.custom_params import custom_params_bytes as custom_params_bytes
 from roce_transceiver.custom_params import pack_params as pack_params
+from roce_transceiver.doca import sdk_path as doca_sdk_path
 from roce_transceiver.schema import (
     MAX_DEPTH,
     MAX_EXPANDED,
@@ -891,6 +892,9 @@ COMPUTED: dict[str, Computed] = {
     "cuda_warps": Computed(("cuda.warps", "handler"), lambda cfg, ex, blob: cuda_warps(cfg)),
     "socket_rx_path": Computed(_RX_PATH_READS, lambda cfg, ex, blob: rx_path(cfg)[0]),
     "socket_rx_path_reason": Computed(_RX_PATH_READS, lambda cfg, ex, blob: rx_path(cfg)[1]),
+    # nic 'doca': where the probe of its NIC looks for the SDK (DOCA_PATH, else the usual).
+    "doca_sdk_path": Computed((), lambda cfg, ex, blob: doca_sdk_path()),
+    "doca_sdk_path_chosen": Computed((), lambda cfg, ex, blob: "DOCA_PATH" in os.environ),
 }
 
 #: Schema keys the core takes one for one, under their own names: the core's keys that are
@@ -912,9 +916,9 @@ BY_PYTHON: dict[str, str] = {
 
 #: Schema keys that do not reach the engine, and why.
 NOT_IN_ENGINE: dict[str, str] = {
-    f"doca.{key}": "nic 'doca' is not built: Transceiver refuses it before the core, saying "
-    "what this machine lacks (roce_transceiver/doca.py, docs/deployment.md)"
-    for key in ("device", "gpu_pci", "gid_index", "mtu")
+    f"doca.{key}": "nic 'doca' is not built: its NIC (rt/host/doca_nic.h) refuses to start, "
+    "saying what this machine lacks (docs/deployment.md)"
+    for key in ("gpu_pci", "gid_index", "mtu")
 }
 NOT_IN_ENGINE["doca.nic_handler"] = (
     "the queue pair's, not the engine's: Verbs mode's software ConnectX takes it "

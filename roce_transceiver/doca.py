@@ -5,7 +5,8 @@ libraries at run time and finds RDMA devices through libibverbs; its host set-up
 yet. A configuration that names it is still validated everywhere, so a deployment file can be
 checked on a machine without the hardware, and starting it says, in one message, everything
 that is missing here (found the way the backend will look: ``_core.doca_probe``) and which NICs
-do work.
+do work. The refusal is the core's (its DocaNic, rt/host/doca_nic.h); this module says the
+same without making a Transceiver (doctor, the apps before their graph).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from roce_transceiver import _core
 
-__all__ = ["DEFAULT_SDK", "missing", "sdk_path"]
+__all__ = ["DEFAULT_SDK", "missing", "sdk_path", "sdk_problem"]
 
 DEFAULT_SDK = "/opt/mellanox/doca"
 
@@ -25,43 +26,13 @@ def sdk_path() -> str:
     return os.environ.get("DOCA_PATH", DEFAULT_SDK)
 
 
-def _sdk_problem(p: dict[str, Any]) -> str | None:
-    path, missing_libs = p["sdk_path"], p["libraries_missing"]
-    hint = "" if "DOCA_PATH" in os.environ else " (set DOCA_PATH to the SDK's prefix)"
-    if not p["libraries_found"]:
-        return f"no DOCA SDK found at {path}: none of {', '.join(missing_libs)}{hint}"
-    if missing_libs:
-        return f"the DOCA SDK at {path} lacks {', '.join(missing_libs)}"
-    if p["symbols_missing"]:
-        names = p["symbols_missing"]
-        more = f" and {len(names) - 4} more" if len(names) > 4 else ""
-        return (
-            f"the DOCA SDK at {path} does not export {len(names)} entry points the backend "
-            f"calls: {', '.join(names[:4])}{more}"
-        )
-    return None
-
-
-def _device_problem(p: dict[str, Any], device: str) -> str | None:
-    if not p["ibverbs_loaded"]:
-        return (
-            f"libibverbs did not load ({p['ibverbs_error']}; apt-get install libibverbs1 "
-            "ibverbs-providers)"
-        )
-    if not p["rdma_devices"]:
-        return "ibv_get_device_list found no device"
-    if device not in p["rdma_devices"]:
-        return f"RDMA device {device!r} not present (present: {', '.join(p['rdma_devices'])})"
-    return None
+def sdk_problem(probe: dict[str, Any], doca_path_set: bool) -> str | None:
+    """What ``_core.doca_probe``'s result says the SDK lacks (None: nothing); without
+    ``doca_path_set``, the message says how to point at another prefix."""
+    return _core.doca_sdk_problem(probe, not doca_path_set) or None
 
 
 def missing(device: str) -> str:
-    """Why ``nic: doca`` with ``doca.device`` = ``device`` cannot start on this machine."""
-    probe = dict(_core.doca_probe(sdk_path()))
-    problems = [x for x in (_sdk_problem(probe), _device_problem(probe, device)) if x]
-    problems.append("this build has no DOCA GPUNetIO backend host set-up yet (docs/deployment.md)")
-    return (
-        "nic 'doca' cannot start here: "
-        + "; ".join(problems)
-        + ". NICs that work here: loopback (in memory), socket (udp mode; packet mode as root)"
-    )
+    """Why ``nic: doca`` with ``doca.device`` = ``device`` cannot start on this machine: the
+    message its NIC refuses with (rt/host/doca_nic.h)."""
+    return str(_core.doca_refusal(sdk_path(), device, "DOCA_PATH" not in os.environ))

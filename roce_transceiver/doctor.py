@@ -805,14 +805,14 @@ def check_peer_memory(name: str, m: Machine, cfg: Config) -> Check:
 
 @_check("DOCA SDK")
 def check_doca_sdk(name: str, m: Machine, cfg: Config) -> Check:
-    from roce_transceiver.doca import DEFAULT_SDK, _sdk_problem
+    from roce_transceiver.doca import DEFAULT_SDK, sdk_problem
 
     if cfg is not None and cfg["nic"] != "doca":
         return Check(name, NA, f"nic {cfg['nic']}: no DOCA")
     sdk = m.environ.get("DOCA_PATH", DEFAULT_SDK)
     with m.busy(f"in the DOCA probe, which dlopens the libraries under {m.path(sdk)}"):
         probe = dict(m.doca_probe(str(m.path(sdk))))
-    problem = _sdk_problem(probe)
+    problem = sdk_problem(probe, "DOCA_PATH" in m.environ)
     who = "" if cfg is not None else " (needed by nic: doca)"
     if problem is None:
         return Check(

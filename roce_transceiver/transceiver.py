@@ -223,10 +223,9 @@ def check_roundtrip(
     timeout: float,
     max_size: int,
 ) -> tuple[int, float, list[bytes], list[bytes] | None]:
-    """The arguments every round trip takes, checked one way for the Transceiver's and Verbs
-    mode's: ``count`` 1 to 2**32-1, ``size`` 1 to ``max_size`` (when there are no
-    ``payloads``), ``timeout`` 0 to 1e10 s; ValueError or TypeError name the argument. Returns
-    them with the requests made (request_payloads)."""
+    """roundtrip()'s arguments every mode takes: ``count`` 1 to 2**32-1, ``size`` 1 to
+    ``max_size`` (when there are no ``payloads``), ``timeout`` 0 to 1e10 s; ValueError or
+    TypeError name the argument. Returns them with the requests made (request_payloads)."""
     count = check_int(where, "count", count, 1, _U32_MAX)
     timeout = check_real(where, "timeout", timeout, 0, _MAX_TIMEOUT_S)
     if payloads is None:
@@ -252,6 +251,21 @@ def request_payloads(
     return payloads
 
 
+@dataclass(frozen=True)
+class RoundTripPlan:
+    """roundtrip()'s arguments as checked: what a mode's far end runs (times in ns; 0: none)."""
+
+    payloads: list[bytes]
+    expected: list[bytes] | None
+    count: int
+    window: int
+    interval_ns: int
+    timeout: float
+    queues: int
+    late_ns: int
+    drop_ns: int
+
+
 class Transceiver:
     """Owns the queues, the loop and the far end; ``stop()`` frees everything."""
 
@@ -266,34 +280,37 @@ class Transceiver:
         # A NIC the caller brings (a subclass of _core.Nic: roce_transceiver.nic) carries the
         # frames instead of the configuration's ``nic``.
         self.nic = nic
-        if self.config["nic"] == "doca":
-            from roce_transceiver.doca import missing
-
-            raise TransceiverError(missing(self.config["doca"]["device"]))
         self.executor, self.executor_reason = pick_executor(self.config["executor"])
         if self.config["far_end"] == "gpu" and self.executor != "cuda":
             raise TransceiverError("far_end 'gpu' needs the cuda executor; " + self.executor_reason)
         log.info(self.executor_reason)
-        qec_blob = None
+        # The qec handler's decoder, as a table the handler looks syndromes up in (one for
+        # every mode: the engine's and Verbs mode's serve loop take the same blob).
+        self._qec_blob = b""
         if self.config["handler"] == "qec":
             from roce_transceiver.qec import engine_table
 
-            qec_blob = engine_table(self.config["qec"]["distance"])
-        try:
-            resolved = with_resolved_macs(self.config)
-        except NetInfoError as e:
-            raise ConfigError(str(e), key=f"{e.side}.mac") from None
-        core = core_config(resolved, self.executor, qec_blob)
-        if core["handler"] == "custom" or core["frames_statistic"]:
-            core.update(_build_custom(self.config, self.executor))
-        try:
-            self._core: Any = _core.Transceiver(core, nic)
-        except (ValueError, RuntimeError) as e:
-            raise TransceiverError(str(e)) from None
+            self._qec_blob = engine_table(self.config["qec"]["distance"])
+        self._core: Any = self._make_core()
         self._started = False
         self._stopped = False
         self._messages: deque[Completion] = deque()
         self._frames: deque[Frame] = deque()
+
+    def _make_core(self) -> Any:
+        """What runs: the C++ core's Transceiver, its queues' rings and engines behind the
+        configuration's NIC (or the caller's). Verbs mode's is its own (verbs_mode.py)."""
+        try:
+            resolved = with_resolved_macs(self.config)
+        except NetInfoError as e:
+            raise ConfigError(str(e), key=f"{e.side}.mac") from None
+        core = core_config(resolved, self.executor, self._qec_blob or None)
+        if core["handler"] == "custom" or core["frames_statistic"]:
+            core.update(_build_custom(self.config, self.executor))
+        try:
+            return _core.Transceiver(core, self.nic)
+        except (ValueError, RuntimeError) as e:
+            raise TransceiverError(str(e)) from None
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> Transceiver:
@@ -580,7 +597,7 @@ class Transceiver:
         request that fits no slot, or payloads of unequal lengths, is a TransceiverError."""
         where = "roundtrip()"
         count, timeout, payloads, expected = check_roundtrip(
-            where, count, size, payloads, expected, timeout, self.config["queues"]["slot_bytes"]
+            where, count, size, payloads, expected, timeout, self._request_bytes_max()
         )
         window = check_int(where, "window", window, 1, _U32_MAX)
         if rate is not None:
@@ -594,22 +611,41 @@ class Transceiver:
             check_real(where, name, value, 1e-9, _MAX_TIMEOUT_S)
             if rate is None:
                 raise ValueError(f"{where}: {name}={value}: needs a rate (a schedule to keep)")
-        self._require_running("roundtrip()")
-        interval_ns = 0 if not rate else max(1, round(1e9 / rate))
+        self._require_running(where)
+        return self._run_round_trips(
+            RoundTripPlan(
+                payloads=payloads,
+                expected=expected,
+                count=count,
+                window=window,
+                interval_ns=0 if not rate else max(1, round(1e9 / rate)),
+                timeout=timeout,
+                queues=queues,
+                late_ns=0 if late_after is None else max(1, round(late_after * 1e9)),
+                drop_ns=0 if drop_after is None else max(1, round(drop_after * 1e9)),
+            )
+        )
+
+    def _request_bytes_max(self) -> int:
+        """The largest request roundtrip() takes: an rx slot's bytes (the engine's frames)."""
+        return int(self.config["queues"]["slot_bytes"])
+
+    def _run_round_trips(self, plan: RoundTripPlan) -> RoundTrip:
+        """The checked plan, run by the loopback's far end (the core's)."""
         try:
             r = self._core.run_far_end(
-                b"".join(payloads),
-                len(payloads[0]),
-                b"".join(expected) if expected else b"",
-                len(expected[0]) if expected else 0,
-                count,
-                window,
-                interval_ns,
-                timeout,
-                expected is None,
-                queues,
-                0 if late_after is None else max(1, round(late_after * 1e9)),
-                0 if drop_after is None else max(1, round(drop_after * 1e9)),
+                b"".join(plan.payloads),
+                len(plan.payloads[0]),
+                b"".join(plan.expected) if plan.expected else b"",
+                len(plan.expected[0]) if plan.expected else 0,
+                plan.count,
+                plan.window,
+                plan.interval_ns,
+                plan.timeout,
+                plan.expected is None,
+                plan.queues,
+                plan.late_ns,
+                plan.drop_ns,
             )
         except (ValueError, RuntimeError) as e:
             raise TransceiverError(f"roundtrip(): {e}") from None

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -39,13 +39,12 @@ from roce_transceiver import _core
 from roce_transceiver.config import SCHEMA
 from roce_transceiver.netns import VethNamespace, inside
 from roce_transceiver.protocol import ProtocolError, parse
-from roce_transceiver.schema import Field, Section
+from roce_transceiver.schema import ConfigError
 from roce_transceiver.transceiver import (
     RoundTrip,
+    RoundTripPlan,
     Transceiver,
     TransceiverError,
-    check_roundtrip,
-    pick_executor,
 )
 
 __all__ = [
@@ -78,6 +77,9 @@ RING_VA, RING_RKEY, SIGNAL_VA, SIGNAL_RKEY = 0x1000_0000, 0x1001, 0x2000_0000, 0
 PEER_RING_VA, PEER_RING_RKEY = 0x3000_0000, 0x2001
 PEER_SIGNAL_VA, PEER_SIGNAL_RKEY = 0x4000_0000, 0x2002
 LKEY = 0x1C0C
+
+#: The serve kernel's epochs: the ``cuda`` section's keys Verbs mode takes.
+EPOCH_KEYS = ("epoch_us", "epochs_in_flight")
 
 #: Why ``put_signals()`` (the doorbell's floor) does not run on the cpu executor.
 PUT_SIGNALS_NEED_CUDA = (
@@ -117,14 +119,12 @@ def _mac_bytes(mac: str) -> bytes:
     return bytes.fromhex(mac.replace(":", ""))
 
 
-def _custom_serve_keys(custom: Mapping[str, Any], executor: str) -> dict[str, Any]:
-    """The serve loop's keys for a user handler (the custom section, checked as the
-    transceiver's): its shared object, state and parameters. The cpu executor's serve loop runs
-    it; the cuda executor's serve kernel is built in (docs/verbs_mode.md)."""
+def _custom_serve_keys(section: Mapping[str, Any], executor: str) -> dict[str, Any]:
+    """The serve loop's keys for a user handler (the configuration's custom section, checked
+    by its schema): its shared object, state and parameters. The cpu executor's serve loop
+    runs it; the cuda executor's serve kernel is built in (docs/verbs_mode.md)."""
     from roce_transceiver import custom_handler as ch
-    from roce_transceiver.config import load_config
     from roce_transceiver.custom_params import custom_params_bytes
-    from roce_transceiver.schema import ConfigError
     from roce_transceiver.transceiver import custom_source
 
     if executor != "cpu":
@@ -132,10 +132,6 @@ def _custom_serve_keys(custom: Mapping[str, Any], executor: str) -> dict[str, An
             "handler custom in Verbs mode runs on the cpu executor: the cuda executor's serve "
             "kernel is built in (GPUNetIO's device API), with echo and qec only"
         )
-    try:
-        section = load_config({"handler": "custom", "custom": dict(custom)})["custom"]
-    except ConfigError as e:
-        raise VerbsModeError(str(e)) from None
     src = custom_source(section)
     try:
         built = ch.build_host_handler(
@@ -150,36 +146,9 @@ def _custom_serve_keys(custom: Mapping[str, Any], executor: str) -> dict[str, An
     }
 
 
-EPOCH_KEYS = ("epoch_us", "epochs_in_flight")
-
-
-def _epoch_keys(cuda: Mapping[str, int]) -> dict[str, int]:
-    """The serve kernel's epochs from a ``cuda`` section's keys, checked as the schema checks
-    them; the schema's defaults for those left out."""
-    unknown = sorted(set(cuda) - set(EPOCH_KEYS))
-    if unknown:
-        raise VerbsModeError(
-            f"cuda: {', '.join(unknown)}: Verbs mode takes {' and '.join(EPOCH_KEYS)} only"
-        )
-    section = SCHEMA.keys["cuda"]
-    assert isinstance(section, Section)
-    out: dict[str, int] = {}
-    for key in EPOCH_KEYS:
-        spec = section.keys[key]
-        assert isinstance(spec, Field) and spec.minimum is not None and spec.maximum is not None
-        value = cuda.get(key, spec.default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise VerbsModeError(f"cuda.{key}: {value!r} is not an integer")
-        if not spec.minimum <= value <= spec.maximum:
-            raise VerbsModeError(
-                f"cuda.{key}: {value} is outside {int(spec.minimum)}..{int(spec.maximum)}"
-            )
-        out[key] = value
-    return out
-
-
-class VerbsLoopback:
-    """Verbs mode with a peer in the same process; ``start()`` / ``stop()`` or ``with``.
+class VerbsLoopback(Transceiver):
+    """Verbs mode with a peer in the same process: a Transceiver whose NIC is the software
+    ConnectX and whose loop is the serve loop; ``start()`` / ``stop()`` or ``with``.
 
     ``handler`` is ``echo``, ``qec`` (``distance`` picks the code) or ``custom`` (``custom``:
     the transceiver's custom section; the cpu executor only); ``slots`` requests of up to
@@ -191,6 +160,11 @@ class VerbsLoopback:
     floor: the same put_signal with no request and no handler).
     ``cuda``: the serve kernel's epochs, as the configuration's ``cuda`` section names them
     (``epoch_us``, ``epochs_in_flight``; its defaults where left out).
+
+    The executor, handler, qec, custom and cuda settings are the transceiver's configuration,
+    checked by its schema; ``roundtrip()`` is the Transceiver's, with its argument checks. What
+    only the Ethernet mode has (the host's SENDs, completions and frames, the loopback wire's
+    calls, regions, the engine's counters) is refused, naming Verbs mode.
     """
 
     def __init__(
@@ -222,8 +196,42 @@ class VerbsLoopback:
                 f"slot_bytes {slot_bytes}: a multiple of {SLOT_ALIGN} in {SLOT_ALIGN}.."
                 f"{MAX_SLOT_BYTES} (8 bytes of each slot are its header)"
             )
+        unknown = sorted(set(cuda or {}) - set(EPOCH_KEYS))
+        if unknown:
+            raise VerbsModeError(
+                f"cuda: {', '.join(unknown)}: Verbs mode takes {' and '.join(EPOCH_KEYS)} only"
+            )
         self.nic_handler = resolve_nic_handler(nic_handler)
-        self.executor, self.executor_reason = pick_executor(executor)
+        self.slots, self.slot_bytes = slots, slot_bytes
+        self._serve = serve
+        self._veth, self._capture = veth, capture
+        self._completion_timeout = completion_timeout
+        config: dict[str, Any] = {"executor": executor, "handler": handler}
+        if handler == "qec":
+            config["qec"] = {"distance": distance}
+        if custom is not None:
+            config["custom"] = dict(custom)
+        if cuda:
+            config["cuda"] = dict(cuda)
+        try:
+            super().__init__(config)
+        except ConfigError as e:
+            raise VerbsModeError(str(e)) from None
+        self.handler = handler
+        self._port: Any = None
+        self._server: Any = None
+        self._wire: Any = None  # where the peer's requests go
+        self._next_psn = 0
+        self._requests = 0
+        self._final: dict[str, Any] | None = None
+        # The last roundtrip()'s first part of each round trip: from sending the request to our
+        # NIC's ATOMIC ACKNOWLEDGE of its signal back at the peer (the request has landed).
+        self.landed_ns: np.ndarray = np.zeros(0, dtype=np.uint64)
+
+    def _make_core(self) -> Any:
+        """Verbs mode's parts, not yet started: the peer (a cpu-executor Transceiver whose
+        engine is the peer's NIC), and the configurations of our port (the software ConnectX)
+        and of the serve loop."""
         gpu = self.executor == "cuda"
         if gpu and not _core.gpunetio_info()["built"]:
             raise VerbsModeError(
@@ -237,8 +245,7 @@ class VerbsLoopback:
                 "from the WQE's bytes, not its address); build with nvshmem 3.7+'s headers "
                 "(RT_GPUNETIO_INCLUDE), or use cpu_proxy or gpu_sm_db"
             )
-        self.handler, self.slots, self.slot_bytes = handler, slots, slot_bytes
-        self._serve = serve
+        slots, slot_bytes, veth = self.slots, self.slot_bytes, self._veth
         ring = slots * slot_bytes
         wqes = max(64, _pow2_at_least(2 * slots))
         peer_cfg: dict[str, Any] = {
@@ -251,12 +258,6 @@ class VerbsLoopback:
                 {"va": PEER_SIGNAL_VA, "rkey": PEER_SIGNAL_RKEY, "length": 8},
             ],
         }
-        self._qec_blob = b""
-        if handler == "qec":
-            from roce_transceiver.qec import engine_table
-
-            self._qec_blob = engine_table(distance)
-        self._veth, self._capture = veth, capture
         ours_mac, peer_mac, ours_ip, peer_ip = OURS_MAC, PEER_MAC, OURS_IP, PEER_IP
         if veth is not None:
             ours_mac, peer_mac = _mac_bytes(veth.mac("ours")), _mac_bytes(veth.mac("theirs"))
@@ -292,10 +293,10 @@ class VerbsLoopback:
             "gpu": gpu,
         }
         custom_keys: dict[str, Any] = {}
-        if custom is not None:
-            custom_keys = _custom_serve_keys(custom, self.executor)
+        if self.config["handler"] == "custom":
+            custom_keys = _custom_serve_keys(self.config["custom"], self.executor)
         self._serve_config = {
-            "handler": handler,
+            "handler": self.config["handler"],
             "qec_blob": self._qec_blob,
             **custom_keys,
             "request_region": 0,
@@ -306,19 +307,10 @@ class VerbsLoopback:
             "peer_ring_rkey": PEER_RING_RKEY,
             "peer_signal": PEER_SIGNAL_VA,
             "peer_signal_rkey": PEER_SIGNAL_RKEY,
-            "completion_timeout_s": completion_timeout,
-            **_epoch_keys(cuda or {}),
+            "completion_timeout_s": self._completion_timeout,
+            **{key: self.config["cuda"][key] for key in EPOCH_KEYS},
         }
-        self._port: Any = None
-        self._server: Any = None
-        self._wire: Any = None  # where the peer's requests go
-        self._next_psn = 0
-        self._requests = 0
-        self._final: dict[str, Any] | None = None
-        self._stopped = False
-        # The last roundtrip()'s first part of each round trip: from sending the request to our
-        # NIC's ATOMIC ACKNOWLEDGE of its signal back at the peer (the request has landed).
-        self.landed_ns: np.ndarray = np.zeros(0, dtype=np.uint64)
+        return None  # the parts are made at start(), in the order the GPU needs
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> VerbsLoopback:
@@ -444,34 +436,38 @@ class VerbsLoopback:
                 raise VerbsModeError(f"exchange(): {len(got)} of {want} answers within {timeout} s")
         return got
 
-    def roundtrip(
-        self,
-        count: int = 1000,
-        size: int = 32,
-        *,
-        payloads: list[bytes] | None = None,
-        expected: list[bytes] | None = None,
-        timeout: float = 10.0,
-    ) -> RoundTrip:
-        """``count`` requests, one at a time (``size`` bytes, or ``payloads`` in turn); each reply
-        must equal ``expected`` (in the same turn) or, without it, echo its request. The
-        arguments are checked as Transceiver.roundtrip() checks them (check_roundtrip); a
-        request that does not fit a slot is refused before it is sent."""
-        count, timeout, payloads, expected = check_roundtrip(
-            "roundtrip()", count, size, payloads, expected, timeout, MAX_SLOT_BYTES
-        )
+    def _request_bytes_max(self) -> int:
+        # A request that does not fit a slot is refused by the requester before it is sent.
+        return MAX_SLOT_BYTES
+
+    def _require_running(self, what: str) -> None:
         if not self._serve:
-            raise VerbsModeError("roundtrip(): no serve loop (serve=False: put_signals() only)")
+            raise VerbsModeError(f"{what}: no serve loop (serve=False: put_signals() only)")
         if self._server is None or self._final is not None:
-            raise VerbsModeError("roundtrip(): not running (start() first)")
+            raise VerbsModeError(f"{what}: not running (start() first)")
         state = self._server.stats()["state"]
         if state != "running":
-            raise VerbsModeError(f"roundtrip(): the serve loop has ended ({state})")
+            raise VerbsModeError(f"{what}: the serve loop has ended ({state})")
+
+    def _run_round_trips(self, plan: RoundTripPlan) -> RoundTrip:
+        """The plan, run by the peer's requester: one request at a time, each timed until the
+        peer's signal word counts its reply; what it cannot keep is refused, naming it."""
+        for name, value, needs in (
+            ("window", plan.window, plan.window > 1),
+            ("rate", plan.interval_ns, plan.interval_ns > 0),
+            ("queues", plan.queues, plan.queues > 1),
+        ):
+            if needs:
+                raise VerbsModeError(
+                    f"roundtrip(): {name}={value}: Verbs mode's requester keeps one request in "
+                    "flight on one queue pair, as fast as its replies come (the Ethernet mode's "
+                    "far end keeps windows, rates and queues)"
+                )
         params: dict[str, Any] = {
-            "payloads": b"".join(payloads),
-            "payload_len": len(payloads[0]),
-            "count": count,
-            "timeout_s": timeout,
+            "payloads": b"".join(plan.payloads),
+            "payload_len": len(plan.payloads[0]),
+            "count": plan.count,
+            "timeout_s": plan.timeout,
             "dest_qp": OURS_QPN,
             "peer_qpn": PEER_QPN,
             "src_mac": self._addresses[1],
@@ -487,9 +483,9 @@ class VerbsLoopback:
             "first_psn": self._next_psn,
             "first_request": self._requests,
         }
-        if expected is not None:
-            params["expected"] = b"".join(expected)
-            params["expected_len"] = len(expected[0])
+        if plan.expected is not None:
+            params["expected"] = b"".join(plan.expected)
+            params["expected_len"] = len(plan.expected[0])
         try:
             r = _core.run_verbs_requests(self._wire, self._peer._core, params)
         except (ValueError, RuntimeError) as e:
@@ -546,3 +542,47 @@ class VerbsLoopback:
             return dict(self._port.put_signal_loop(params))
         except (ValueError, RuntimeError) as e:
             raise VerbsModeError(f"put_signals(): {e}") from None
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None and self._final is None
+
+    def _ethernet_only(self, what: str) -> VerbsModeError:
+        return VerbsModeError(
+            f"{what}: the Ethernet mode's (its engine's rings, the host's SENDs, completions "
+            "and frames, the loopback wire); Verbs mode answers the peer's WRITEs in its serve "
+            "loop and has none (stats() says what it counts)"
+        )
+
+    def queue_stats(self, queue: int) -> dict[str, int]:
+        raise self._ethernet_only("queue_stats()")
+
+    def epoch_stats(self) -> dict[str, Any]:
+        raise self._ethernet_only("epoch_stats()")
+
+    def nic_info(self) -> dict[str, Any]:
+        raise self._ethernet_only("nic_info()")
+
+    def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:
+        raise self._ethernet_only("send()")
+
+    def receive(self, timeout: float | None = 0.0, max_messages: int = 1024) -> list[Any]:
+        raise self._ethernet_only("receive()")
+
+    def frames(self, timeout: float | None = 0.0, max_frames: int = 1024) -> list[Any]:
+        raise self._ethernet_only("frames()")
+
+    def __iter__(self) -> Iterator[Any]:
+        raise self._ethernet_only("iteration")
+
+    def preload(self, frames: Iterable[bytes | bytearray | memoryview]) -> int:
+        raise self._ethernet_only("preload()")
+
+    def inject(self, frame: bytes, wait: float = 0.0) -> bool:
+        raise self._ethernet_only("inject()")
+
+    def collect(self, max_frames: int = 1024, timeout: float = 0.0, want: int = 1) -> list[bytes]:
+        raise self._ethernet_only("collect()")
+
+    def read_region(self, index: int, offset: int = 0, length: int | None = None) -> bytes:
+        raise self._ethernet_only("read_region()")

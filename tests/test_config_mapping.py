@@ -39,7 +39,7 @@ from roce_transceiver.config import (
 )
 from roce_transceiver.qec import LookupTableDecoder, RotatedSurfaceCode
 from roce_transceiver.schema import Field, leaves
-from roce_transceiver.transceiver import Transceiver, TransceiverError
+from roce_transceiver.transceiver import Transceiver
 
 
 def nested(dotted: str, value: Any) -> dict[str, Any]:
@@ -159,6 +159,7 @@ ALTERNATIVE: dict[str, Any] = {
     "local.ip": "10.0.0.9",
     "peer.ip": "10.0.0.10",
     "socket.interface": "eth9",
+    "doca.device": "mlx5_3",
     "socket.capture": "x.pcap",
     "vlan": 5,
     "custom.params": [5],
@@ -240,10 +241,12 @@ def test_qec_distance_reaches_the_core_as_its_table(recorder):
     assert recorder.given[0]["qec_blob"] != recorder.given[1]["qec_blob"]
 
 
-def test_doca_keys_stop_before_the_core(recorder):
-    with pytest.raises(TransceiverError, match="doca"):
-        Transceiver({"executor": "cpu", "nic": "doca", "doca": {"device": "mlx5_7"}})
-    assert recorder.given == []
+def test_nic_doca_reaches_the_core_with_its_device_and_sdk(recorder, monkeypatch):
+    monkeypatch.setenv("DOCA_PATH", "/nowhere/doca")
+    Transceiver({"executor": "cpu", "nic": "doca", "doca": {"device": "mlx5_7"}})
+    given = recorder.given[0]
+    assert (given["nic"], given["doca.device"]) == ("doca", "mlx5_7")
+    assert (given["doca_sdk_path"], given["doca_sdk_path_chosen"]) == ("/nowhere/doca", True)
 
 
 # ---------------------------------------------------------------- the core's own check
@@ -278,7 +281,7 @@ def test_the_core_refuses_missing_and_unknown_keys_naming_all_of_them():
         ("socket.mode", b"udp", "socket.mode=b'udp': must be a str"),
         ("executor", "gpu", "executor='gpu': must be one of cpu|cuda"),
         ("far_end", "fpga", "far_end='fpga': must be one of cpu|gpu"),
-        ("nic", "doca", "nic='doca': must be one of loopback|socket"),
+        ("nic", "rdma", "nic='rdma': must be one of loopback|socket|doca"),
         ("queues.steer", "rss", "queues.steer='rss': must be one of qp|udp_sport"),
         ("qp.transport", "RD", "qp.transport='RD': must be one of RC|UC"),
         ("handler", "lookup", "handler='lookup': must be one of echo|sink|qec|frames|custom"),

@@ -16,7 +16,9 @@ import pytest
 from conftest import skip_missing
 
 from roce_transceiver import _core
+from roce_transceiver.config import core_config, load_config
 from roce_transceiver.doca import missing
+from roce_transceiver.transceiver import Transceiver, TransceiverError
 
 LIBS = ("libdoca_common.so", "libdoca_verbs.so", "libdoca_gpunetio.so")
 
@@ -91,3 +93,24 @@ def test_rdma_devices_through_ibv_get_device_list(tmp_path):
     if p["rdma_devices"]:
         pytest.skip(f"this machine has RDMA devices: {p['rdma_devices']}")
     assert "ibv_get_device_list found no device" in message
+
+
+def test_the_core_refuses_nic_doca_with_the_same_message(tmp_path, monkeypatch):
+    """The refusal is the core's DocaNic (made by make_nic): the Python Transceiver and a
+    caller of _core alike get it, and it is what doca.missing() says."""
+    monkeypatch.setenv("DOCA_PATH", str(tmp_path))
+    cfg = {"executor": "cpu", "nic": "doca", "doca": {"device": "mlx5_7"}}
+    with pytest.raises(TransceiverError) as e:
+        Transceiver(cfg)
+    assert str(e.value) == missing("mlx5_7")
+    assert str(e.value).startswith(f"nic 'doca' cannot start here: no DOCA SDK found at {tmp_path}")
+    assert "(set DOCA_PATH" not in str(e.value)  # it is set: no hint to set it
+    with pytest.raises(RuntimeError, match="nic 'doca' cannot start here"):
+        _core.Transceiver(core_config(load_config(cfg), "cpu", None))
+
+
+def test_without_doca_path_the_refusal_says_how_to_set_it(monkeypatch):
+    monkeypatch.delenv("DOCA_PATH", raising=False)
+    assert "(set DOCA_PATH to the SDK's prefix)" in missing("mlx5_0") or (
+        "no DOCA SDK found" not in missing("mlx5_0")  # an SDK installed at the usual prefix
+    )

@@ -188,9 +188,11 @@ def test_a_request_longer_than_its_slot_is_refused_before_it_is_sent():
         ({"slot_bytes": 72}, "slot_bytes 72: a multiple of 16"),
         ({"slot_bytes": 2048}, "slot_bytes 2048"),
         ({"nic_handler": "blueflame"}, "nic_handler 'blueflame': one of auto, cpu_proxy"),
-        ({"cuda": {"epoch_us": -1}}, "cuda.epoch_us: -1 is outside 0..10000000"),
-        ({"cuda": {"epochs_in_flight": 5}}, "cuda.epochs_in_flight: 5 is outside 1..4"),
-        ({"cuda": {"epoch_us": 1.5}}, "cuda.epoch_us: 1.5 is not an integer"),
+        # the configuration's own checks (its schema), as a Transceiver's
+        ({"cuda": {"epoch_us": -1}}, "cuda.epoch_us: -1 is below the minimum 0"),
+        ({"cuda": {"epochs_in_flight": 5}}, "cuda.epochs_in_flight: 5 is above the maximum 4"),
+        ({"cuda": {"epoch_us": 1.5}}, r"cuda.epoch_us: must be int, not float \(1.5\)"),
+        ({"handler": "qec", "distance": 4}, "qec.distance"),
         ({"cuda": {"warps": 8}}, "cuda: warps: Verbs mode takes epoch_us and epochs_in_flight"),
     ],
 )
@@ -506,3 +508,39 @@ def test_roundtrip_arguments_are_checked_as_the_transceivers_are(kwargs, error, 
             with pytest.raises(error, match=message):
                 loop.roundtrip(**{"count": 1, **kwargs})
         assert v.roundtrip(2, 8).received == 2  # nothing was sent: the loop goes on
+
+
+def test_verbs_mode_is_a_transceiver_and_refuses_what_only_the_ethernet_mode_has():
+    """One roundtrip(), the Transceiver's: what Verbs mode's requester cannot keep (a window,
+    a rate, several queues) and the Ethernet mode's own calls are refused by name, and the
+    loop goes on."""
+    with VerbsLoopback("echo", executor="cpu") as v:
+        assert isinstance(v, Transceiver) and v.running
+        for kwargs, name in (({"window": 4}, "window=4"), ({"rate": 1e3}, "rate=")):
+            with pytest.raises(VerbsModeError, match=f"roundtrip\\(\\): {name}.*one request"):
+                v.roundtrip(5, **kwargs)
+        for call in (
+            lambda: v.send(b"x"),
+            lambda: v.receive(),
+            lambda: v.frames(),
+            lambda: v.inject(b"x"),
+            lambda: v.collect(),
+            lambda: v.preload([b"x"]),
+            lambda: v.read_region(0),
+            lambda: v.queue_stats(0),
+            lambda: v.epoch_stats(),
+            lambda: v.nic_info(),
+        ):
+            with pytest.raises(VerbsModeError, match="the Ethernet mode's"):
+                call()
+        assert v.roundtrip(3, 8).received == 3
+    assert not v.running
+
+
+def test_the_qec_blob_is_the_transceivers():
+    """Verbs mode's serve loop takes the decoder table the Transceiver builds (one blob)."""
+    from roce_transceiver.qec import engine_table
+
+    v = VerbsLoopback("qec", executor="cpu", distance=5)
+    assert v._serve_config["qec_blob"] == v._qec_blob == engine_table(5)
+    v.stop()

@@ -93,4 +93,53 @@ DocaProbe probe_doca(const std::string& sdk_path) {
   return out;
 }
 
+namespace {
+
+std::string joined(const std::vector<std::string>& items, size_t first, size_t count) {
+  std::string out;
+  for (size_t i = first; i < items.size() && i < first + count; ++i)
+    out += (out.empty() ? "" : ", ") + items[i];
+  return out;
+}
+
+}  // namespace
+
+std::string doca_sdk_problem(const DocaProbe& p, bool hint_doca_path) {
+  const std::string at = "the DOCA SDK at " + p.sdk_path;
+  if (p.libraries_found.empty())
+    return "no DOCA SDK found at " + p.sdk_path + ": none of " +
+           joined(p.libraries_missing, 0, p.libraries_missing.size()) +
+           (hint_doca_path ? " (set DOCA_PATH to the SDK's prefix)" : "");
+  if (!p.libraries_missing.empty())
+    return at + " lacks " + joined(p.libraries_missing, 0, p.libraries_missing.size());
+  if (!p.symbols_missing.empty()) {
+    const size_t n = p.symbols_missing.size();
+    return at + " does not export " + std::to_string(n) +
+           " entry points the backend calls: " + joined(p.symbols_missing, 0, 4) +
+           (n > 4 ? " and " + std::to_string(n - 4) + " more" : "");
+  }
+  return {};
+}
+
+std::string doca_device_problem(const DocaProbe& p, const std::string& device) {
+  if (!p.ibverbs_loaded)
+    return "libibverbs did not load (" + p.ibverbs_error +
+           "; apt-get install libibverbs1 ibverbs-providers)";
+  if (p.rdma_devices.empty()) return "ibv_get_device_list found no device";
+  for (const std::string& d : p.rdma_devices)
+    if (d == device) return {};
+  return "RDMA device '" + device +
+         "' not present (present: " + joined(p.rdma_devices, 0, p.rdma_devices.size()) + ")";
+}
+
+std::string doca_refusal(const DocaProbe& p, const std::string& device, bool hint_doca_path) {
+  std::string problems;
+  for (const std::string& x : {doca_sdk_problem(p, hint_doca_path), doca_device_problem(p, device),
+                               std::string("this build has no DOCA GPUNetIO backend host set-up "
+                                           "yet (docs/deployment.md)")})
+    if (!x.empty()) problems += (problems.empty() ? "" : "; ") + x;
+  return "nic 'doca' cannot start here: " + problems +
+         ". NICs that work here: loopback (in memory), socket (udp mode; packet mode as root)";
+}
+
 }  // namespace rt::host

@@ -3,6 +3,8 @@
 
 #include <stdexcept>
 
+#include "rt/host/doca_nic.h"
+#include "rt/host/doca_probe.h"
 #include "rt/host/transceiver.h"
 
 namespace rt::host {
@@ -75,6 +77,10 @@ NicFields SocketWireNic::info() const {
   return socket_info(nic_ ? nic_->info() : SocketNicInfo{});
 }
 
+DocaNic::DocaNic(const DocaNicConfig& c) {
+  throw std::runtime_error(doca_refusal(probe_doca(c.sdk_path), c.device, !c.sdk_path_chosen));
+}
+
 std::unique_ptr<Nic> make_nic(const TransceiverConfig& c) {
   switch (c.nic) {
     case NicKind::kLoopback:
@@ -86,6 +92,7 @@ std::unique_ptr<Nic> make_nic(const TransceiverConfig& c) {
       nc.addresses = c.local;
       return std::make_unique<SocketWireNic>(nc);
     }
+    case NicKind::kDoca: return std::make_unique<DocaNic>(c.doca);
   }
   throw std::invalid_argument("nic: " + std::to_string(int(c.nic)) + " is no NIC of ours");
 }

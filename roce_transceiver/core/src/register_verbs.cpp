@@ -433,6 +433,29 @@ void register_verbs(pb::module_& m) {
     return d;
   });
   m.attr("doca_required_symbols") = host::doca_required_symbols();
+  m.def(
+      "doca_sdk_problem",
+      [](const pb::dict& d, bool hint_doca_path) {
+        host::DocaProbe p;  // the SDK's part of doca_probe()'s dict
+        p.sdk_path = d["sdk_path"].cast<std::string>();
+        p.libraries_found = d["libraries_found"].cast<std::vector<std::string>>();
+        p.libraries_missing = d["libraries_missing"].cast<std::vector<std::string>>();
+        p.symbols_missing = d["symbols_missing"].cast<std::vector<std::string>>();
+        return host::doca_sdk_problem(p, hint_doca_path);
+      },
+      pb::arg("probe"), pb::arg("hint_doca_path"),
+      "What doca_probe()'s result says the SDK lacks, in words; '' where nothing.");
+  m.def(
+      "doca_refusal",
+      [](const std::string& sdk_path, const std::string& device, bool hint_doca_path) {
+        const host::DocaProbe p = [&] {
+          pb::gil_scoped_release nogil;  // as doca_probe(): a dlopen may hang
+          return host::probe_doca(sdk_path);
+        }();
+        return host::doca_refusal(p, device, hint_doca_path);
+      },
+      pb::arg("sdk_path"), pb::arg("device"), pb::arg("hint_doca_path"),
+      "Why nic 'doca' on RDMA device `device` cannot start here: the DocaNic's refusal.");
   pb::class_<host::VerbsPort>(m, "VerbsPort")
       .def(pb::init([](host::Transceiver& wire, const pb::dict& d) {
              return std::make_unique<host::VerbsPort>(port_config(d),

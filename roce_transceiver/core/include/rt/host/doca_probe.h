@@ -25,4 +25,12 @@ const std::vector<std::string>& doca_required_symbols();
 
 DocaProbe probe_doca(const std::string& sdk_path);
 
+// What the probe says is missing, in words; empty where nothing is. `hint_doca_path`: the SDK
+// path was not the user's choice (no DOCA_PATH), so the message says how to set it.
+std::string doca_sdk_problem(const DocaProbe& probe, bool hint_doca_path);
+std::string doca_device_problem(const DocaProbe& probe, const std::string& device);
+// Why nic 'doca' with RDMA device `device` cannot start on this machine: everything missing,
+// and which NICs do work here. One message, for the DocaNic's refusal and doctor alike.
+std::string doca_refusal(const DocaProbe& probe, const std::string& device, bool hint_doca_path);
+
 }  // namespace rt::host

@@ -15,6 +15,7 @@
 #include "rt/engine/batch.h"
 #include "rt/engine/engine.h"
 #include "rt/host/custom_library.h"
+#include "rt/host/doca_nic.h"
 #include "rt/host/executor.h"
 #include "rt/host/loopback_nic.h"
 #include "rt/host/memory.h"
@@ -34,7 +35,7 @@ struct RegionConfig {
 // configuration's names for them are the *KeyNames below, in the enums' order.
 enum class ExecutorKind : uint8_t { kCpu, kCuda };
 enum class FarEndPlace : uint8_t { kCpu, kGpu };  // kGpu: the cuda executor only
-enum class NicKind : uint8_t { kLoopback, kSocket };
+enum class NicKind : uint8_t { kLoopback, kSocket, kDoca };
 
 // The configuration as roce_transceiver/config.py's core_config() hands it over, validated
 // there (SCHEMA holds each key's default and range, and checks them once): no defaults here,
@@ -45,6 +46,7 @@ struct TransceiverConfig {
   FarEndPlace far_end;  // kGpu: the cuda executor only
   NicKind nic;
   SocketNicConfig socket;  // nic "socket" only; its addresses and QP are filled in
+  DocaNicConfig doca;      // nic "doca" only
   uint32_t queues;         // rx/tx ring pairs, an engine each (steering.h)
   SteerBy steer;           // how packets pick a queue
   uint32_t rx_depth;       // powers of two, per queue
@@ -109,7 +111,7 @@ struct NamedKey {  // one of the names: names[i] is E(i)
 inline constexpr const char* kTransportKeyNames[] = {"RC", "UC"};  // what a QP of ours can be
 inline constexpr const char* kExecutorKeyNames[] = {"cpu", "cuda"};
 inline constexpr const char* kFarEndKeyNames[] = {"cpu", "gpu"};
-inline constexpr const char* kNicKeyNames[] = {"loopback", "socket"};
+inline constexpr const char* kNicKeyNames[] = {"loopback", "socket", "doca"};
 inline constexpr const char* kSteerKeyNames[] = {"qp", "udp_sport"};
 static_assert(uint32_t(SteerBy::kQp) == 0 && uint32_t(SteerBy::kUdpSport) == 1);
 inline constexpr const char* kHandlerKeyNames[] = {"echo", "sink", "qec", "frames", "custom"};
@@ -136,6 +138,9 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("socket.batch", c.socket.batch);
   key("socket_rx_path", c.socket.rx_path);
   key("socket_rx_path_reason", c.socket.rx_path_reason);
+  key("doca.device", c.doca.device);
+  key("doca_sdk_path", c.doca.sdk_path);
+  key("doca_sdk_path_chosen", c.doca.sdk_path_chosen);
   key("queues.count", c.queues);
   key("queues.steer", NamedKey<SteerBy>(c.steer, kSteerKeyNames));
   key("queues.rx_depth", c.rx_depth);
