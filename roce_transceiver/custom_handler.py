@@ -37,10 +37,10 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 __all__ = [
-    "ALL_ENGINE_KERNELS",
     "DEFAULT_ARCH",
     "DEFAULT_ENTRY",
     "ENGINE_KERNELS",
+    "ENGINE_SETS",
     "SIGNATURE",
     "CompiledHandler",
     "EngineKernels",
@@ -49,6 +49,7 @@ __all__ = [
     "HandlerCompileError",
     "HostCompilerUnavailable",
     "HostHandler",
+    "LinkStatus",
     "NvrtcStatus",
     "NvrtcUnavailable",
     "build_host_handler",
@@ -59,8 +60,11 @@ __all__ = [
     "compile_engine_file",
     "compile_handler",
     "compile_handler_file",
+    "engine_set",
     "example_path",
     "include_dir",
+    "link_status",
+    "linkable_engine",
     "nvrtc_status",
 ]
 
@@ -214,6 +218,32 @@ def nvrtc_status() -> NvrtcStatus:
     except NvrtcUnavailable as e:
         return NvrtcStatus(False, None, str(e))
     return NvrtcStatus(True, version, None)
+
+
+@dataclass(frozen=True)
+class LinkStatus:
+    available: bool  # a handler can be linked into the engine's kernels here
+    version: str | None  # nvJitLink's, "13.0", when it loads
+    engines: tuple[str, ...]  # the engine's linkable files this build has
+    reason: str | None  # why not, when not
+
+
+def link_status() -> LinkStatus:
+    """Whether a handler links into the engine's kernels here (the cuda executor's build), for
+    ``roce-transceiver info``: nvJitLink loads and the package's CUDA build left its code."""
+    engines = tuple(sorted(p.name for p in engine_dir().glob("engine_*.cubin")))
+    try:
+        major, minor = _load_nvjitlink().version()
+    except NvrtcUnavailable as e:
+        return LinkStatus(False, None, engines, str(e))
+    if not engines:
+        return LinkStatus(
+            False,
+            f"{major}.{minor}",
+            engines,
+            f"no linkable engine in {engine_dir()} (built without CUDA)",
+        )
+    return LinkStatus(True, f"{major}.{minor}", engines, None)
 
 
 def _ok(nvrtc: ModuleType, result: tuple[Any, ...], what: str) -> tuple[Any, ...]:
@@ -521,45 +551,46 @@ def _is_cubin(image: bytes) -> bool:
 
 @dataclass(frozen=True)
 class EngineKernels:
-    """The engine's kernels (rt/cuda/engine_kernels.cuh) with a handler compiled in: the
-    module the cuda executor loads with the driver API in place of its built-in kernels."""
+    """The engine's kernels (rt/cuda/engine_kernels.cuh) with a handler linked in: the module
+    the cuda executor loads with the driver API in place of its built-in kernels."""
 
     image: bytes  # the cubin
     arch: str
     cached: bool  # True: found in the cache, nothing was compiled
-    log: str  # NVRTC's warnings, empty when it had nothing to say (or it was cached)
-    seconds: float  # the compile's, or the cache read's
+    log: str  # NVRTC's and the linker's warnings, empty when they had nothing to say
+    seconds: float  # the compile and link's, or the cache read's
+    compile_seconds: float = 0.0  # NVRTC on the handler alone (0 when cached)
+    link_seconds: float = 0.0  # nvJitLink, the handler into the engine (0 when cached)
 
 
-# The file name NVRTC's log gives the lines that bind the entry into the engine: an error there
-# is about the entry (_one_line), as for check-handler's kernel.
+# The file name NVRTC's log gives the lines that bind the entry to the engine's name for it: an
+# error there is about the entry (_one_line), as for check-handler's kernel.
 _ENGINE_BINDING = _WRAPPER_NAME
+# The entry as the engine's linkable kernels call it (cuda/engine_linkable.cu).
+_LINKED_ENTRY = "rt_custom_linked_entry"
 
 
-def _engine_unit(source: bytes, name: str, entry: str) -> bytes:
-    # The user's lines first, with their own file name and numbers; then a device function of
-    # exactly the entry's type that the engine's dispatch calls (RT_CUSTOM_ENTRY, dispatch.h):
-    # fully qualified, so that an entry named like one of the engine's own functions (handle)
-    # is still the user's; then the engine, whose kernels are this module's.
+def _handler_unit(source: bytes, name: str, entry: str) -> bytes:
+    # The user's lines first, with their own file name and numbers; then the one function the
+    # engine calls, of exactly the entry's type: fully qualified, so that an entry named like
+    # one of the engine's own functions (handle) is still the user's; the entry is inlined into
+    # it, and it is what the linker joins to the engine's call.
     quoted = name.replace("\\", "\\\\").replace('"', '\\"')
     head = f'#include "rt/handlers/custom.h"\n#line 1 "{quoted}"\n'.encode()
     binding = (
         f'\n#line 1 "{_ENGINE_BINDING}"\n'
-        "__device__ __forceinline__ int rt_custom_entry(const ::rt::CustomCall& call) {\n"
+        f'extern "C" __device__ int {_LINKED_ENTRY}(::rt::CustomCall call) {{\n'
         f"  const ::rt::CustomEntry entry = &::{entry};\n"
         "  (void)entry;\n"
         f"  return ::{entry}(call);\n"
         "}\n"
-        "#define RT_CUSTOM_ENTRY ::rt_custom_entry\n"
-        '#line 1 "rt/cuda/engine_kernels.cuh (the engine)"\n'
-        '#include "rt/cuda/engine_kernels.cuh"\n'
     ).encode()
     return head + source + binding
 
 
 def _engine_headers_digest() -> bytes:
-    """Every header of the engine as this package has them: a changed header is another
-    module."""
+    """Every header of the core as this package has them (a handler includes custom.h and what
+    it needs): a changed header is another module."""
     root = include_dir() / "rt"
     h = hashlib.sha256()
     for p in sorted(root.rglob("*")):
@@ -579,18 +610,92 @@ ENGINE_KERNELS = {
     (True, "system"): 8,
 }
 
-# What the engine's kernels are compiled with besides -arch, the kernel set and the include
-# paths: nvcc's build (C++17, device code optimised, no debug information), on every core
-# (NVRTC's split compilation: the four kernels' code generation in parallel).
-_ENGINE_OPTIONS = ("-std=c++17", "-split-compile=0")
+#: The sets the engine's linkable code is built in (CMakeLists.txt, one file each): a module
+#: links one of them, the one-warp kernels or the crew's.
+ENGINE_SETS = {"lone": 3, "crew": 12}
+
+# What the handler is compiled with besides -arch and the include paths: relocatable device
+# code (its entry is the linker's to join), C++17, as nvcc built the engine.
+_HANDLER_OPTIONS = ("-std=c++17", "-rdc=true")
 
 
-#: What a transceiver's module holds: all four kernels, though it launches one. LLVM's inliner
-#: decides by how many callers a function has: with one kernel alone it made the engine's step
-#: a call whose registers are saved around it each pass (twice the local-memory traffic, +1.0
-#: to 1.8 us a round trip on the H200, measured); with the four it decides as for the built-in
-#: module (the same SASS, instruction for instruction), and the handler costs what it does.
-ALL_ENGINE_KERNELS = 15
+def engine_set(kernels: int) -> str:
+    """The linkable set that holds ``kernels`` (a mask of ENGINE_KERNELS); ValueError when no
+    one set does."""
+    if not 0 < kernels < 16:
+        raise ValueError(f"kernels {kernels}: a mask of ENGINE_KERNELS' bits (1 to 15)")
+    for name, mask in ENGINE_SETS.items():
+        if kernels & ~mask == 0:
+            return name
+    raise ValueError(
+        f"kernels {kernels}: the one-warp kernels (bits 1, 2) or the crew's (4, 8), not both: "
+        "a module links one set of the engine's code"
+    )
+
+
+def engine_dir() -> Path:
+    """Where the engine's linkable kernels are: beside the core's module, which the package's
+    CUDA build installs them with (an editable install's too)."""
+    from roce_transceiver import _core
+
+    return Path(_core.__file__).resolve().parent / "engine"
+
+
+def linkable_engine(kernels: int, arch: str) -> Path:
+    """The engine's relocatable code for ``kernels``' set on ``arch``; NvrtcUnavailable when
+    this build has none for it (built without CUDA, or for other architectures)."""
+    path = engine_dir() / f"engine_{engine_set(kernels)}.{arch}.cubin"
+    if not path.is_file():
+        have = sorted(p.name for p in engine_dir().glob("engine_*.cubin"))
+        raise NvrtcUnavailable(
+            f"the engine's linkable kernels for {arch} are not in {engine_dir()} (this build "
+            f"has {', '.join(have) if have else 'none: it was built without CUDA'}); build the "
+            "package with CUDA for this GPU (RT_CUDA=ON, CMAKE_CUDA_ARCHITECTURES)"
+        )
+    return path
+
+
+def _load_nvjitlink() -> ModuleType:
+    """cuda-python's nvJitLink bindings with the library loaded, or NvrtcUnavailable."""
+    try:
+        nvjitlink = importlib.import_module("cuda.bindings.nvjitlink")
+        nvjitlink.version()
+    except Exception as e:  # the bindings load libnvJitLink here; each loader has its own error
+        raise NvrtcUnavailable(
+            f"nvJitLink does not load ({type(e).__name__}: {e}): {INSTALL_HINT}, or pip install "
+            "nvidia-nvjitlink"
+        ) from None
+    return nvjitlink
+
+
+def _link(nvjitlink: ModuleType, arch: str, inputs: list[tuple[str, bytes]]) -> tuple[bytes, str]:
+    """The cubins linked into one module, and the linker's warnings; HandlerCompileError with
+    its log when it fails (an entry the engine cannot call, say)."""
+
+    def text(size: int, read: Callable[[Any, bytearray], None], h: Any) -> str:
+        buf = bytearray(size)
+        if size:
+            read(h, buf)
+        return bytes(buf).rstrip(b"\0").decode(errors="replace").strip()
+
+    h = nvjitlink.create(1, [f"-arch={arch}"])
+    try:
+        for name, data in inputs:
+            nvjitlink.add_data(h, nvjitlink.InputType.CUBIN, data, len(data), name)
+        try:
+            nvjitlink.complete(h)
+        except nvjitlink.nvJitLinkError as e:
+            error = text(nvjitlink.get_error_log_size(h), nvjitlink.get_error_log, h)
+            raise HandlerCompileError(
+                f"linking the handler into the engine's kernels failed ({e}): "
+                + (error.splitlines() or ["no log"])[0],
+                error,
+            ) from None
+        image = bytearray(nvjitlink.get_linked_cubin_size(h))
+        nvjitlink.get_linked_cubin(h, image)
+        return bytes(image), text(nvjitlink.get_info_log_size(h), nvjitlink.get_info_log, h)
+    finally:
+        nvjitlink.destroy(h)
 
 
 def compile_engine(
@@ -599,38 +704,39 @@ def compile_engine(
     name: str,
     entry: str = DEFAULT_ENTRY,
     arch: str = DEFAULT_ARCH,
-    kernels: int = ALL_ENGINE_KERNELS,
+    kernels: int = ENGINE_SETS["lone"],
     include_dirs: tuple[Path, ...] = (),
     cache: Path | None = None,
     on_compile: Callable[[], None] | None = None,
 ) -> EngineKernels:
-    """The engine's kernels ``kernels`` (a mask of ENGINE_KERNELS) with the handler compiled
-    in, for ``arch`` (a real architecture: sm_90). From the cache when the same source, entry,
-    options, architecture, NVRTC and engine headers built them before; else NVRTC takes tens of
-    seconds a kernel (``on_compile`` is called first). Raises HandlerCompileError (one line
-    naming ``name`` and the line; ``.log``: NVRTC's whole log), NvrtcUnavailable, or ValueError
-    (a bad entry name, architecture or kernel set)."""
+    """The engine's kernels ``kernels`` (a mask of ENGINE_KERNELS, within one of ENGINE_SETS)
+    with the handler linked in, for ``arch`` (a real architecture: sm_90): NVRTC compiles the
+    handler alone and nvJitLink links it into the engine's code built with the package (a
+    fraction of a second). From the cache when the same source, entry, options, architecture,
+    NVRTC and engine code built them before (``on_compile`` is called before a build). Raises
+    HandlerCompileError (one line naming ``name`` and the line; ``.log``: the whole log),
+    NvrtcUnavailable, or ValueError (a bad entry name, architecture or kernel set)."""
     if not _ENTRY_RE.fullmatch(entry):
         raise ValueError(f"entry {entry!r} is not a C++ function name")
-    if not 0 < kernels < 16:
-        raise ValueError(f"kernels {kernels}: a mask of ENGINE_KERNELS' bits (1 to 15)")
+    engine_set(kernels)
     text = _source_bytes(source)
     check_source(text, name)
     nvrtc, version = _load_nvrtc()
     arch_m = _check_arch(nvrtc, version, arch)
     if arch_m[1] != "sm":
-        raise ValueError(f"arch {arch!r}: the engine's kernels are compiled for a real GPU (sm_XX)")
+        raise ValueError(f"arch {arch!r}: the engine's kernels are linked for a real GPU (sm_XX)")
+    engine_path = linkable_engine(kernels, arch)
     started = time.perf_counter()
-    unit = _engine_unit(text, name, entry)
+    engine = engine_path.read_bytes()
+    unit = _handler_unit(text, name, entry)
     options = [
-        *(o.encode() for o in _ENGINE_OPTIONS),
+        *(o.encode() for o in _HANDLER_OPTIONS),
         f"-arch={arch}".encode(),
-        f"-DRT_ENGINE_KERNEL_SET={kernels}".encode(),
         f"-I{include_dir()}".encode(),
         *(f"-I{d}".encode() for d in include_dirs),
     ]
     key = hashlib.sha256()
-    for part in (unit, b"\0".join(options), version.encode(), _engine_headers_digest()):
+    for part in (unit, b"\0".join(options), version.encode(), engine, _engine_headers_digest()):
         key.update(hashlib.sha256(part).digest())
     folder = cache or cache_dir()
     file_name = f"engine-{key.hexdigest()[:32]}.cubin"
@@ -638,11 +744,23 @@ def compile_engine(
         found = _lookup_engine(place / file_name)
         if found is not None:
             return EngineKernels(found, arch, True, "", time.perf_counter() - started)
-    if on_compile is not None:  # the cache missed: say so before the long part
+    if on_compile is not None:  # the cache missed: say so before the build
         on_compile()
-    image, nvrtc_log = _nvrtc_compile(nvrtc, unit, options, name=name, entry=entry, cubin=True)
+    nvjitlink = _load_nvjitlink()
+    handler, nvrtc_log = _nvrtc_compile(nvrtc, unit, options, name=name, entry=entry, cubin=True)
+    compiled = time.perf_counter()
+    image, link_log = _link(nvjitlink, arch, [(engine_path.name, engine), (name, handler)])
+    linked = time.perf_counter()
     _store_engine(folder, file_name, image)
-    return EngineKernels(image, arch, False, nvrtc_log, time.perf_counter() - started)
+    return EngineKernels(
+        image,
+        arch,
+        False,
+        "\n".join(x for x in (nvrtc_log, link_log) if x),
+        time.perf_counter() - started,
+        compiled - started,
+        linked - compiled,
+    )
 
 
 def _lookup_engine(path: Path) -> bytes | None:
@@ -676,7 +794,7 @@ def compile_engine_file(
     *,
     entry: str = DEFAULT_ENTRY,
     arch: str = DEFAULT_ARCH,
-    kernels: int = ALL_ENGINE_KERNELS,
+    kernels: int = ENGINE_SETS["lone"],
     cache: Path | None = None,
 ) -> EngineKernels:
     """compile_engine() on a file: errors name it as given; its folder is on the include path.

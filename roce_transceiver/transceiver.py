@@ -24,6 +24,7 @@ import numpy as np
 from roce_transceiver import _core
 from roce_transceiver._checks import check_buffers, check_int, check_real
 from roce_transceiver.config import core_config, load_config
+from roce_transceiver.cuda_warps import cuda_warps
 from roce_transceiver.frames import Frame
 from roce_transceiver.netinfo import NetInfoError, with_resolved_macs
 from roce_transceiver.schema import ConfigError
@@ -160,8 +161,8 @@ def custom_source(custom: Mapping[str, Any]) -> CustomSource:
 
 def _build_custom(config: Mapping[str, Any], executor: str) -> dict[str, Any]:
     """custom.source compiled for the executor, as the core's keys: on the cpu executor a shared
-    object (custom_handler.build_host_handler), on the cuda executor the engine's kernel with the
-    handler in it, NVRTC's cubin (custom_handler.compile_engine)."""
+    object (custom_handler.build_host_handler), on the cuda executor the engine's kernels with
+    the handler linked in (custom_handler.compile_engine)."""
     from roce_transceiver import custom_handler as ch
 
     src = custom_source(config["custom"])
@@ -172,27 +173,41 @@ def _build_custom(config: Mapping[str, Any], executor: str) -> dict[str, Any]:
             )
             return {"custom_library": str(host.library)}
         arch = _gpu_arch(config["cuda"]["device"])
+        # The set of the engine's kernels this loop launches one of: a crew's (cuda.warps > 1)
+        # or one warp's.
+        kernels = ch.ENGINE_SETS["crew" if cuda_warps(config) > 1 else "lone"]
         built = ch.compile_engine(
             src.text,
             name=src.name,
             entry=src.entry,
             arch=arch,
+            kernels=kernels,
             include_dirs=src.include_dirs,
             on_compile=lambda: log.info(
-                "custom handler %s: compiling the engine's kernel with it for %s (NVRTC, tens of "
-                "seconds; cached in %s)",
+                "custom handler %s: compiling it (NVRTC) and linking it into the engine's "
+                "kernels (nvJitLink) for %s; kept in %s",
                 src.name,
                 arch,
                 ch.cache_dir(),
             ),
         )
-        log.info(
-            "custom handler %s: engine kernel for %s %s in %.3f s",
-            src.name,
-            arch,
-            "from the cache" if built.cached else "compiled",
-            built.seconds,
-        )
+        if built.cached:
+            log.info(
+                "custom handler %s: the engine's kernels for %s from the cache in %.3f s",
+                src.name,
+                arch,
+                built.seconds,
+            )
+        else:
+            log.info(
+                "custom handler %s: compiled in %.3f s, linked into the engine's kernels for %s "
+                "in %.3f s (%.3f s in all)",
+                src.name,
+                built.compile_seconds,
+                arch,
+                built.link_seconds,
+                built.seconds,
+            )
         return {"custom_kernel_image": built.image}
     except ch.HandlerBuildFailure as e:  # the source's, the compiler's or the cache's
         raise HandlerBuildError(str(e), e.log, e.file, e.line) from None

@@ -338,3 +338,17 @@ def test_each_example_compiles_with_the_host_compiler_too(entry):
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_info_says_whether_a_handler_links_into_the_engine(capsys, tmp_path, monkeypatch):
+    """nvJitLink's version and the engine's linkable files, or why a handler cannot be linked
+    (the cuda executor's build): here, with the files taken away, that the build has none."""
+    status, out, _ = run_cli(capsys, "info", "--json")
+    assert status == 0
+    link = json.loads(out)["handler_link"]
+    assert link["available"] == (link["nvjitlink"] is not None and bool(link["engines"])), link
+    monkeypatch.setattr(custom_handler, "engine_dir", lambda: tmp_path)
+    status, out, _ = run_cli(capsys, "info")
+    (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("nvjitlink")]
+    assert "a handler cannot be linked into the engine here: " in line
+    assert "no linkable engine" in line or "nvJitLink does not load" in line

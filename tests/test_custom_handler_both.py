@@ -16,12 +16,10 @@ the call count a stateful handler returns is the request's place in the schedule
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import subprocess
 import sys
 import textwrap
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -29,14 +27,12 @@ import pytest
 from engine_helpers import Peer, collect_n, receive_n, running, wait_counters
 from frames_helpers import PAGE, frames_config, send, sensor_for
 
-from roce_transceiver import _core
 from roce_transceiver.protocol import parse
 from roce_transceiver.repetition import majority_correction
 from roce_transceiver.transceiver import (
     HandlerBuildError,
     Transceiver,
     TransceiverError,
-    custom_source,
 )
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "handlers"
@@ -44,8 +40,9 @@ MAJORITY = EXAMPLES / "majority_vote.cu"
 THRESHOLD = EXAMPLES / "threshold_count.cu"
 ECHO = EXAMPLES / "echo.cu"
 
-# (executor, far end); the cuda rows need a GPU. The engine's kernel is compiled once a
-# configuration (a cached module after that, in the user's cache as a deployment would).
+# (executor, far end); the cuda rows need a GPU. Each start builds its handler (the cuda
+# executor's: compiled alone and linked into the engine's kernels, in under a second; a cached
+# module after that, in the user's cache as a deployment would).
 SETUPS = [
     pytest.param(("cpu", "cpu"), id="cpu"),
     pytest.param(("cuda", "cpu"), id="cuda", marks=pytest.mark.gpu),
@@ -55,46 +52,6 @@ EXECUTORS = [
     pytest.param("cpu", id="cpu"),
     pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
 ]
-
-
-def _compile(args: tuple[bytes, str, str, tuple[Path, ...], str]) -> float:
-    from roce_transceiver import custom_handler as ch
-
-    text, name, entry, dirs, arch = args
-    built = ch.compile_engine(text, name=name, entry=entry, arch=arch, include_dirs=dirs)
-    return built.seconds
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engine_modules():
-    """On a GPU machine, the engine kernels this file's GPU tests start, compiled at once in
-    parallel processes into the cache the transceivers then read (each is tens of seconds of
-    NVRTC alone). The same arguments as Transceiver's own build (transceiver.custom_source)."""
-    info = _core.cuda_runtime_info()
-    if not info["built"] or not info["gpus"]:
-        yield
-        return
-    major, minor = info["gpus"][0]["compute_capability"].split(".")
-    arch = f"sm_{major}{minor}"
-    jobs = []
-    for source, entry in (
-        (str(MAJORITY), "majority_vote"),
-        (str(ECHO), "echo"),
-        (COUNTER, "handle"),
-        (TEAM, "handle"),
-        (OVERLONG, "handle"),
-        (str(THRESHOLD), "threshold_count"),
-        (NEVER_RETURNS, "handle"),
-        (FAULTS, "handle"),
-    ):
-        src = custom_source({"source": source, "entry": entry})
-        jobs.append((src.text, src.name, src.entry, src.include_dirs, arch))
-    ctx = multiprocessing.get_context("spawn")  # this process has CUDA: no fork
-    with ProcessPoolExecutor(
-        max_workers=min(len(jobs), os.cpu_count() or 1), mp_context=ctx
-    ) as pool:
-        list(pool.map(_compile, jobs))
-    yield
 
 
 @pytest.mark.parametrize("setup", SETUPS)

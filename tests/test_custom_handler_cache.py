@@ -86,6 +86,18 @@ def test_a_built_library_has_its_check_beside_it():
     assert not list(first.library.parent.glob(".build-*")), "no temporary file left behind"
 
 
+def fake_linking(monkeypatch, tmp_path: Path) -> None:
+    """The engine's linkable code and the linker as stand-ins (what they do is
+    test_custom_handler_engine's): these tests are about the cache. The link gives back the
+    handler's image, NVRTC's stand-in's."""
+    engine = tmp_path / "linkable" / "engine_lone.sm_90.cubin"
+    engine.parent.mkdir()
+    engine.write_bytes(b"the engine's relocatable code")
+    monkeypatch.setattr(ch, "linkable_engine", lambda kernels, arch: engine)
+    monkeypatch.setattr(ch, "_load_nvjitlink", lambda: None)
+    monkeypatch.setattr(ch, "_link", lambda nvjitlink, arch, inputs: (inputs[1][1], ""))
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -269,6 +281,7 @@ def test_a_damaged_engine_module_is_compiled_again(tmp_path, monkeypatch, damage
         compiles.append(1)
         return FAKE_CUBIN, ""
 
+    fake_linking(monkeypatch, tmp_path)
     monkeypatch.setattr(ch, "_nvrtc_compile", fake_nvrtc)
     first = ch.compile_engine(ECHO, name="echo.cu", entry="echo", kernels=2, cache=tmp_path)
     (path,) = tmp_path.glob("engine-*.cubin")
@@ -282,6 +295,7 @@ def test_a_damaged_engine_module_is_compiled_again(tmp_path, monkeypatch, damage
 
 @needs_nvrtc
 def test_a_checked_entry_that_is_no_cubin_is_compiled_again(tmp_path, monkeypatch):
+    fake_linking(monkeypatch, tmp_path)
     monkeypatch.setattr(ch, "_nvrtc_compile", lambda *a, **k: (FAKE_CUBIN, ""))
     ch.compile_engine(ECHO, name="echo.cu", entry="echo", kernels=2, cache=tmp_path)
     (path,) = tmp_path.glob("engine-*.cubin")
@@ -292,6 +306,7 @@ def test_a_checked_entry_that_is_no_cubin_is_compiled_again(tmp_path, monkeypatc
 
 @needs_nvrtc
 def test_an_engine_cache_that_takes_no_file_costs_no_start(tmp_path, monkeypatch, caplog):
+    fake_linking(monkeypatch, tmp_path)
     monkeypatch.setattr(ch, "_nvrtc_compile", lambda *a, **k: (FAKE_CUBIN, ""))
     (tmp_path / "file").write_text("not a folder")
     with caplog.at_level(logging.WARNING, logger="roce_transceiver.custom_handler"):
@@ -308,7 +323,7 @@ def test_an_engine_cache_that_takes_no_file_costs_no_start(tmp_path, monkeypatch
 
 @pytest.mark.gpu
 def test_a_truncated_engine_module_on_the_gpu_is_compiled_again_and_runs():
-    # The real module, compiled (tens of seconds), truncated, then started from.
+    # The real module, built (compiled and linked), truncated, then started from.
     custom = {"source": ECHO, "entry": "echo"}
     with running("cuda", "RC", handler="custom", custom=custom) as t:
         r = t.roundtrip(count=20, size=40)

@@ -257,3 +257,22 @@ def test_an_overlong_reply_after_a_normal_one_is_a_handler_error_and_sends_nothi
         wait_counters(t, handler_errors=2, messages=4, replies=2)
         frames = [parse(f) for f in collect_n(t, 2)]
         assert [p.payload for p in frames if p.opcode & 0x1F == 0x04] == [b"\x06", b"\x08"]
+
+
+def test_bench_roundtrip_reports_a_new_handlers_start_next_to_a_cached_one(tmp_path, capsys):
+    """`bench roundtrip --handler custom`: the start with a handler cache of its own, empty (the
+    handler is built), and the start after it (from that cache), with the loops' p50s."""
+    import json
+
+    from roce_transceiver.cli import main as cli_main
+
+    out = tmp_path / "rt.json"
+    argv = ["bench", "roundtrip", "--executor", "cpu", "--handler", "custom", "--count", "300"]
+    status = cli_main([*argv, "--repeats", "1", "--floor-iterations", "200", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    custom = json.loads(out.read_text())["custom"]
+    assert custom["cold_start_s"] > 0 and custom["cached_start_s"] > 0, custom
+    assert custom["cold_start_target_s"] == 3.0
+    assert "custom handler start: " in text and "from the cache" in text
+    assert not os.environ.get("XDG_CACHE_HOME", "").startswith("/tmp/rt-bench-cache-")

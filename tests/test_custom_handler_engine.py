@@ -1,15 +1,17 @@
-"""The cuda executor's build of handler custom: the engine's kernel compiled by NVRTC with the
-user's handler in it (custom_handler.compile_engine). No GPU: NVRTC needs none.
+"""The cuda executor's build of handler custom: NVRTC compiles the user's handler alone and
+nvJitLink links it into the engine's kernels built with the package (cuda/engine_linkable.cu;
+custom_handler.compile_engine). No GPU: neither needs one; the package's CUDA build does (CI's).
 
-Goal: the module holds exactly the kernels asked for, by the name the executor looks up
-(engine_kernels.cuh's kEngineKernelNames); a second start takes it from the cache (NVRTC not called)
-and anything that changes the module (source, kernel set) is another entry; an
-entry named like one of the engine's own functions (handle, the default) is still the user's;
-compile errors in the user's code and a wrong entry give the same one-line errors as
-check-handler, and nothing is cached for them.
+Goal: the module holds the kernels of the set asked for, by the names the executor looks up
+(engine_kernels.cuh's kEngineKernelNames), with the user's entry linked in; a second start takes
+it from the cache (NVRTC not called) and anything that changes the module (source, kernel set,
+entry) is another entry; an entry named like one of the engine's own functions (handle, the
+default) is still the user's; compile errors in the user's code and a wrong entry give the same
+one-line errors as check-handler, and nothing is cached for them; a build without the engine's
+linkable code says so.
 
-Oracle: the cubin's section names (each kernel's code is a section ``.text.<name>``), the cache's
-files, and whether NVRTC is called at all (replaced by a function that fails the test).
+Oracle: the cubin's section names (each function's code is a section ``.text.<name>``), the
+cache's files, and whether NVRTC is called at all (replaced by a function that fails the test).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ import pytest
 from roce_transceiver import custom_handler as ch
 
 _NVRTC = ch.nvrtc_status()
+_LINKABLE = sorted(ch.engine_dir().glob("engine_*.cubin"))
 pytestmark = pytest.mark.skipif(
-    not _NVRTC.available and not os.environ.get("CI"),
-    reason=f"NVRTC not available here ({_NVRTC.reason}); CI has it (the test extra)",
+    (not _NVRTC.available or not _LINKABLE) and not os.environ.get("CI"),
+    reason=f"NVRTC not available here ({_NVRTC.reason})"
+    if not _NVRTC.available
+    else f"this build has no linkable engine in {ch.engine_dir()} (built without CUDA); CI's has",
 )
 
 # Named like the engine's own rt::handle (and the default entry): the engine's dispatch must
@@ -54,17 +59,36 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def built(cache) -> ch.EngineKernels:
-    """One compile of the warp's kernel with rings in pinned memory (the cpu far end's)."""
-    # The warp's kernel alone: a quarter of the compile (a transceiver's module has all four).
+    """One build of the warp's kernel with rings in pinned memory (the cpu far end's)."""
     return ch.compile_engine(HANDLE_ECHO, name="echo.cu", kernels=2, cache=cache)
 
 
-def test_the_module_holds_the_kernel_asked_for_by_its_name(built):
+def sections(image: bytes, names: tuple[str, ...]) -> set[str]:
+    """Which of ``names`` have their code in the cubin (a section ``.text.<name>`` each)."""
+    return {n for n in names if b".text." + n.encode() + b"\0" in image}
+
+
+def test_the_module_holds_its_sets_kernels_and_the_users_entry(built, tmp_path):
     assert not built.cached and built.arch == ch.DEFAULT_ARCH
     assert built.image[:4] == b"\x7fELF", "a cubin is an ELF image"
-    # Each kernel's code is its own section, named after it.
-    present = {n for n in NAMES if b".text." + n.encode() + b"\0" in built.image}
-    assert present == {"rt_engine_kernel_system"}
+    assert built.compile_seconds > 0 and built.link_seconds > 0
+    # The one-warp set (bit 2's): both scopes' kernels, and the entry the linker joined to them.
+    assert sections(built.image, NAMES) == {"rt_engine_kernel_device", "rt_engine_kernel_system"}
+    assert sections(built.image, ("rt_custom_linked_entry",)) == {"rt_custom_linked_entry"}
+    crew = ch.compile_engine(HANDLE_ECHO, name="echo.cu", kernels=8, cache=tmp_path)
+    assert sections(crew.image, NAMES) == {"rt_crew_kernel_device", "rt_crew_kernel_system"}
+
+
+def test_kernels_of_both_sets_or_none_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="not both: a module links one set"):
+        ch.compile_engine(HANDLE_ECHO, name="x", kernels=15, cache=tmp_path)
+    assert ch.engine_set(1) == ch.engine_set(3) == "lone" and ch.engine_set(12) == "crew"
+
+
+def test_a_build_without_the_engines_linkable_code_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(ch, "engine_dir", lambda: tmp_path)
+    with pytest.raises(ch.NvrtcUnavailable, match="has none: it was built without CUDA"):
+        ch.compile_engine(HANDLE_ECHO, name="x", cache=tmp_path)
 
 
 def test_a_second_start_takes_the_module_from_the_cache(built, cache, monkeypatch):
@@ -74,14 +98,19 @@ def test_a_second_start_takes_the_module_from_the_cache(built, cache, monkeypatc
     def no_compile(*args, **kwargs):
         raise AssertionError("NVRTC ran for a module the cache has")
 
+    def no_link(*args, **kwargs):
+        raise AssertionError("nvJitLink ran for a module the cache has")
+
+    monkeypatch.setattr(ch, "_link", no_link)
+
     monkeypatch.setattr(ch, "_nvrtc_compile", no_compile)
     again = ch.compile_engine(HANDLE_ECHO, name="echo.cu", kernels=2, cache=cache)
     assert again.cached and again.image == built.image
 
 
 def test_what_changes_the_module_changes_its_cache_entry(built, cache, monkeypatch):
-    # Not compiled (that is the first test's tens of seconds): the key is computed before
-    # NVRTC runs, so a miss shows as the compile being asked for.
+    # Not compiled: the key is computed before NVRTC runs, so a miss shows as the compile being
+    # asked for.
     asked = []
 
     def no_compile(*args, **kwargs):
@@ -91,7 +120,7 @@ def test_what_changes_the_module_changes_its_cache_entry(built, cache, monkeypat
     monkeypatch.setattr(ch, "_nvrtc_compile", no_compile)
     for change in (
         {"source": HANDLE_ECHO + b"\n"},
-        {"kernels": ch.ALL_ENGINE_KERNELS},
+        {"kernels": 8},  # the crew's set: other code linked
         {"entry": "other"},
     ):
         args = {"source": HANDLE_ECHO, "name": "echo.cu", "kernels": 2, "cache": cache, **change}

@@ -50,6 +50,7 @@ def collect() -> dict[str, Any]:
         },
         "gpu_sharing": _gpu_sharing(),
         "nvrtc": _nvrtc(),
+        "handler_link": _handler_link(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "python_executable": sys.executable,
         "platform": platform.platform(),
@@ -75,6 +76,17 @@ def _nvrtc() -> dict[str, Any]:
     """Whether user handlers compile here (check-handler; docs/handlers.md)."""
     status = custom_handler.nvrtc_status()
     return {"available": status.available, "version": status.version, "reason": status.reason}
+
+
+def _handler_link() -> dict[str, Any]:
+    """Whether a user handler links into the engine's kernels here (the cuda executor's)."""
+    status = custom_handler.link_status()
+    return {
+        "available": status.available,
+        "nvjitlink": status.version,
+        "engines": list(status.engines),
+        "reason": status.reason,
+    }
 
 
 def _cuda_version(encoded: int) -> str:
@@ -109,6 +121,14 @@ def _print_text(info: dict[str, Any]) -> None:
         print(f"  nvrtc       {nvrtc['version']}: user handlers compile (check-handler)")
     else:
         print(f"  nvrtc       not available: {nvrtc['reason']}")
+    link = info["handler_link"]
+    if link["available"]:
+        print(
+            f"  nvjitlink   {link['nvjitlink']}: a handler links into the engine's kernels "
+            f"({', '.join(link['engines'])}) at start, on the cuda executor"
+        )
+    else:
+        print(f"  nvjitlink   a handler cannot be linked into the engine here: {link['reason']}")
     print(f"  crc32       {info['crc32_impl']}")
     g = info["gpunetio"]
     state = "device API built in" if g["built"] else "device API not built"

@@ -3,9 +3,10 @@
 //
 // A unit header: included by exactly one translation unit of a module, where
 // the kernels below are defined with C linkage, so that their names are the
-// same for nvcc (cuda/engine_kernel.cu, the built-in handlers) and for NVRTC
-// (a user handler compiled into the loop at start, custom_handler.py), and
-// the host launches either module's by the names in kEngineKernelNames.
+// same in the built-in module (cuda/engine_kernel.cu, the built-in handlers) and
+// in a user handler's (cuda/engine_linkable.cu, linked with the handler at start:
+// custom_handler.py), and the host launches either module's by the names in
+// kEngineKernelNames.
 #pragma once
 
 #include "rt/engine/stream_batch.h"

@@ -5,9 +5,9 @@
 //
 // returns the reply length (0 .. call.reply_capacity), rt::kNoReply or
 // rt::kHandlerError. This header is what a user's source includes, and all it
-// may include of the engine: NVRTC compiles it (with the engine, on the cuda
-// executor) and has no C++ standard library, so it includes nothing but the
-// three dependency-free headers below.
+// may include of the engine: NVRTC compiles it (on the cuda executor, before the
+// handler is linked into the engine's kernels) and has no C++ standard library,
+// so it includes nothing but the three dependency-free headers below.
 #pragma once
 
 #include "rt/fixed_width.h"

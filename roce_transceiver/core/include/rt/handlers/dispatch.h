@@ -20,9 +20,9 @@ RT_HD inline int custom_checked(int n, uint32_t capacity) {
 }
 
 // kCustom, called by one lane of `lanes` (the GPU's warp calls it on every lane).
-// On the host: the compiled shared object's trampoline. On the GPU: the entry NVRTC
-// compiled into this very kernel (custom_handler.py defines RT_CUSTOM_ENTRY before
-// including the engine); the built-in kernels have none and refuse kCustom at start.
+// On the host: the compiled shared object's trampoline. On the GPU: the user's entry,
+// which the linker joins to this call (cuda/engine_linkable.cu defines RT_CUSTOM_ENTRY
+// before including the engine); the built-in kernels have none and refuse kCustom at start.
 RT_HD inline int custom_handle(const CustomDesc& c, const Message& m, uint8_t* reply,
                                uint32_t capacity, uint32_t lane = 0, uint32_t lanes = 1) {
   const CustomCall call{m.data,   m.len,          m.imm,    m.has_imm, m.opcode,
