@@ -680,9 +680,9 @@ def _link(nvjitlink: ModuleType, arch: str, inputs: list[tuple[str, bytes]]) -> 
 
     h = nvjitlink.create(1, [f"-arch={arch}"])
     try:
-        for name, data in inputs:
-            nvjitlink.add_data(h, nvjitlink.InputType.CUBIN, data, len(data), name)
         try:
+            for name, data in inputs:
+                nvjitlink.add_data(h, nvjitlink.InputType.CUBIN, data, len(data), name)
             nvjitlink.complete(h)
         except nvjitlink.nvJitLinkError as e:
             error = text(nvjitlink.get_error_log_size(h), nvjitlink.get_error_log, h)
@@ -696,6 +696,29 @@ def _link(nvjitlink: ModuleType, arch: str, inputs: list[tuple[str, bytes]]) -> 
         return bytes(image), text(nvjitlink.get_info_log_size(h), nvjitlink.get_info_log, h)
     finally:
         nvjitlink.destroy(h)
+
+
+def _check_linker(nvjitlink: ModuleType, nvrtc_version: str) -> None:
+    """nvJitLink reads only what a compiler no newer than itself wrote (seen: nvJitLink 13.0
+    refuses NVRTC 13.5's cubin as "bad input"): NVRTC, which compiles the handler, and the
+    package's CUDA build, which compiled the engine, must be no newer. NvrtcUnavailable, naming
+    the versions and what to install, when one is."""
+    from roce_transceiver import _core
+
+    major, minor = nvjitlink.version()
+    linker = (int(major), int(minor))
+    compilers = [("NVRTC", tuple(int(x) for x in nvrtc_version.split(".")[:2]))]
+    built = int(_core.cuda_runtime_info()["runtime_version"])  # 1000 * major + 10 * minor
+    if built:
+        compilers.append(("the package's CUDA build", (built // 1000, built % 1000 // 10)))
+    for what, (c_major, c_minor) in compilers:
+        if (c_major, c_minor) > linker:
+            raise NvrtcUnavailable(
+                f"nvJitLink {linker[0]}.{linker[1]} cannot link what {what} {c_major}.{c_minor} "
+                "compiled (a linker reads no newer compiler's code): install nvJitLink "
+                f"{c_major}.{c_minor} or newer (pip install 'nvidia-nvjitlink>={c_major}.{c_minor},"
+                f"<{c_major + 1}')"
+            )
 
 
 def compile_engine(
@@ -747,6 +770,7 @@ def compile_engine(
     if on_compile is not None:  # the cache missed: say so before the build
         on_compile()
     nvjitlink = _load_nvjitlink()
+    _check_linker(nvjitlink, version)
     handler, nvrtc_log = _nvrtc_compile(nvrtc, unit, options, name=name, entry=entry, cubin=True)
     compiled = time.perf_counter()
     image, link_log = _link(nvjitlink, arch, [(engine_path.name, engine), (name, handler)])

@@ -95,6 +95,7 @@ def fake_linking(monkeypatch, tmp_path: Path) -> None:
     engine.write_bytes(b"the engine's relocatable code")
     monkeypatch.setattr(ch, "linkable_engine", lambda kernels, arch: engine)
     monkeypatch.setattr(ch, "_load_nvjitlink", lambda: None)
+    monkeypatch.setattr(ch, "_check_linker", lambda nvjitlink, version: None)
     monkeypatch.setattr(ch, "_link", lambda nvjitlink, arch, inputs: (inputs[1][1], ""))
 
 
@@ -334,3 +335,19 @@ def test_a_truncated_engine_module_on_the_gpu_is_compiled_again_and_runs():
         r = t.roundtrip(count=20, size=40)
         assert (r.status, r.received, r.wrong) == ("done", 20, 0)
     assert checks(path)
+
+
+def test_a_linker_older_than_a_compiler_is_refused_naming_what_to_install():
+    """nvJitLink 13.0 refuses NVRTC 13.5's cubin as "bad input" (seen): the check says so
+    before anything is compiled, with the versions and the pip line."""
+
+    class Linker:  # nvJitLink 13.0's bindings, as far as the check asks
+        @staticmethod
+        def version() -> tuple[int, int]:
+            return (13, 0)
+
+    with pytest.raises(ch.NvrtcUnavailable) as e:
+        ch._check_linker(Linker, "13.5")
+    assert str(e.value).startswith("nvJitLink 13.0 cannot link what NVRTC 13.5 compiled")
+    assert "pip install 'nvidia-nvjitlink>=13.5,<14'" in str(e.value)
+    ch._check_linker(Linker, "13.0")  # as new as NVRTC, and as the package's build (13.0 here)
