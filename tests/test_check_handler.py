@@ -352,3 +352,29 @@ def test_info_says_whether_a_handler_links_into_the_engine(capsys, tmp_path, mon
     (line,) = [ln for ln in out.splitlines() if ln.strip().startswith("nvjitlink")]
     assert "a handler cannot be linked into the engine here: " in line
     assert "no linkable engine" in line or "nvJitLink does not load" in line
+
+
+_LINK = custom_handler.link_status()
+needs_link = pytest.mark.skipif(
+    not _LINK.available and not os.environ.get("CI"),
+    reason=f"a handler cannot be linked into the engine here ({_LINK.reason}); CI's build can",
+)
+
+
+@needs_link
+def test_link_builds_what_the_cuda_executor_starts_with_and_says_how_long(capsys, tmp_path):
+    status, out, err = check(capsys, str(write(tmp_path, GOOD)), "--entry", "echo", "--link")
+    assert (status, err) == (0, ""), err
+    line = out.splitlines()[-1]
+    assert line.startswith(f"{tmp_path / 'h.cu'}: linked into the engine's kernels for sm_90 ")
+    assert " compiled in " in line and " s, linked in " in line and "bytes)" in line
+
+
+@needs_nvrtc
+def test_link_without_the_engines_linkable_code_is_status_2_saying_so(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(custom_handler, "engine_dir", lambda: tmp_path)
+    status, out, err = check(capsys, str(write(tmp_path, GOOD)), "--entry", "echo", "--link")
+    assert status == 2 and "compiles for sm_90" in out, out
+    assert one_line(err).startswith(f"cannot link {tmp_path / 'h.cu'}: the engine's linkable")

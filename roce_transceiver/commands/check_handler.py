@@ -1,15 +1,21 @@
 """``roce-transceiver check-handler FILE``: compile a user handler with NVRTC and report.
 
 Runs nothing: it compiles the source against the handler ABI (``rt/handlers/custom.h``) for one
-GPU architecture, which needs neither a GPU nor a driver. Exit status 0 when the handler compiles,
-1 when it does not (one line naming the file and line; ``--verbose`` adds NVRTC's whole log), 2
-when it cannot be checked here: bad arguments, a file that cannot be read, NVRTC missing.
+GPU architecture, which needs neither a GPU nor a driver. With ``--link`` it also builds what the
+cuda executor starts with (the handler linked into the engine's kernels, custom_handler.
+compile_engine, in a cache of its own so that it is built) and says how long the compile and
+the link took. Exit status 0 when the handler compiles (and links), 1 when it does not (one line
+naming the file and line; ``--verbose`` adds the compiler's or linker's whole log), 2 when it
+cannot be checked here: bad arguments, a file that cannot be read, NVRTC missing (with
+``--link``: nvJitLink, or a build without the engine's linkable code).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 
 from roce_transceiver import custom_handler
 from roce_transceiver.commands import CommandError
@@ -43,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"GPU architecture, sm_XX (cubin) or compute_XX (PTX); default "
         f"{custom_handler.DEFAULT_ARCH}, the H200",
     )
+    p.add_argument(
+        "--link",
+        action="store_true",
+        help="also link it into the engine's kernels as the cuda executor does at start "
+        "(nvJitLink; an sm_XX --arch), saying how long the compile and the link took",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="print NVRTC's whole log")
     p.set_defaults(run=run)
 
@@ -68,4 +80,30 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.verbose and compiled.log:
         print(compiled.log)
+    return _link(args) if args.link else 0
+
+
+def _link(args: argparse.Namespace) -> int:
+    """The cuda executor's build of the handler, cold: compiled alone and linked into the
+    one-warp kernels (a cache of its own, removed after)."""
+    path = Path(args.file)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rt-check-handler-") as cache:
+            built = custom_handler.compile_engine_file(
+                path, entry=args.entry, arch=args.arch, cache=Path(cache)
+            )
+    except custom_handler.HandlerCompileError as e:
+        print(f"roce-transceiver: error: {e}", file=sys.stderr)
+        if args.verbose:
+            print(e.log, file=sys.stderr)
+        return EXIT_DOES_NOT_COMPILE
+    except (custom_handler.HandlerBuildFailure, ValueError) as e:
+        raise CommandError(f"cannot link {args.file}: {e}") from None
+    print(
+        f"{args.file}: linked into the engine's kernels for {built.arch} as the cuda executor "
+        f"starts it: compiled in {built.compile_seconds:.3f} s, linked in "
+        f"{built.link_seconds:.3f} s ({len(built.image)} bytes)"
+    )
+    if args.verbose and built.log:
+        print(built.log)
     return 0
