@@ -53,6 +53,9 @@ if [ "${H200_QUICK:-0}" != 1 ]; then  # H200_QUICK=1: the latency loops only
   bench roundtrip_cuda_gpu_general roundtrip --executor cuda --far-end gpu --count 20000 --no-express
   bench qec_cuda_gpu qec --executor cuda --far-end gpu --count 200000
   bench qec_cuda_cpu qec --executor cuda --far-end cpu --count 100000
+  # A user handler's start (new, cached) and its echo against the built-in one (issue 30).
+  bench custom_cuda_cpu roundtrip --executor cuda --far-end cpu --handler custom --count 20000
+  bench custom_cuda_gpu roundtrip --executor cuda --far-end gpu --handler custom --count 20000
 fi
 # What the cuda executor's epochs cost, and the kernel loads they let through.
 timeout -s ABRT 150 $py -m roce_transceiver bench share --json "$out/share.json" 2>&1 |
