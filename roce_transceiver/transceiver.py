@@ -229,27 +229,6 @@ def pick_executor(requested: str) -> tuple[str, str]:
     return "cpu", f"executor: auto picked cpu ({info['error'] or 'no GPU visible'})"
 
 
-def check_roundtrip(
-    where: str,
-    count: int,
-    size: int,
-    payloads: list[bytes] | None,
-    expected: list[bytes] | None,
-    timeout: float,
-    max_size: int,
-) -> tuple[int, float, list[bytes], list[bytes] | None]:
-    """roundtrip()'s arguments every mode takes: ``count`` 1 to 2**32-1, ``size`` 1 to
-    ``max_size`` (when there are no ``payloads``), ``timeout`` 0 to 1e10 s; ValueError or
-    TypeError name the argument. Returns them with the requests made (request_payloads)."""
-    count = check_int(where, "count", count, 1, _U32_MAX)
-    timeout = check_real(where, "timeout", timeout, 0, _MAX_TIMEOUT_S)
-    if payloads is None:
-        size = check_int(where, "size", size, 1, max_size)
-    payloads = check_buffers(where, "payloads", payloads)
-    expected = check_buffers(where, "expected", expected)
-    return count, timeout, request_payloads(size, payloads, expected), expected
-
-
 def request_payloads(
     size: int, payloads: list[bytes] | None, expected: list[bytes] | None
 ) -> list[bytes]:
@@ -611,9 +590,12 @@ class Transceiver:
         argument and its range (TypeError: not a number, or payloads that are not bytes). A
         request that fits no slot, or payloads of unequal lengths, is a TransceiverError."""
         where = "roundtrip()"
-        count, timeout, payloads, expected = check_roundtrip(
-            where, count, size, payloads, expected, timeout, self._request_bytes_max()
-        )
+        count = check_int(where, "count", count, 1, _U32_MAX)
+        timeout = check_real(where, "timeout", timeout, 0, _MAX_TIMEOUT_S)
+        if payloads is None:
+            size = check_int(where, "size", size, 1, self._request_bytes_max())
+        expected = check_buffers(where, "expected", expected)
+        payloads = request_payloads(size, check_buffers(where, "payloads", payloads), expected)
         window = check_int(where, "window", window, 1, _U32_MAX)
         if rate is not None:
             rate = check_real(where, "rate", rate, _MIN_RATE, _MAX_RATE)

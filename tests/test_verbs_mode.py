@@ -501,8 +501,8 @@ def test_gpu_across_a_veth_pair(tmp_path, handler):
     ],
 )
 def test_roundtrip_arguments_are_checked_as_the_transceivers_are(kwargs, error, message):
-    """Verbs mode's roundtrip() and the Transceiver's check their common arguments one way
-    (transceiver.check_roundtrip): the same bad value is the same error from both."""
+    """Verbs mode's roundtrip() is the Transceiver's: the same bad value is the same error from
+    both."""
     with VerbsLoopback("echo", executor="cpu") as v, Transceiver({"executor": "cpu"}) as t:
         for loop in (v, t):
             with pytest.raises(error, match=message):

@@ -70,7 +70,7 @@ struct Driver {
 };
 
 // One of the engine's kernels: built in (nvcc's, launched through the runtime) or from the
-// module NVRTC built with a user handler (launched through the driver API). Either way its
+// module a user handler was linked into (launched through the driver API). Either way its
 // arguments go as an array of pointers to them.
 struct EngineFunction {
   const void* builtin = nullptr;
@@ -258,9 +258,9 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
                                                 : kOneWarp,
                                          !wire_on_device);
   if (!opts.kernel_image.empty()) {
-    // A user handler's kernels, NVRTC's cubin: the same kernels by the same names, with the
-    // handler compiled in. Loaded now, before the loop runs: a module load waits for the
-    // device to go idle.
+    // A user handler's kernels (custom_handler.py links them): the same kernels by the same
+    // names, with the handler linked in. Loaded now, before the loop runs: a module load waits for
+    // the device to go idle.
     const Driver& drv = Driver::get();
     if (!k.module)
       drv.check(drv.module_load_data(&k.module, opts.kernel_image.data()),

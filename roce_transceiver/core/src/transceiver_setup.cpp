@@ -62,8 +62,8 @@ void Transceiver::check_settings() {
                                 "Transceiver builds it");
   if (custom && on_gpu_ && c.custom_kernel_image.empty())
     throw std::invalid_argument(std::string(custom_what) +
-                                " on executor 'cuda' needs the engine's kernels compiled with it "
-                                "(custom_kernel_image): Transceiver builds them with NVRTC");
+                                " on executor 'cuda' needs the engine's kernels with it linked in "
+                                "(custom_kernel_image): Transceiver links them (nvJitLink)");
   if (c.handler == HandlerKind::kQec && c.qec_blob.empty())
     throw std::invalid_argument("handler 'qec' needs its table blob (qec_blob)");
   std::string why;

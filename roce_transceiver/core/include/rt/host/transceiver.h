@@ -62,8 +62,8 @@ struct TransceiverConfig {
   std::vector<uint8_t> qec_blob;
   // handler kCustom: the shared object roce_transceiver/custom_handler.py built (its
   // rt_custom_call trampoline and rt_custom_abi_version), the state each queue keeps and the
-  // user's constant parameters. On executor 'cuda', the engine's kernels NVRTC compiled with
-  // the handler (a cubin, custom_kernel_image) instead of the shared object.
+  // user's constant parameters. On executor 'cuda', the engine's kernels with the handler
+  // linked in (a cubin, custom_kernel_image) instead of the shared object.
   std::string custom_library;
   std::vector<uint8_t> custom_kernel_image;
   // handler kFrames: the user handler above is the streams' statistic, run on each frame
