@@ -42,6 +42,7 @@ __all__ = [
     "ENGINE_KERNELS",
     "ENGINE_SETS",
     "SIGNATURE",
+    "VERBS_SERVE_KERNELS",
     "CompiledHandler",
     "EngineKernels",
     "HandlerBuildFailure",
@@ -610,9 +611,13 @@ ENGINE_KERNELS = {
     (True, "system"): 8,
 }
 
-#: The sets the engine's linkable code is built in (CMakeLists.txt, one file each): a module
-#: links one of them, the one-warp kernels or the crew's.
-ENGINE_SETS = {"lone": 3, "crew": 12}
+#: Verbs mode's serve kernels (cuda/verbs_linkable.cu: one a NIC handler), as a set's bit.
+VERBS_SERVE_KERNELS = 64
+
+#: The sets the linkable code is built in (CMakeLists.txt, one file each): a module links one of
+#: them, the engine's one-warp kernels, the crew's, or Verbs mode's serve kernels (a build with
+#: GPUNetIO's headers only).
+ENGINE_SETS = {"lone": 3, "crew": 12, "verbs": VERBS_SERVE_KERNELS}
 
 # What the handler is compiled with besides -arch and the include paths: relocatable device
 # code (its entry is the linker's to join), C++17, as nvcc built the engine.
@@ -620,16 +625,23 @@ _HANDLER_OPTIONS = ("-std=c++17", "-rdc=true")
 
 
 def engine_set(kernels: int) -> str:
-    """The linkable set that holds ``kernels`` (a mask of ENGINE_KERNELS); ValueError when no
-    one set does."""
-    if not 0 < kernels < 16:
-        raise ValueError(f"kernels {kernels}: a mask of ENGINE_KERNELS' bits (1 to 15)")
+    """The linkable set that holds ``kernels`` (a mask of ENGINE_KERNELS' bits, or
+    VERBS_SERVE_KERNELS); ValueError when no one set does."""
+    every = 0
+    for mask in ENGINE_SETS.values():
+        every |= mask
+    if kernels <= 0 or kernels & ~every:
+        raise ValueError(
+            f"kernels {kernels}: a mask of ENGINE_KERNELS' bits (1 to 15), or "
+            f"VERBS_SERVE_KERNELS ({VERBS_SERVE_KERNELS})"
+        )
     for name, mask in ENGINE_SETS.items():
         if kernels & ~mask == 0:
             return name
     raise ValueError(
-        f"kernels {kernels}: the one-warp kernels (bits 1, 2) or the crew's (4, 8), not both: "
-        "a module links one set of the engine's code"
+        f"kernels {kernels}: the one-warp kernels (bits 1, 2), the crew's (4, 8) or the Verbs "
+        f"serve kernels ({VERBS_SERVE_KERNELS}), not two of them: a module links one set of the "
+        "engine's code"
     )
 
 
@@ -644,9 +656,16 @@ def engine_dir() -> Path:
 def linkable_engine(kernels: int, arch: str) -> Path:
     """The engine's relocatable code for ``kernels``' set on ``arch``; NvrtcUnavailable when
     this build has none for it (built without CUDA, or for other architectures)."""
-    path = engine_dir() / f"engine_{engine_set(kernels)}.{arch}.cubin"
+    name = engine_set(kernels)
+    path = engine_dir() / f"engine_{name}.{arch}.cubin"
     if not path.is_file():
         have = sorted(p.name for p in engine_dir().glob("engine_*.cubin"))
+        if name == "verbs" and have:
+            raise NvrtcUnavailable(
+                f"Verbs mode's linkable serve kernels for {arch} are not in {engine_dir()} "
+                f"(this build has {', '.join(have)}): the package was built without GPUNetIO's "
+                "headers (RT_GPUNETIO_INCLUDE; roce-transceiver info says where it looked)"
+            )
         raise NvrtcUnavailable(
             f"the engine's linkable kernels for {arch} are not in {engine_dir()} (this build "
             f"has {', '.join(have) if have else 'none: it was built without CUDA'}); build the "

@@ -159,6 +159,53 @@ def custom_source(custom: Mapping[str, Any]) -> CustomSource:
     return CustomSource(text, source, entry, (Path(source).resolve().parent,))
 
 
+def link_custom_handler(src: CustomSource, device: int, kernels: int) -> bytes:
+    """The kernels ``kernels`` (a set of custom_handler.ENGINE_SETS) with the handler linked in,
+    for GPU ``device``: compiled and linked (custom_handler.compile_engine) or from the cache,
+    saying which and how long it took in the log. Raises custom_handler's HandlerBuildFailure or
+    ValueError."""
+    from roce_transceiver import custom_handler as ch
+
+    arch = _gpu_arch(device)
+    what = "Verbs serve kernels" if kernels == ch.VERBS_SERVE_KERNELS else "engine's kernels"
+    built = ch.compile_engine(
+        src.text,
+        name=src.name,
+        entry=src.entry,
+        arch=arch,
+        kernels=kernels,
+        include_dirs=src.include_dirs,
+        on_compile=lambda: log.info(
+            "custom handler %s: compiling it (NVRTC) and linking it into the %s (nvJitLink) for "
+            "%s; kept in %s",
+            src.name,
+            what,
+            arch,
+            ch.cache_dir(),
+        ),
+    )
+    if built.cached:
+        log.info(
+            "custom handler %s: the %s for %s from the cache in %.3f s",
+            src.name,
+            what,
+            arch,
+            built.seconds,
+        )
+    else:
+        log.info(
+            "custom handler %s: compiled in %.3f s, linked into the %s for %s in %.3f s "
+            "(%.3f s in all)",
+            src.name,
+            built.compile_seconds,
+            what,
+            arch,
+            built.link_seconds,
+            built.seconds,
+        )
+    return built.image
+
+
 def _build_custom(config: Mapping[str, Any], executor: str) -> dict[str, Any]:
     """custom.source compiled for the executor, as the core's keys: on the cpu executor a shared
     object (custom_handler.build_host_handler), on the cuda executor the engine's kernels with
@@ -172,43 +219,11 @@ def _build_custom(config: Mapping[str, Any], executor: str) -> dict[str, Any]:
                 src.text, name=src.name, entry=src.entry, include_dirs=src.include_dirs
             )
             return {"custom_library": str(host.library)}
-        arch = _gpu_arch(config["cuda"]["device"])
         # The set of the engine's kernels this loop launches one of: a crew's (cuda.warps > 1)
         # or one warp's.
         kernels = ch.ENGINE_SETS["crew" if cuda_warps(config) > 1 else "lone"]
-        built = ch.compile_engine(
-            src.text,
-            name=src.name,
-            entry=src.entry,
-            arch=arch,
-            kernels=kernels,
-            include_dirs=src.include_dirs,
-            on_compile=lambda: log.info(
-                "custom handler %s: compiling it (NVRTC) and linking it into the engine's "
-                "kernels (nvJitLink) for %s; kept in %s",
-                src.name,
-                arch,
-                ch.cache_dir(),
-            ),
-        )
-        if built.cached:
-            log.info(
-                "custom handler %s: the engine's kernels for %s from the cache in %.3f s",
-                src.name,
-                arch,
-                built.seconds,
-            )
-        else:
-            log.info(
-                "custom handler %s: compiled in %.3f s, linked into the engine's kernels for %s "
-                "in %.3f s (%.3f s in all)",
-                src.name,
-                built.compile_seconds,
-                arch,
-                built.link_seconds,
-                built.seconds,
-            )
-        return {"custom_kernel_image": built.image}
+        image = link_custom_handler(src, config["cuda"]["device"], kernels)
+        return {"custom_kernel_image": image}
     except ch.HandlerBuildFailure as e:  # the source's, the compiler's or the cache's
         raise HandlerBuildError(str(e), e.log, e.file, e.line) from None
     except ValueError as e:

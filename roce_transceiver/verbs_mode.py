@@ -119,28 +119,30 @@ def _mac_bytes(mac: str) -> bytes:
     return bytes.fromhex(mac.replace(":", ""))
 
 
-def _custom_serve_keys(section: Mapping[str, Any], executor: str) -> dict[str, Any]:
+def _custom_serve_keys(config: Mapping[str, Any], executor: str) -> dict[str, Any]:
     """The serve loop's keys for a user handler (the configuration's custom section, checked
-    by its schema): its shared object, state and parameters. The cpu executor's serve loop
-    runs it; the cuda executor's serve kernel is built in (docs/verbs_mode.md)."""
+    by its schema): its state and parameters, and on the cpu executor its shared object, on the
+    cuda executor the serve kernels it is linked into (custom_handler.compile_engine: the serve
+    kernels are built with the package, with GPUNetIO's device API; docs/verbs_mode.md)."""
     from roce_transceiver import custom_handler as ch
     from roce_transceiver.custom_params import custom_params_bytes
-    from roce_transceiver.transceiver import custom_source
+    from roce_transceiver.transceiver import custom_source, link_custom_handler
 
-    if executor != "cpu":
-        raise VerbsModeError(
-            "handler custom in Verbs mode runs on the cpu executor: the cuda executor's serve "
-            "kernel is built in (GPUNetIO's device API), with echo and qec only"
-        )
+    section = config["custom"]
     src = custom_source(section)
     try:
-        built = ch.build_host_handler(
-            src.text, name=src.name, entry=src.entry, include_dirs=src.include_dirs
-        )
+        if executor == "cpu":
+            built = ch.build_host_handler(
+                src.text, name=src.name, entry=src.entry, include_dirs=src.include_dirs
+            )
+            handler: dict[str, Any] = {"custom_library": str(built.library)}
+        else:
+            image = link_custom_handler(src, config["cuda"]["device"], ch.VERBS_SERVE_KERNELS)
+            handler = {"custom_kernel_image": image}
     except (ch.HandlerBuildFailure, ValueError) as e:
         raise VerbsModeError(f"custom: {e}") from None
     return {
-        "custom_library": str(built.library),
+        **handler,
         "custom_state_bytes": section["state_bytes"],
         "custom_params": custom_params_bytes(section["params"]),
     }
@@ -151,7 +153,8 @@ class VerbsLoopback(Transceiver):
     ConnectX and whose loop is the serve loop; ``start()`` / ``stop()`` or ``with``.
 
     ``handler`` is ``echo``, ``qec`` (``distance`` picks the code) or ``custom`` (``custom``:
-    the transceiver's custom section; the cpu executor only); ``slots`` requests of up to
+    the transceiver's custom section: a shared object on the cpu executor, linked into the serve
+    kernels on the cuda executor); ``slots`` requests of up to
     ``slot_bytes - 8`` bytes may be outstanding (the requester here keeps one); a reply whose
     completion does not come within ``completion_timeout`` seconds ends the loop with an error.
     ``nic_handler``: who rings our queue pair's doorbell (``doca.nic_handler``'s values).
@@ -294,7 +297,7 @@ class VerbsLoopback(Transceiver):
         }
         custom_keys: dict[str, Any] = {}
         if self.config["handler"] == "custom":
-            custom_keys = _custom_serve_keys(self.config["custom"], self.executor)
+            custom_keys = _custom_serve_keys(self.config, self.executor)
         self._serve_config = {
             "handler": self.config["handler"],
             "qec_blob": self._qec_blob,

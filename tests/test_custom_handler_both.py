@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from engine_helpers import Peer, collect_n, receive_n, running, wait_counters
 from frames_helpers import PAGE, frames_config, send, sensor_for
+from verbs_helpers import gpu_verbs_or_skip
 
 from roce_transceiver.protocol import parse
 from roce_transceiver.repetition import majority_correction
@@ -300,29 +301,63 @@ def test_custom_source_on_the_frames_handler_needs_a_readable_file(tmp_path):
 # -- Verbs mode -------------------------------------------------------------------------------
 
 
-def test_verbs_mode_runs_the_majority_vote_on_the_cpu_serve_loop():
+# The serve loop on the cpu executor (a thread) and on the cuda executor (the serve kernel the
+# handler is linked into), the GPU's through each doorbell mode.
+VERBS_SETUPS = [
+    pytest.param(("cpu", "auto"), id="cpu"),
+    *(
+        pytest.param(("cuda", nic), id=f"cuda-{nic}", marks=pytest.mark.gpu)
+        for nic in ("cpu_proxy", "gpu_sm_db", "gpu_sm_bf")
+    ),
+]
+
+
+def _verbs_or_skip(executor: str, nic_handler: str) -> None:
+    if executor == "cuda":
+        gpu_verbs_or_skip(nic_handler)
+
+
+@pytest.mark.parametrize("setup", VERBS_SETUPS)
+def test_verbs_mode_runs_the_majority_vote_on_the_serve_loop(setup):
     from roce_transceiver.verbs_mode import VerbsLoopback
 
+    executor, nic_handler = setup
+    _verbs_or_skip(executor, nic_handler)
     distance = 9
     rng = np.random.default_rng(3)
     readings = [bytes(rng.integers(0, 256, 2, dtype=np.uint8)) for _ in range(200)]
     expected = [majority_correction(r, distance) for r in readings]
     custom = {"source": str(MAJORITY), "entry": "majority_vote", "params": [distance]}
-    with VerbsLoopback("custom", executor="cpu", custom=custom) as v:
+    with VerbsLoopback("custom", executor=executor, custom=custom, nic_handler=nic_handler) as v:
+        assert v.stats()["on_gpu"] == (executor == "cuda")
         r = v.roundtrip(payloads=readings, expected=expected, count=len(readings), timeout=30)
         assert (r.status, r.received, r.wrong) == ("done", len(readings), 0)
+    assert v.stats()["server"]["handler_errors"] == 0
 
 
-def test_verbs_mode_keeps_a_handlers_state_and_names_what_it_cannot_run():
-    from roce_transceiver.verbs_mode import VerbsLoopback, VerbsModeError
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_verbs_mode_keeps_a_handlers_state_and_its_errors(executor):
+    # One thread serves, on either executor: the handler's team is one lane (lanes 1, sum 0).
+    from roce_transceiver.verbs_mode import VerbsLoopback
 
+    _verbs_or_skip(executor, "auto")
     n = 50
     expected = [(i + 1).to_bytes(4, "little") + bytes(4) for i in range(n)]
     with VerbsLoopback(
-        "custom", executor="cpu", custom={"source": COUNTER, "state_bytes": 64}
+        "custom", executor=executor, custom={"source": COUNTER, "state_bytes": 64}
     ) as v:
         r = v.roundtrip(payloads=[b"x"] * n, expected=expected, count=n, timeout=30)
         assert (r.status, r.received, r.wrong) == ("done", n, 0)
+    # Without state the handler refuses every request: answered with the handler's status.
+    with VerbsLoopback("custom", executor=executor, custom={"source": COUNTER}) as v:
+        r = v.roundtrip(payloads=[b"x"] * 5, count=5, timeout=30)
+        assert r.received == 5
+    assert v.stats()["server"]["handler_errors"] == 5
+
+
+def test_verbs_mode_names_what_it_cannot_run():
+    from roce_transceiver.verbs_mode import VerbsLoopback, VerbsModeError
+
     with pytest.raises(VerbsModeError, match="with handler 'custom' only"):
         VerbsLoopback("echo", executor="cpu", custom={"source": COUNTER})
     with pytest.raises(VerbsModeError, match=r"custom\.params"):

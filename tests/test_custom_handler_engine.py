@@ -79,10 +79,46 @@ def test_the_module_holds_its_sets_kernels_and_the_users_entry(built, tmp_path):
     assert sections(crew.image, NAMES) == {"rt_crew_kernel_device", "rt_crew_kernel_system"}
 
 
-def test_kernels_of_both_sets_or_none_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="not both: a module links one set"):
-        ch.compile_engine(HANDLE_ECHO, name="x", kernels=15, cache=tmp_path)
+def test_kernels_of_two_sets_or_none_are_refused(tmp_path):
+    for kernels in (15, 2 | ch.VERBS_SERVE_KERNELS):
+        with pytest.raises(ValueError, match="not two of them: a module links one set"):
+            ch.compile_engine(HANDLE_ECHO, name="x", kernels=kernels, cache=tmp_path)
+    for kernels in (0, 16, 128):
+        with pytest.raises(ValueError, match="a mask of ENGINE_KERNELS' bits"):
+            ch.engine_set(kernels)
     assert ch.engine_set(1) == ch.engine_set(3) == "lone" and ch.engine_set(12) == "crew"
+    assert ch.engine_set(ch.VERBS_SERVE_KERNELS) == "verbs"
+
+
+SERVE_NAMES = (
+    "rt_serve_kernel_cpu_proxy",
+    "rt_serve_kernel_gpu_sm_db",
+    "rt_serve_kernel_gpu_sm_bf",
+)
+
+
+def test_the_verbs_serve_kernels_link_with_the_users_entry(tmp_path):
+    # Built where GPUNetIO's headers are (CI fetches them): the serve kernels by the names the
+    # host loads them by (verbs_serve.cuh's kServeKernelNames), one a doorbell mode.
+    from roce_transceiver import _core
+
+    if not _core.gpunetio_info()["built"] and not os.environ.get("CI"):
+        pytest.skip("this build has no GPUNetIO device API, and so no linkable serve kernels")
+    built = ch.compile_engine(
+        HANDLE_ECHO, name="echo.cu", kernels=ch.VERBS_SERVE_KERNELS, cache=tmp_path
+    )
+    assert sections(built.image, SERVE_NAMES) == set(SERVE_NAMES)
+    assert sections(built.image, ("rt_custom_linked_entry",)) == {"rt_custom_linked_entry"}
+    assert not sections(built.image, NAMES), "the engine's kernels are another set"
+
+
+def test_a_build_without_the_serve_kernels_says_which_headers_it_lacked(tmp_path, monkeypatch):
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / f"engine_lone.{ch.DEFAULT_ARCH}.cubin").write_bytes(b"")
+    monkeypatch.setattr(ch, "engine_dir", lambda: engine)
+    with pytest.raises(ch.NvrtcUnavailable, match="built without GPUNetIO's headers"):
+        ch.compile_engine(HANDLE_ECHO, name="x", kernels=ch.VERBS_SERVE_KERNELS, cache=tmp_path)
 
 
 def test_a_build_without_the_engines_linkable_code_says_so(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ import struct
 
 import pytest
 from conftest import skip_missing
+from verbs_helpers import gpu_verbs_or_skip
 
 from roce_transceiver import _core
 from roce_transceiver.bench import roundtrip as bench_roundtrip
@@ -37,16 +38,6 @@ from roce_transceiver.verbs_mode import (
     VerbsLoopback,
     VerbsModeError,
 )
-
-
-def gpu_verbs_or_skip(nic_handler: str = "cpu_proxy") -> None:
-    if not _core.cuda_runtime_info()["gpus"]:
-        pytest.skip("no GPU visible")
-    info = _core.gpunetio_info()
-    if not info["built"]:
-        skip_missing("gpunetio", f"no GPUNetIO device API in this build: {info['source']}")
-    if nic_handler == "gpu_sm_bf" and not info["blueflame"]:
-        pytest.skip(f"BlueFlame cannot ring with the device API this build has ({info['source']})")
 
 
 def assert_counts_agree(v: VerbsLoopback, requests: int) -> None:

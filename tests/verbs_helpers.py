@@ -210,3 +210,17 @@ def header_doorbell(tmp_path: Path) -> tuple[bytes, bytes]:
     out = run_with_headers(tmp_path, _HEADER_DOORBELL_PROGRAM, "doorbell")
     db, dbr = (bytes.fromhex(line) for line in out.split())
     return db, dbr
+
+
+def gpu_verbs_or_skip(nic_handler: str = "cpu_proxy") -> None:
+    """Skip, saying why, where Verbs mode cannot run on the GPU: no GPU, a build without
+    GPUNetIO's device API, or BlueFlame with headers that cannot ring it."""
+    from roce_transceiver import _core
+
+    if not _core.cuda_runtime_info()["gpus"]:
+        pytest.skip("no GPU visible")
+    info = _core.gpunetio_info()
+    if not info["built"]:
+        skip_missing("gpunetio", f"no GPUNetIO device API in this build: {info['source']}")
+    if nic_handler == "gpu_sm_bf" and not info["blueflame"]:
+        pytest.skip(f"BlueFlame cannot ring with the device API this build has ({info['source']})")

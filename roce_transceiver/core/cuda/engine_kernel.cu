@@ -17,131 +17,26 @@
 #include "rt/cuda/engine_kernels.cuh"
 #include "rt/cuda/engine_launch.h"
 #include "rt/cuda/epoch_relauncher.h"
+#include "rt/cuda/kernel_function.h"
 
 namespace rt::cuda {
 namespace {
 
-// The driver API, through the runtime's entry points: this library links the static
-// runtime, not libcuda, and a user handler's module is the driver's to load.
-struct Driver {
-  decltype(&cuModuleLoadData) module_load_data = nullptr;
-  decltype(&cuModuleUnload) module_unload = nullptr;
-  decltype(&cuModuleGetFunction) module_get_function = nullptr;
-  decltype(&cuFuncGetAttribute) func_get_attribute = nullptr;
-  decltype(&cuFuncSetAttribute) func_set_attribute = nullptr;
-  decltype(&cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy = nullptr;
-  decltype(&cuLaunchKernel) launch_kernel = nullptr;
-  decltype(&cuGetErrorName) error_name = nullptr;
-
-  static const Driver& get() {
-    static const Driver d = [] {
-      Driver r;
-      find("cuModuleLoadData", r.module_load_data);
-      find("cuModuleUnload", r.module_unload);
-      find("cuModuleGetFunction", r.module_get_function);
-      find("cuFuncGetAttribute", r.func_get_attribute);
-      find("cuFuncSetAttribute", r.func_set_attribute);
-      find("cuOccupancyMaxActiveBlocksPerMultiprocessor", r.occupancy);
-      find("cuLaunchKernel", r.launch_kernel);
-      find("cuGetErrorName", r.error_name);
-      return r;
-    }();
-    return d;
-  }
-
-  void check(CUresult err, const std::string& what) const {
-    if (err == CUDA_SUCCESS) return;
-    const char* name = nullptr;
-    error_name(err, &name);
-    throw std::runtime_error(what + ": " + (name ? name : std::to_string(int(err))));
-  }
-
- private:
-  template <class F>
-  static void find(const char* symbol, F& fn) {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    check_cuda(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &found),
-               symbol);
-    if (found != cudaDriverEntryPointSuccess || !p)
-      throw std::runtime_error(std::string("the CUDA driver has no ") + symbol);
-    fn = reinterpret_cast<F>(p);
-  }
-};
-
-// One of the engine's kernels: built in (nvcc's, launched through the runtime) or from the
-// module a user handler was linked into (launched through the driver API). Either way its
-// arguments go as an array of pointers to them.
-struct EngineFunction {
-  const void* builtin = nullptr;
-  CUfunction loaded = nullptr;
-
-  size_t static_smem() const {
-    if (builtin) {
-      cudaFuncAttributes attr;
-      check_cuda(cudaFuncGetAttributes(&attr, builtin), "cudaFuncGetAttributes");
-      return attr.sharedSizeBytes;
-    }
-    int bytes = 0;
-    Driver::get().check(
-        Driver::get().func_get_attribute(&bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, loaded),
-        "cuFuncGetAttribute(shared memory)");
-    return size_t(bytes);
-  }
-
-  // Raise the kernel's dynamic shared memory limit when smem and its static shared memory
-  // pass the default 48 KiB.
-  void allow_smem(size_t smem) const {
-    if (smem + static_smem() <= 48 * 1024) return;
-    if (builtin)
-      check_cuda(
-          cudaFuncSetAttribute(builtin, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-          "cudaFuncSetAttribute(shared memory)");
-    else
-      Driver::get().check(Driver::get().func_set_attribute(
-                              loaded, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)),
-                          "cuFuncSetAttribute(shared memory)");
-  }
-
-  int blocks_per_sm(uint32_t threads, size_t smem) const {
-    int n = 0;
-    if (builtin)
-      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, builtin, int(threads), smem),
-                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    else
-      Driver::get().check(Driver::get().occupancy(&n, loaded, int(threads), smem),
-                          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-    return n;
-  }
-
-  // Launch errors come back from the launch itself or, for the runtime's, cudaGetLastError.
-  void launch(uint32_t blocks, uint32_t threads, size_t smem, cudaStream_t stream,
-              void** args) const {
-    if (builtin)
-      check_cuda(cudaLaunchKernel(builtin, dim3(blocks), dim3(threads), args, smem, stream),
-                 "engine kernel launch");
-    else
-      Driver::get().check(Driver::get().launch_kernel(loaded, blocks, 1, 1, threads, 1, 1,
-                                                      unsigned(smem), stream, args, nullptr),
-                          "engine kernel launch (the user handler's module)");
-  }
-};
-
 // The built-in kernels: [one warp, crew, frames stream][system scope] (the first two as
 // kEngineKernelNames).
 enum KernelKind : int { kOneWarp = 0, kCrewKernel = 1, kStreamKernel = 2 };
-EngineFunction builtin_kernel(int kind, bool system) {
+KernelFunction builtin_kernel(int kind, bool system) {
   const void* k[3][2] = {{reinterpret_cast<const void*>(rt_engine_kernel_device),
                           reinterpret_cast<const void*>(rt_engine_kernel_system)},
                          {reinterpret_cast<const void*>(rt_crew_kernel_device),
                           reinterpret_cast<const void*>(rt_crew_kernel_system)},
                          {reinterpret_cast<const void*>(rt_stream_kernel_device),
                           reinterpret_cast<const void*>(rt_stream_kernel_system)}};
-  return EngineFunction{k[kind][system], nullptr};
+  return KernelFunction{k[kind][system], nullptr, "engine kernel"};
 }
 
 // Dynamic shared memory a crew kernel may have beside its static shared memory.
-size_t dynamic_smem_room(const EngineFunction& kernel) {
+size_t dynamic_smem_room(const KernelFunction& kernel) {
   int device = 0, optin = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
@@ -168,7 +63,7 @@ struct EngineKernel::Impl {
   uint32_t blocks = 0;               // one a queue
   int device = 0;                    // the GPU it runs on: the relauncher's current device
   std::function<void()> launch;      // one epoch, on `stream`
-  CUmodule module = nullptr;         // a user handler's kernels (opts.kernel_image), or none
+  LoadedModule module;               // a user handler's kernels (opts.kernel_image), or none
 };
 
 EngineKernel::EngineKernel() : impl_(std::make_unique<Impl>()) {
@@ -215,7 +110,6 @@ EngineKernel::~EngineKernel() {
   cudaFreeHost(impl_->ctl);
   cudaStreamDestroy(impl_->stream);
   cudaStreamDestroy(impl_->control);
-  if (impl_->module) Driver::get().module_unload(impl_->module);
 }
 
 void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* states_device,
@@ -246,14 +140,17 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
                              cudaMemcpyHostToDevice, k.control),
              "cudaMemcpyAsync(queue descriptors)");
   check_cuda(cudaStreamSynchronize(k.control), "queue descriptors");
-  const uint32_t threads = 32 * opts.warps;
   // A frames queue always takes the stream step (stream_batch.h), by a crew of one warp or
   // more; requests take the one-warp loop (their express path) unless warps > 1: a crew
   // then takes them in express batches (express_batch.h), or in batches with express off.
   const bool crew = opts.warps > 1 || descs[0].handler.kind == HandlerKind::kFrames;
+  // A user's module's one-warp kernels have the handler's warp beside the engine's
+  // (handler_warp.cuh).
+  const uint32_t threads =
+      !crew && !opts.kernel_image.empty() ? kHandlerWarpThreads : 32 * opts.warps;
   // The built-in frames stream's own kernel; a user's statistic's module has the crew's.
   const bool stream = descs[0].handler.kind == HandlerKind::kFrames && opts.kernel_image.empty();
-  EngineFunction kernel = builtin_kernel(stream ? kStreamKernel
+  KernelFunction kernel = builtin_kernel(stream ? kStreamKernel
                                          : crew ? kCrewKernel
                                                 : kOneWarp,
                                          !wire_on_device);
@@ -261,14 +158,8 @@ void EngineKernel::start(const std::vector<EngineDesc>& descs, EngineState* stat
     // A user handler's kernels (custom_handler.py links them): the same kernels by the same
     // names, with the handler linked in. Loaded now, before the loop runs: a module load waits for
     // the device to go idle.
-    const Driver& drv = Driver::get();
-    if (!k.module)
-      drv.check(drv.module_load_data(&k.module, opts.kernel_image.data()),
-                "cuModuleLoadData(the user handler's engine kernels)");
-    const char* name = kEngineKernelNames[crew][!wire_on_device];
-    kernel = EngineFunction{nullptr, nullptr};
-    drv.check(drv.module_get_function(&kernel.loaded, k.module, name),
-              std::string("cuModuleGetFunction(") + name + ")");
+    if (!k.module) k.module = LoadedModule(opts.kernel_image, "the user handler's engine kernels");
+    kernel = k.module.function(kEngineKernelNames[crew][!wire_on_device], "engine kernel");
   }
   auto require_resident = [&](size_t smem) {
     // Every block spins until stopped: one that waits for a free SM would never start.

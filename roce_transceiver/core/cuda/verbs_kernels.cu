@@ -1,9 +1,9 @@
 // GPUNetIO's verbs device API compiled into the extension (issue 6): kernels that drive a
 // queue pair through it, instantiated for each NIC handler the software ConnectX serves (CPU
-// proxy, GPU_SM_DB, GPU_SM_BF: the device API's template argument).
+// proxy, GPU_SM_DB, GPU_SM_BF: the device API's template argument), and their host side. A
+// user's handler runs in the serve kernel of its own module (verbs_linkable.cu), which the host
+// side loads and launches in place of the built-in one.
 #include <cuda_runtime.h>
-
-#include <cuda/ptx>
 
 #include <chrono>
 #include <memory>
@@ -12,13 +12,13 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
-#include "doca_gpunetio_device.h"
 #include "rt/cuda/epoch_relauncher.h"
 #include "rt/cuda/gpunetio_info.h"
+#include "rt/cuda/kernel_function.h"
 #include "rt/cuda/verbs_launch.h"
-#include "rt/device_clock.h"
-#include "rt/verbs/serve_loop.h"
+#include "rt/cuda/verbs_serve.cuh"
 
 #ifndef RT_GPUNETIO_SOURCE
 #define RT_GPUNETIO_SOURCE "unknown"
@@ -32,59 +32,6 @@ uint32_t be32(uint32_t v) { return __builtin_bswap32(v); }
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess)
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-// The non-blocking CQ poll takes the QP in newer GPUNetIO releases and the QP's send CQ in
-// older ones (the NCCL wheel on the GPU machine): whichever this header has.
-template <typename Qp>
-__device__ auto poll_one(Qp* qp, uint64_t index, int)
-    -> decltype(doca_gpu_dev_verbs_poll_one_cq_at(qp, index)) {
-  return doca_gpu_dev_verbs_poll_one_cq_at(qp, index);
-}
-template <typename Qp>
-__device__ auto poll_one(Qp* qp, uint64_t index, long)
-    -> decltype(doca_gpu_dev_verbs_poll_one_cq_at(&qp->cq_sq, index)) {
-  return doca_gpu_dev_verbs_poll_one_cq_at(&qp->cq_sq, index);
-}
-
-// One put_signal (an RDMA WRITE of `bytes`, then a FETCH_ADD of 1 on the signal) through the
-// device API for handler H; returns the ticket to poll (the FETCH_ADD's WQE). Keys are stored
-// big-endian already. `bf` is a WQE of this block's shared memory (GPU_SM_BF only).
-template <doca_gpu_dev_verbs_nic_handler H>
-__device__ uint64_t post_put_signal(doca_gpu_dev_verbs_qp* qp, const verbs::PutSignal& p,
-                                    doca_gpu_dev_verbs_wqe* bf) {
-  if constexpr (H != DOCA_GPUNETIO_VERBS_NIC_HANDLER_GPU_SM_BF) {
-    doca_gpu_dev_verbs_ticket_t ticket;
-    doca_gpu_dev_verbs_put_signal<DOCA_GPUNETIO_VERBS_SIGNAL_OP_ADD,
-                                  DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU, H>(
-        qp, {p.raddr, p.rkey}, {p.laddr, p.lkey}, p.bytes, {p.signal_raddr, p.signal_rkey},
-        {p.sink_laddr, p.lkey}, 1, &ticket);
-    return ticket;
-  } else {
-    // put_signal's submit has no BlueFlame branch (it would not ring at all for GPU_SM_BF): the
-    // same two WQEs through the device API's own steps, the FETCH_ADD also prepared in shared
-    // memory and rung through the window by submit_bf. Both stay in the send ring too, where
-    // the NIC reads a WQE whose BlueFlame write it did not catch (docs/verbs_mode.md).
-    const auto flags = DOCA_GPUNETIO_IB_MLX5_WQE_CTRL_CQ_UPDATE;
-    const uint64_t base =
-        doca_gpu_dev_verbs_reserve_wq_slots<DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU>(qp, 2);
-    doca_gpu_dev_verbs_wqe_prepare_write(qp, doca_gpu_dev_verbs_get_wqe_ptr(qp, base), base,
-                                         DOCA_GPUNETIO_IB_MLX5_OPCODE_RDMA_WRITE, flags, 0, p.raddr,
-                                         p.rkey, p.laddr, p.lkey, p.bytes);
-    for (doca_gpu_dev_verbs_wqe* w : {doca_gpu_dev_verbs_get_wqe_ptr(qp, base + 1), bf})
-      doca_gpu_dev_verbs_wqe_prepare_atomic(qp, w, base + 1, DOCA_GPUNETIO_IB_MLX5_OPCODE_ATOMIC_FA,
-                                            flags, p.signal_raddr, p.signal_rkey, p.sink_laddr,
-                                            p.lkey, sizeof(uint64_t), 1, 0);
-    doca_gpu_dev_verbs_mark_wqes_ready<DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU>(qp, base,
-                                                                                      base + 1);
-    // The bulk copy reads shared memory through the async proxy: our stores must reach it.
-    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    doca_gpu_dev_verbs_submit_bf<DOCA_GPUNETIO_VERBS_RESOURCE_SHARING_MODE_GPU>(qp, base + 2, bf);
-    // The next put_signal rewrites `bf`: the copy must have read it first.
-    ::cuda::ptx::cp_async_bulk_commit_group();
-    ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
-    return base + 1;
-  }
 }
 
 // Keys arrive big-endian (the launcher swaps them), as the device API stores them verbatim.
@@ -124,40 +71,13 @@ __global__ void put_signal_loop_kernel(doca_gpu_dev_verbs_qp* qp, PutSignalParam
   *out = r;
 }
 
-// serve_loop's queue pair on the GPU: GPUNetIO's own put_signal (or its steps, BlueFlame) and
-// CQ poll, for NIC handler H.
+// The built-in handlers' serve kernel (echo, qec) for NIC handler H.
 template <doca_gpu_dev_verbs_nic_handler H>
-struct DeviceQueuePair {
-  doca_gpu_dev_verbs_qp* qp;
-  doca_gpu_dev_verbs_wqe* bf;
-
-  __device__ uint64_t put_signal(const verbs::PutSignal& p) {
-    __threadfence_system();  // the reply's bytes reach host memory before the doorbell
-    return post_put_signal<H>(qp, p, bf);
-  }
-  __device__ int poll(uint64_t ticket) { return poll_one(qp, ticket, 0); }
-  __device__ void idle() {}  // a spinning thread costs no one else here: the SM is ours
-};
-
-// One epoch of the serve loop: its progress in from device memory, served until the epoch
-// ends (epoch_ns 0: until the loop does), and back. `warm_up`: return at once (the
-// constructor's run, see verbs_launch.h).
-template <doca_gpu_dev_verbs_nic_handler H>
-__global__ void serve_kernel(doca_gpu_dev_verbs_qp* qp, verbs::ServeDesc d,
-                             verbs::ServeShared* shared, verbs::ServeProgress* progress,
-                             const uint32_t* stop, uint64_t epoch_ns, bool warm_up) {
-  __shared__ doca_gpu_dev_verbs_wqe bf;
-  if (warm_up) return;
-  verbs::ServeProgress p = *progress;
-  if (p.state != verbs::kServeRunning) return;  // an epoch queued behind the last one
-  DeviceQueuePair<H> q{qp, &bf};
-  const uint64_t until = epoch_ns ? globaltimer_ns() + epoch_ns : ~uint64_t(0);
-  verbs::serve_pass(d, q, p, shared, stop, until);
-  *progress = p;
+__global__ void serve_kernel(RT_SERVE_KERNEL_PARAMS) {
+  serve_epoch<H>(qp, d, shared, progress, stop, epoch_ns, warm_up);
 }
 
-using ServeFn = void (*)(doca_gpu_dev_verbs_qp*, verbs::ServeDesc, verbs::ServeShared*,
-                         verbs::ServeProgress*, const uint32_t*, uint64_t, bool);
+using ServeFn = void (*)(RT_SERVE_KERNEL_PARAMS);
 using PutSignalFn = void (*)(doca_gpu_dev_verbs_qp*, PutSignalParams, PutSignalResult*);
 
 // The release of the device API that has a CQ type (nvshmem 3.7+) gives submit_bf's bulk copy
@@ -198,7 +118,8 @@ struct PickPutSignal {
 }  // namespace
 
 struct ServeKernel::Impl {
-  ServeFn kernel = nullptr;
+  KernelFunction kernel;  // the built-in one, or the user handler's module's
+  LoadedModule module;    // a user handler's serve kernels, or none
   doca_gpu_dev_verbs_qp* qp = nullptr;
   verbs::ServeDesc desc{};
   uint64_t epoch_ns = 0;
@@ -208,12 +129,23 @@ struct ServeKernel::Impl {
   verbs::ServeShared* shared = nullptr;      // pinned, mapped: the host reads it while it runs
   verbs::ServeProgress* progress = nullptr;  // device memory: the loop between epochs
   uint32_t* stop = nullptr;                  // pinned, mapped: a store, no CUDA call, stops it
+  const uint32_t* stop_device = nullptr;     //   and as the kernel sees it
   std::unique_ptr<EpochRelauncher> epochs;
   bool launched = false, ended = false;
 
-  void launch_epoch() {
-    kernel<<<1, 1, 0, stream>>>(qp, desc, shared, progress, mapped(stop), epoch_ns, false);
+  // One thread: an epoch of the loop (or, `warm_up`, a return at once).
+  void launch(bool warm_up) {
+    doca_gpu_dev_verbs_qp* a_qp = qp;
+    verbs::ServeDesc a_desc = desc;
+    verbs::ServeShared* a_shared = shared;
+    verbs::ServeProgress* a_progress = progress;
+    const uint32_t* a_stop = stop_device;
+    uint64_t a_epoch_ns = warm_up ? 0 : epoch_ns;
+    bool a_warm_up = warm_up;
+    void* args[] = {&a_qp, &a_desc, &a_shared, &a_progress, &a_stop, &a_epoch_ns, &a_warm_up};
+    kernel.launch(1, 1, 0, stream, args);
   }
+  void launch_epoch() { launch(false); }
   template <typename T>
   static T* mapped(T* host) {
     T* device = nullptr;
@@ -224,11 +156,13 @@ struct ServeKernel::Impl {
 };
 
 ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::NicHandler handler,
-                         uint32_t epoch_us, uint32_t epochs_in_flight)
+                         uint32_t epoch_us, uint32_t epochs_in_flight,
+                         const std::vector<uint8_t>& kernel_image)
     : impl_(new Impl) {
   Impl& m = *impl_;
   try {
-    m.kernel = for_handler<PickServe>(handler);
+    m.kernel = KernelFunction{reinterpret_cast<const void*>(for_handler<PickServe>(handler)),
+                              nullptr, "Verbs serve kernel"};
     if (epochs_in_flight < 1 || epochs_in_flight > 4)
       throw std::invalid_argument("Verbs mode: epochs in flight: 1 to 4, not " +
                                   std::to_string(epochs_in_flight));
@@ -254,8 +188,14 @@ ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::Ni
     check(cudaMemcpy(m.progress, &fresh, sizeof fresh, cudaMemcpyHostToDevice),
           "cudaMemcpy(serve loop progress)");
     check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    m.kernel<<<1, 1, 0, m.stream>>>(m.qp, m.desc, m.shared, m.progress, Impl::mapped(m.stop), 0,
-                                    true);
+    m.stop_device = Impl::mapped(m.stop);
+    if (!kernel_image.empty()) {
+      // A user's handler linked into the serve kernels (custom_handler.py): loaded here, before
+      // any persistent kernel runs (a module load waits for the device to go idle).
+      m.module = LoadedModule(kernel_image, "the user handler's Verbs serve kernels");
+      m.kernel = m.module.function(kServeKernelNames[int(handler)], "Verbs serve kernel");
+    }
+    m.launch(true);
     check(cudaGetLastError(), "serve kernel (warm-up) launch");
     check(cudaStreamSynchronize(m.stream), "serve kernel (warm-up)");
   } catch (...) {
@@ -314,10 +254,11 @@ uint64_t ServeKernel::epochs() const { return impl_->epochs ? impl_->epochs->lau
 ServeKernel::~ServeKernel() {
   Impl& m = *impl_;
   if (m.launched && !m.ended && !m.epochs->finished()) {
-    // The kernel may still run: its memory stays, and the relauncher with it (a leak beats a
-    // crash).
+    // The kernel may still run: its memory and code stay, and the relauncher with it (a leak
+    // beats a crash).
     m.epochs->detach();
     static_cast<void>(m.epochs.release());
+    m.module.leave_loaded();
     delete impl_;
     return;
   }

@@ -26,7 +26,7 @@ PutSignalResult put_signal_loop(const PutSignalParams&) {
 struct ServeKernel::Impl {};
 
 ServeKernel::ServeKernel(const void*, const verbs::ServeDesc&, verbs::NicHandler, uint32_t,
-                         uint32_t)
+                         uint32_t, const std::vector<uint8_t>&)
     : impl_(nullptr) {
   throw std::runtime_error("Verbs mode on the GPU: this build has no GPUNetIO device API (" +
                            gpunetio_info().source +

@@ -242,8 +242,8 @@ void only_keys(const pb::dict& d, const char* what, std::initializer_list<const 
 
 host::VerbsServeConfig serve_config(const pb::dict& d) {
   only_keys(d, "VerbsServer",
-            {"handler", "qec_blob", "custom_library", "custom_state_bytes", "custom_params",
-             "request_region", "signal_region", "slots", "slot_bytes", "peer_ring",
+            {"handler", "qec_blob", "custom_library", "custom_kernel_image", "custom_state_bytes",
+             "custom_params", "request_region", "signal_region", "slots", "slot_bytes", "peer_ring",
              "peer_ring_rkey", "peer_signal", "peer_signal_rkey", "max_requests",
              "completion_timeout_s", "stop_timeout_s", "epoch_us", "epochs_in_flight"});
   host::VerbsServeConfig c;
@@ -265,6 +265,10 @@ host::VerbsServeConfig serve_config(const pb::dict& d) {
   if (d.contains("custom_params")) {
     const std::string params = d["custom_params"].cast<pb::bytes>();
     c.custom_params.assign(params.begin(), params.end());
+  }
+  if (d.contains("custom_kernel_image")) {
+    const std::string image = d["custom_kernel_image"].cast<pb::bytes>();
+    c.custom_kernel_image.assign(image.begin(), image.end());
   }
   const auto set = [&](const char* k, auto& field) {
     if (d.contains(k)) field = d[k].cast<std::decay_t<decltype(field)>>();

@@ -38,11 +38,14 @@ VerbsServer::VerbsServer(VerbsPort& port, const VerbsServeConfig& cfg) : port_(p
   require(cfg.handler == HandlerKind::kEcho || cfg.handler == HandlerKind::kQec ||
               cfg.handler == HandlerKind::kCustom,
           "the handler must answer every request (echo, qec or custom)");
-  // The GPU's serve kernel is built in (GPUNetIO's device API, compiled with the extension):
-  // no user handler is compiled into it.
-  require(cfg.handler != HandlerKind::kCustom || !port.config().gpu,
-          "handler custom: Verbs mode runs a user handler on the cpu executor's serve loop; the "
-          "cuda executor's serve kernel is built in, with echo and qec only");
+  // A user's handler: a shared object for the CPU thread, the serve kernels it is linked into
+  // for the GPU (custom_handler.py).
+  if (cfg.handler == HandlerKind::kCustom)
+    require(port.config().gpu ? !cfg.custom_kernel_image.empty() : !cfg.custom_library.empty(),
+            port.config().gpu ? "handler custom on the GPU: no custom_kernel_image (the serve "
+                                "kernels with the handler linked in)"
+                              : "handler custom on a CPU thread: no custom_library (the "
+                                "handler's shared object)");
   require(cfg.slots >= 1 && cfg.slots <= verbs::kMaxServeSlots,
           "slots must be 1.." + std::to_string(verbs::kMaxServeSlots));
   require(cfg.slot_bytes > verbs::kSlotHeaderBytes && cfg.slot_bytes <= verbs::kMaxServeSlotBytes &&
@@ -76,18 +79,21 @@ VerbsServer::VerbsServer(VerbsPort& port, const VerbsServeConfig& cfg) : port_(p
     qec_table_relocate(&desc_.handler.qec, qec_table_.data());
   }
   if (cfg.handler == HandlerKind::kCustom) {
-    custom_library_ = std::make_unique<CustomLibrary>(cfg.custom_library);
     CustomDesc& cd = desc_.handler.custom;
-    cd.call = custom_library_->call();
+    if (!gpu) {
+      custom_library_ = std::make_unique<CustomLibrary>(cfg.custom_library);
+      cd.call = custom_library_->call();
+    }
+    const Placement where = gpu ? Placement::kDevice : Placement::kHost;
     if (cfg.custom_state_bytes) {
-      custom_state_ = Buffer(Placement::kHost, cfg.custom_state_bytes);
-      cd.state = custom_state_.host();
+      custom_state_ = Buffer(where, cfg.custom_state_bytes);
+      cd.state = custom_state_.data();
       cd.state_bytes = cfg.custom_state_bytes;
     }
     if (!cfg.custom_params.empty()) {
-      custom_params_ = Buffer(Placement::kHost, cfg.custom_params.size());
+      custom_params_ = Buffer(where, cfg.custom_params.size());
       custom_params_.write(0, cfg.custom_params.data(), cfg.custom_params.size());
-      cd.params = custom_params_.host();
+      cd.params = custom_params_.data();
       cd.params_bytes = uint32_t(cfg.custom_params.size());
     }
   }
@@ -106,8 +112,9 @@ VerbsServer::VerbsServer(VerbsPort& port, const VerbsServeConfig& cfg) : port_(p
   desc_.max_requests = cfg.max_requests;
   desc_.completion_timeout_ns = uint64_t(cfg.completion_timeout_s * 1e9);
   if (gpu)
-    kernel_ = std::make_unique<cuda::ServeKernel>(port.descriptor(), desc_, pc.nic.handler,
-                                                  cfg.epoch_us, cfg.epochs_in_flight);
+    kernel_ =
+        std::make_unique<cuda::ServeKernel>(port.descriptor(), desc_, pc.nic.handler, cfg.epoch_us,
+                                            cfg.epochs_in_flight, cfg.custom_kernel_image);
 }
 
 VerbsServer::~VerbsServer() {

@@ -16,6 +16,9 @@ namespace rt {
 constexpr uint32_t kMaxTeams = 32;
 // The most warps the GPU's crew kernel has: its registers are bounded for them.
 constexpr uint32_t kMaxCrewWarps = 16;
+// The threads of a block of a user's module's one-warp kernels: the engine's warp and the
+// handler's (cuda/handler_warp.cuh).
+constexpr uint32_t kHandlerWarpThreads = 64;
 
 struct SoloCrew {
   using Team = SoloTeam;

@@ -192,6 +192,20 @@ RT_HD inline void spin_pause() {
 #endif
 }
 
+#if defined(__CUDACC__)
+// Acquire loads and release stores of a word two warps of one block share (cta scope): what the
+// writer did before its release, to any memory, is seen by the reader after its acquire
+// (cuda/handler_warp.cuh). One lane may use them alone, where a named barrier needs whole warps.
+__device__ inline uint32_t load_acquire_block(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.cta.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ inline void store_release_block(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.cta.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+#endif
+
 // Nanoseconds of a clock that only moves forward. Host: CLOCK_MONOTONIC.
 // Device: %globaltimer. The two are different clocks: compare timestamps
 // only with timestamps taken on the same side.

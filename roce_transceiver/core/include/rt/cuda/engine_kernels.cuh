@@ -93,17 +93,28 @@ __device__ void copy_words(const WarpTeam& team, T* dst, const T* src) {
 // of its own: inside the one that also holds crew_step, its pass spilled (1 KiB a thread).
 // The crew kernel still takes either step (crew_pass): a user's frames statistic runs in
 // it, from NVRTC's module, which has no stream kernel.
+// Every thread of the engine waits for the others, its memory ordered with theirs: the block's
+// (a crew), or warp 0's (one warp, which in a user's module has the handler's warp beside it).
+template <bool kCrew>
+__device__ inline void engine_sync() {
+  if constexpr (kCrew)
+    __syncthreads();
+  else
+    __syncwarp();
+}
+
+// The caller has loaded the CRC tables into shared memory since `began`, the epoch's start.
+// Every thread of the engine runs it: the block's (a crew), or warp 0 (one warp: a user's module
+// gives its handler the block's second warp, handler_warp.cuh).
 template <Scope S, bool kCrew, bool kStream = false>
 __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state, KernelControl* ctl,
-                          EpochRecord* rec, uint64_t* heartbeat, uint64_t epoch_ns,
+                          EpochRecord* rec, uint64_t* heartbeat, uint64_t began, uint64_t epoch_ns,
                           uint32_t depth) {
   const bool books = blockIdx.x == 0;
   // Dynamic shared memory (stg): warp 0's staging (a frame in, a reply out),
   // then the crew's batch staging, depth frames.
   __shared__ EngineState st;
   __shared__ uint32_t quit;
-  const uint64_t began = globaltimer_ns();
-  crc32_tables_to_shared();
   const WarpTeam team;
   const BlockCrew crew;
   const bool warp0 = crew.team_index() == 0;
@@ -122,7 +133,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
   if constexpr (kCrew) {
     __shared__ Batch b;
     batch = &b;
-    __syncthreads();  // the state is in
+    engine_sync<kCrew>();  // the state is in
     // After warp 0's staging: the crew's batch staging, or a frames queue's packets.
     const bool frames = d.handler.kind == HandlerKind::kFrames;
     uint8_t* after = stg.tx + d.tx.slot_bytes;
@@ -130,7 +141,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
       batch_init(b, depth, frames ? nullptr : after, st.rx_ci,
                  frames ? reinterpret_cast<StreamPacket*>(after) : nullptr);
   }
-  __syncthreads();
+  engine_sync<kCrew>();
   const uint64_t until = epoch_ns ? began + epoch_ns : ~uint64_t(0);
   uint64_t warm = 0;  // the leader's clock at the first pass's start
   if (crew.leader() && books) {
@@ -156,8 +167,8 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
       }
       if (passes % kClockEvery == 0 && globaltimer_ns() >= until) quit = 1;
     }
-    __syncthreads();  // the leader's verdict, for every thread (the next one comes after
-                      // the next pass's own synchronisation)
+    engine_sync<kCrew>();  // the leader's verdict, for every thread (the next one comes after
+                           // the next pass's own synchronisation)
     if (quit) break;
   }
   if (crew.leader()) {
@@ -193,7 +204,7 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
       store_relaxed<Scope::kSystem>(&host->batch_frames, p.batch_frames);
     }
   }
-  __syncthreads();
+  engine_sync<kCrew>();
   if (warp0) copy_words(team, state, &st);
 }
 
@@ -211,11 +222,13 @@ __device__ void run_crew(const EngineDesc* descs, EngineState* states, KernelCon
   __shared__ EngineDesc d;
   __shared__ Staging stg;
   const uint32_t q = blockIdx.x;
+  const uint64_t began = globaltimer_ns();
   uint8_t* staging = icrc_word_tables_to_shared(dynamic_smem);  // lone frames' express path
+  crc32_tables_to_shared();
   if (threadIdx.x < 32) copy_words(WarpTeam{}, &d, &descs[q]);
   if (threadIdx.x == 0) stg = Staging{staging, staging + descs[q].rx.slot_bytes};
   __syncthreads();
-  run_epoch<S, true, kStream>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, depth);
+  run_epoch<S, true, kStream>(d, stg, states + q, ctl, recs + q, heartbeat, began, epoch_ns, depth);
 }
 
 // One warp a queue's epoch: each thread keeps its own copy of the descriptor (in
@@ -225,10 +238,27 @@ __device__ void engine_epoch(const EngineDesc* descs, EngineState* states, Kerne
                              EpochRecord* recs, uint64_t* heartbeat, uint64_t epoch_ns) {
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const uint32_t q = blockIdx.x;
-  const EngineDesc d = descs[q];
+  const uint64_t began = globaltimer_ns();
+#if defined(RT_HANDLER_WARP)
+  // Launched with the handler's warp (kHandlerWarpThreads): without it, the first call would
+  // wait for it forever.
+  if (blockDim.x != kHandlerWarpThreads) __trap();
+  handler_warp_open();
+#endif
   uint8_t* staging = icrc_word_tables_to_shared(dynamic_smem);  // the express path's ICRCs
+  crc32_tables_to_shared();  // block-wide: both warps, before they part
+#if defined(RT_HANDLER_WARP)
+  if (threadIdx.x >= 32) {
+    handler_warp_serve();
+    return;
+  }
+#endif
+  const EngineDesc d = descs[q];
   Staging stg{staging, staging + d.rx.slot_bytes};
-  run_epoch<S, false>(d, stg, states + q, ctl, recs + q, heartbeat, epoch_ns, 1);
+  run_epoch<S, false>(d, stg, states + q, ctl, recs + q, heartbeat, began, epoch_ns, 1);
+#if defined(RT_HANDLER_WARP)
+  handler_warp_close();
+#endif
 }
 
 #if RT_HOST_FUNCTIONS

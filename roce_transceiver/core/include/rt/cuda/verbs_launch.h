@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "rt/verbs/mlx5_layout.h"
 #include "rt/verbs/serve_loop.h"
@@ -46,11 +47,13 @@ PutSignalResult put_signal_loop(const PutSignalParams& p);
 // kernel runs (both wait for running kernels); launch() is then only a launch. Like the engine's,
 // the kernel runs in epochs of `epoch_us` (0: one launch for the run), `epochs_in_flight` queued
 // at once, so that a kernel load elsewhere in the process goes through (docs/gpu_sharing.md).
-// `shared` is host memory the GPU maps.
+// `shared` is host memory the GPU maps. `kernel_image`: the serve kernels with a user's handler
+// linked in (custom_handler.py), loaded and launched in place of the built-in ones (empty).
 class ServeKernel {
  public:
   ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::NicHandler handler,
-              uint32_t epoch_us, uint32_t epochs_in_flight);
+              uint32_t epoch_us, uint32_t epochs_in_flight,
+              const std::vector<uint8_t>& kernel_image);
   ~ServeKernel();
   ServeKernel(const ServeKernel&) = delete;
   ServeKernel& operator=(const ServeKernel&) = delete;

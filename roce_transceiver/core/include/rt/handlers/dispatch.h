@@ -20,9 +20,11 @@ RT_HD inline int custom_checked(int n, uint32_t capacity) {
 }
 
 // kCustom, called by one lane of `lanes` (the GPU's warp calls it on every lane).
-// On the host: the compiled shared object's trampoline. On the GPU: the user's entry,
-// which the linker joins to this call (cuda/engine_linkable.cu defines RT_CUSTOM_ENTRY
-// before including the engine); the built-in kernels have none and refuse kCustom at start.
+// On the host: the compiled shared object's trampoline. On the GPU: RT_CUSTOM_ENTRY, defined
+// before the engine is included by the relocatable code a user's handler is linked into: the
+// user's entry itself (the crew's kernels, the Verbs serve kernels), or in the one-warp kernels
+// the handler warp's call (cuda/handler_warp.cuh: the leader's return is the team's). The
+// built-in kernels have none and refuse kCustom at start.
 RT_HD inline int custom_handle(const CustomDesc& c, const Message& m, uint8_t* reply,
                                uint32_t capacity, uint32_t lane = 0, uint32_t lanes = 1) {
   const CustomCall call{m.data,   m.len,          m.imm,    m.has_imm, m.opcode,

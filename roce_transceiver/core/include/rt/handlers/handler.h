@@ -23,15 +23,15 @@ enum class HandlerKind : uint32_t {
   kSink = 1,    // consume, never reply
   kQec = 2,     // surface-code lookup-table decoder (handlers/qec.h)
   kFrames = 3,  // HSB frame assembly: kept by the engine itself (engine/frames.h), no replies
-  kCustom = 4,  // the user's own function (custom.h), compiled at start; cpu executor only
+  kCustom = 4,  // the user's own function (custom.h), compiled (and on the GPU linked) at start
 };
 
 // The generated trampoline of a user handler compiled for the host
 // (roce_transceiver/custom_handler.py): calls the user's entry, catches what it throws.
 using CustomTrampoline = int (*)(const CustomCall*);
 
-// kCustom: the compiled handler and this queue's share of its memory, all in host memory
-// (the cuda executor refuses kCustom at start: its GPU path is not built yet).
+// kCustom: the compiled handler (on the host: its trampoline; on the GPU it is linked into the
+// kernels, dispatch.h) and this queue's share of its memory, where the executor reads it.
 struct CustomDesc {
   CustomTrampoline call = nullptr;
   uint8_t* state = nullptr;  // this queue's state_bytes, 16-byte aligned; null when 0

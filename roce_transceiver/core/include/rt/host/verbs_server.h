@@ -26,9 +26,11 @@ namespace rt::host {
 struct VerbsServeConfig {
   HandlerKind handler = HandlerKind::kEcho;  // echo, qec or custom
   std::vector<uint8_t> qec_blob;             // qec: the decoder's table blob
-  // custom (the cpu executor's serve loop): the user handler's shared object, its state and
-  // constant parameters (as TransceiverConfig's)
+  // custom: the user handler's shared object (the cpu executor's serve loop) or the serve
+  // kernels it is linked into (the GPU's: custom_handler.py), its state and constant parameters
+  // (as TransceiverConfig's)
   std::string custom_library;
+  std::vector<uint8_t> custom_kernel_image;
   uint32_t custom_state_bytes = 0;
   std::vector<uint8_t> custom_params;
   uint32_t request_region = 0;  // regions of the port: the request ring, then the signal word
@@ -70,8 +72,9 @@ class VerbsServer {
   VerbsPort& port_;
   VerbsServeConfig cfg_;
   Buffer qec_table_;                               // the handler's table where the loop reads it
-  std::unique_ptr<CustomLibrary> custom_library_;  // handler custom: the user's shared object
-  Buffer custom_state_, custom_params_;            // handler custom: its state and parameters
+  std::unique_ptr<CustomLibrary> custom_library_;  // handler custom on a CPU thread
+  Buffer custom_state_, custom_params_;  // handler custom: its state and parameters, where the
+                                         // loop reads them
   verbs::ServeDesc desc_{};
   std::unique_ptr<cuda::ServeKernel> kernel_;
   verbs::ServeShared cpu_shared_{};
