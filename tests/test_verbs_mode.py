@@ -336,6 +336,21 @@ def test_bench_roundtrip_one_nic_handler(tmp_path, capsys):
     assert [k for k in r["loops"] if "verbs" in k] == ["echo verbs gpu_sm_bf"]
 
 
+def test_bench_roundtrip_runs_a_users_echo_in_verbs_mode_beside_the_built_in_one(tmp_path, capsys):
+    out = tmp_path / "rt.json"
+    argv = ["bench", "roundtrip", "--executor", "cpu", "--mode", "verbs", "--count", "50"]
+    argv += ["--handler", "custom", "--repeats", "1", "--nic-handler", "gpu_sm_db"]
+    status = cli_main([*argv, "--floor-iterations", "100", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.out + captured.err
+    r = json.loads(out.read_text())
+    rows = [k for k in r["loops"] if "verbs" in k]
+    assert rows == ["echo verbs gpu_sm_db", "custom verbs gpu_sm_db"], rows
+    custom = r["loops"]["custom verbs gpu_sm_db"]
+    assert (custom["replies"], custom["wrong"], custom["status"]) == (50, 0, "done")
+    assert r["verbs_custom"]["gpu_sm_db"]["server"]["handler_errors"] == 0
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("nic_handler", SERVED_HANDLERS)
 def test_gpu_echo_through_gpunetio_device_api(nic_handler):

@@ -307,12 +307,16 @@ def _verbs_loop(
     expected: list[bytes] | None = None,
     distance: int = 3,
     nic_handler: str = "auto",
+    custom: dict[str, str] | None = None,
 ) -> tuple[RoundTrip, dict[str, Any]]:
     """The same loop in Verbs mode, one request at a time (a warm-up run first), then its
-    doorbell's floor (``put_signal_floor_us``, a mean or why not; ``put_signal_row`` the row)."""
+    doorbell's floor (``put_signal_floor_us``, a mean or why not; ``put_signal_row`` the row).
+    ``custom``: handler custom's section."""
     from roce_transceiver.verbs_mode import SLOT_HEADER_BYTES, VerbsLoopback
 
-    with VerbsLoopback(handler, executor=executor, distance=distance, nic_handler=nic_handler) as v:
+    with VerbsLoopback(
+        handler, executor=executor, distance=distance, nic_handler=nic_handler, custom=custom
+    ) as v:
         print(f"verbs mode: {v.executor_reason}", file=out)
         v.roundtrip(min(count, 1000), size, payloads=payloads, expected=expected)
         rt = v.roundtrip(
@@ -541,6 +545,12 @@ def run_roundtrip(
             used, "echo", count, out, nic_handler, size=size
         )
         loops.update(verbs)
+        if custom is not None:  # the user's echo in the serve loop too, beside the built-in one
+            verbs, extra["verbs_custom"], custom_beside = _verbs_loops(
+                used, "custom", count, out, nic_handler, size=size, custom=custom
+            )
+            loops.update(verbs)
+            beside.update(custom_beside)
     floors = measure_floors(_floors_for(used, far_end), floor_iterations, size=size)
     # Complete and right includes every completion record.
     checks = extra.get("completions", {}).get("loops", {})

@@ -193,16 +193,11 @@ RT_HD inline void spin_pause() {
 }
 
 #if defined(__CUDACC__)
-// Acquire loads and release stores of a word two warps of one block share (cta scope): what the
-// writer did before its release, to any memory, is seen by the reader after its acquire
-// (cuda/handler_warp.cuh). One lane may use them alone, where a named barrier needs whole warps.
-__device__ inline uint32_t load_acquire_block(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.cta.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ inline void store_release_block(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.cta.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+// Wait at named barrier `id` (1 to 15: 0 is __syncthreads') until `threads` threads of the block
+// (whole warps, each converged) have come to it; orders their memory as __syncthreads orders the
+// block's, with no fence of its own (cuda/handler_warp.cuh: two warps meet there).
+__device__ inline void barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 #endif
 

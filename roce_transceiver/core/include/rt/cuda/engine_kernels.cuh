@@ -15,6 +15,14 @@
 
 namespace rt::cuda {
 
+// A user's module's one-warp kernels give its handler the block's second warp
+// (engine_linkable.cu defines RT_HANDLER_WARP for them; handler_warp.cuh).
+#if defined(RT_HANDLER_WARP)
+constexpr bool kHandlerWarp = true;
+#else
+constexpr bool kHandlerWarp = false;
+#endif
+
 // How often the loop reads its stop flag and publishes a heartbeat: reading
 // every pass would put a memory round trip on the critical path.
 constexpr uint32_t kControlEvery = 256;
@@ -103,9 +111,8 @@ __device__ inline void engine_sync() {
     __syncwarp();
 }
 
-// The caller has loaded the CRC tables into shared memory since `began`, the epoch's start.
-// Every thread of the engine runs it: the block's (a crew), or warp 0 (one warp: a user's module
-// gives its handler the block's second warp, handler_warp.cuh).
+// `began`: the epoch's start. Every thread of the engine runs it: the block's (a crew), or warp 0
+// (one warp: a user's module gives its handler the block's second warp, handler_warp.cuh).
 template <Scope S, bool kCrew, bool kStream = false>
 __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state, KernelControl* ctl,
                           EpochRecord* rec, uint64_t* heartbeat, uint64_t began, uint64_t epoch_ns,
@@ -115,6 +122,10 @@ __device__ void run_epoch(const EngineDesc& d, Staging& stg, EngineState* state,
   // then the crew's batch staging, depth frames.
   __shared__ EngineState st;
   __shared__ uint32_t quit;
+  // The CRC tables (block-wide): loaded by the caller where the block has warps that do not run
+  // the engine (the handler's) or that start it together (a crew); here for one warp alone,
+  // where ptxas keeps its loop in 239 registers rather than 250 (no spills either way).
+  if constexpr (!kCrew && !kHandlerWarp) crc32_tables_to_shared();
   const WarpTeam team;
   const BlockCrew crew;
   const bool warp0 = crew.team_index() == 0;
@@ -246,8 +257,8 @@ __device__ void engine_epoch(const EngineDesc* descs, EngineState* states, Kerne
   handler_warp_open();
 #endif
   uint8_t* staging = icrc_word_tables_to_shared(dynamic_smem);  // the express path's ICRCs
-  crc32_tables_to_shared();  // block-wide: both warps, before they part
 #if defined(RT_HANDLER_WARP)
+  crc32_tables_to_shared();  // block-wide: both warps, before they part
   if (threadIdx.x >= 32) {
     handler_warp_serve();
     return;

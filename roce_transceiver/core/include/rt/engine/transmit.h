@@ -96,12 +96,14 @@ RT_HD inline void count_handled(EngineState& st, const HandlerReply& r) {
     count(st.tally, Counter::kTxRingFull);
 }
 
-// Hand a completed message to the handler, transmit its reply, record it.
-template <Scope S>
+// Team-wide: hand a completed message to the handler (handle_team: by the team), then, on the
+// leader, transmit its reply and record it.
+template <Scope S, class Team = SoloTeam>
 RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* stg,
-                          const Message& m, uint32_t psn, uint64_t rx_ts) {
+                          const Message& m, uint32_t psn, uint64_t rx_ts, const Team& t = Team{}) {
   FrameSpec spec = reply_send_spec(d);
-  HandlerReply r = run_handler<S>(d, st, stg, m, payload_offset(spec));
+  HandlerReply r = run_handler<S>(d, st, stg, m, payload_offset(spec), t);
+  if (!t.leader()) return;
   count_handled(st, r);
   if (r.n >= 0 && r.slot) {
     spec.psn = st.send_psn;
@@ -148,8 +150,22 @@ RT_HD inline void send_actions(const EngineDesc& d, EngineState& st, const Stagi
   a.response = Response::kNone;
 }
 
-// Team-wide: the actions of the decision just made (st.act): the placement by every lane,
-// then, on the leader, what it sends. A team leaves st.act clear for the next decision.
+// Team-wide: the decision's message to a user's handler, which runs on every lane of the team
+// (custom.h; on the GPU the warp, whose calls a user's module serves on a warp of its own:
+// cuda/handler_warp.cuh). Out of line: the general path's, kept from the express path's
+// registers (ptxas: 52 bytes of spills in the linked one-warp kernel when inlined).
+template <Scope S, class Team>
+RT_HD RT_COLD inline void deliver_to_user(const Team& t, const EngineDesc& d, EngineState& st,
+                                          const Staging* stg) {
+  deliver<S>(d, st, stg, st.act.msg, st.act.msg_psn, st.act.msg_ts, t);
+  t.sync();  // every lane done with st.act.msg before the leader clears it
+  if (t.leader()) st.act.deliver = false;
+}
+
+// Team-wide: the actions of the decision just made (st.act): the placement by every lane, a
+// user's handler's message by the team (deliver_to_user), then, on the leader, what it sends
+// (send_actions: a built-in handler's reply, then the RC answer). A team leaves st.act clear
+// for the next decision.
 template <Scope S, class Team>
 RT_HD inline void carry_out(const Team& t, const EngineDesc& d, EngineState& st,
                             const Staging* stg) {
@@ -158,6 +174,8 @@ RT_HD inline void carry_out(const Team& t, const EngineDesc& d, EngineState& st,
     copy_bytes_team(t, st.act.place_dst, st.act.place_src, n);
     t.sync();  // every lane's stores (and reads of st.act) before a handler reads them
   }
+  if (kRunsUserHandler && st.act.deliver && d.handler.kind == HandlerKind::kCustom)
+    deliver_to_user<S>(t, d, st, stg);
   if (t.leader()) {
     if (n) st.act.place_len = 0;
     if (st.act.deliver || st.act.response != Response::kNone) send_actions<S>(d, st, stg);

@@ -10,6 +10,15 @@
 
 namespace rt {
 
+// Whether this code runs a user's handler: on the host always (its shared object), on the GPU
+// where its entry is linked in (RT_CUSTOM_ENTRY). The built-in kernels refuse handler custom at
+// start, so what only a user's handler needs is left out of them (and of their registers).
+#if !RT_DEVICE_CODE || defined(RT_CUSTOM_ENTRY)
+constexpr bool kRunsUserHandler = true;
+#else
+constexpr bool kRunsUserHandler = false;
+#endif
+
 // A user handler's returned length, checked here, once, for every user handler: more than the
 // capacity (the handler wrote past what it was given, or miscounted) or a negative value other
 // than kNoReply is a handler error and nothing is sent.
