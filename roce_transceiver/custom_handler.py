@@ -567,25 +567,17 @@ class EngineKernels:
 # The file name NVRTC's log gives the lines that bind the entry to the engine's name for it: an
 # error there is about the entry (_one_line), as for check-handler's kernel.
 _ENGINE_BINDING = _WRAPPER_NAME
-# The entry as the engine's linkable kernels call it (cuda/engine_linkable.cu).
-_LINKED_ENTRY = "rt_custom_linked_entry"
 
 
 def _handler_unit(source: bytes, name: str, entry: str) -> bytes:
     # The user's lines first, with their own file name and numbers; then the one function the
-    # engine calls, of exactly the entry's type: fully qualified, so that an entry named like
-    # one of the engine's own functions (handle) is still the user's; the entry is inlined into
-    # it, and it is what the linker joins to the engine's call.
+    # engine calls (rt/handlers/linked_entry.h's RT_DEFINE_LINKED_ENTRY), which checks the entry's
+    # type and calls it: fully qualified, so that an entry named like one of the engine's own
+    # functions (handle) is still the user's; the entry is inlined into it, and it is what the
+    # linker joins to the engine's call.
     quoted = name.replace("\\", "\\\\").replace('"', '\\"')
-    head = f'#include "rt/handlers/custom.h"\n#line 1 "{quoted}"\n'.encode()
-    binding = (
-        f'\n#line 1 "{_ENGINE_BINDING}"\n'
-        f'extern "C" __device__ int {_LINKED_ENTRY}(::rt::CustomCall call) {{\n'
-        f"  const ::rt::CustomEntry entry = &::{entry};\n"
-        "  (void)entry;\n"
-        f"  return ::{entry}(call);\n"
-        "}\n"
-    ).encode()
+    head = f'#include "rt/handlers/linked_entry.h"\n#line 1 "{quoted}"\n'.encode()
+    binding = f'\n#line 1 "{_ENGINE_BINDING}"\nRT_DEFINE_LINKED_ENTRY(::{entry})\n'.encode()
     return head + source + binding
 
 

@@ -20,7 +20,9 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import skip_missing
 
+from roce_transceiver import _core
 from roce_transceiver import custom_handler as ch
 
 _NVRTC = ch.nvrtc_status()
@@ -100,10 +102,9 @@ SERVE_NAMES = (
 def test_the_verbs_serve_kernels_link_with_the_users_entry(tmp_path):
     # Built where GPUNetIO's headers are (CI fetches them): the serve kernels by the names the
     # host loads them by (verbs_serve.cuh's kServeKernelNames), one a doorbell mode.
-    from roce_transceiver import _core
-
-    if not _core.gpunetio_info()["built"] and not os.environ.get("CI"):
-        pytest.skip("this build has no GPUNetIO device API, and so no linkable serve kernels")
+    info = _core.gpunetio_info()
+    if not info["built"]:
+        skip_missing("gpunetio", f"no GPUNetIO device API in this build ({info['source']})")
     built = ch.compile_engine(
         HANDLE_ECHO, name="echo.cu", kernels=ch.VERBS_SERVE_KERNELS, cache=tmp_path
     )

@@ -11,7 +11,7 @@
 // The one-warp kernels (the request loop, whose round trip is the product's figure) run the
 // handler on a warp of their own (handler_warp.cuh): the engine's warp posts each call to it,
 // and its code has no call. The crew's warps call the entry themselves: a crew takes messages
-// in parallel, and a batch's cost is not one message's latency. The entry: linked_entry.cuh.
+// in parallel, and a batch's cost is not one message's latency. The entry: handlers/linked_entry.h.
 // One set a build (CMakeLists.txt): the host launches a user's one-warp kernel with the handler's
 // warp beside the engine's (engine_kernel.cu), and a crew kernel without.
 #if !defined(RT_ENGINE_KERNEL_SET) || (RT_ENGINE_KERNEL_SET & ~3 && RT_ENGINE_KERNEL_SET & 3)
@@ -21,8 +21,8 @@
 #define RT_HANDLER_WARP 1
 #define RT_CUSTOM_ENTRY ::rt::cuda::handler_warp_call
 #else
-#include "rt/cuda/linked_entry.cuh"
-#define RT_CUSTOM_ENTRY ::rt_custom_linked_entry
+#include "rt/handlers/linked_entry.h"
+#define RT_CUSTOM_ENTRY ::rt::call_linked_entry
 #endif
 
 #include "rt/cuda/engine_kernels.cuh"

@@ -3,11 +3,11 @@
 // the user's handler at start (custom_handler.py, as for the engine's: engine_linkable.cu), so
 // that a handler needs no GPUNetIO headers at run time. One thread serves (verbs/serve_loop.h):
 // the handler is called as a team of one, lanes 1, which it calls itself. The entry:
-// linked_entry.cuh. The kernels' names: kServeKernelNames (verbs_serve.cuh), which the host
+// handlers/linked_entry.h. The kernels' names: kServeKernelNames (verbs_serve.cuh), which the host
 // loads them by (verbs_kernels.cu).
-#include "rt/cuda/linked_entry.cuh"
+#include "rt/handlers/linked_entry.h"
 
-#define RT_CUSTOM_ENTRY ::rt_custom_linked_entry
+#define RT_CUSTOM_ENTRY ::rt::call_linked_entry
 
 #include "rt/cuda/verbs_serve.cuh"
 

@@ -20,7 +20,7 @@
 #pragma once
 
 #include "rt/crew.h"
-#include "rt/cuda/linked_entry.cuh"
+#include "rt/handlers/linked_entry.h"
 #include "rt/platform.h"
 
 namespace rt::cuda {
@@ -54,7 +54,7 @@ __device__ inline void handler_warp_serve() {
     if (box.quit) return;
     CustomCall call = box.call;
     call.lane = threadIdx.x & 31u;
-    const int n = rt_custom_linked_entry(call);
+    const int n = call_linked_entry(call);
     if (first_lane()) box.reply = n;
     barrier_sync(kHandlerBarrier, kHandlerWarpThreads);  // the reply and its bytes are out
   }

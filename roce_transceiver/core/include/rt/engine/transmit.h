@@ -174,8 +174,12 @@ RT_HD inline void carry_out(const Team& t, const EngineDesc& d, EngineState& st,
     copy_bytes_team(t, st.act.place_dst, st.act.place_src, n);
     t.sync();  // every lane's stores (and reads of st.act) before a handler reads them
   }
-  if (kRunsUserHandler && st.act.deliver && d.handler.kind == HandlerKind::kCustom)
-    deliver_to_user<S>(t, d, st, stg);
+  if (kRunsUserHandler && d.handler.kind == HandlerKind::kCustom) {
+    const bool deliver = st.act.deliver;
+    t.sync();  // every lane has read it before the leader clears it (found by the host warp
+               // under TSan)
+    if (deliver) deliver_to_user<S>(t, d, st, stg);
+  }
   if (t.leader()) {
     if (n) st.act.place_len = 0;
     if (st.act.deliver || st.act.response != Response::kNone) send_actions<S>(d, st, stg);
