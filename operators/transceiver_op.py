@@ -139,15 +139,25 @@ class RoceTransceiverOp(Operator):
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
-        t = Transceiver(self.config)
+        config, announcement = self.config, None
+        if config["hsb"]["bridge"]:
+            from roce_transceiver.hsb_control import EnumerationError
+            from roce_transceiver.hsb_stream import HsbError, HsbStream, bridge_overrides
+            from roce_transceiver.schema import with_overrides
+
+            # Heard first: the transceiver takes the bridge's MAC and page bits from it.
+            try:
+                announcement = HsbStream.find(config)
+            except EnumerationError as e:
+                raise HsbError(f"bridge {config['hsb']['bridge']}: {e}") from None
+            config = with_overrides(config, bridge_overrides(config, announcement))
+        t = Transceiver(config)
         self.executor = t.executor
         t.start()
         if t.config["hsb"]["bridge"]:
-            from roce_transceiver.hsb_stream import HsbStream
-
             self.hsb = HsbStream(t.config)
             try:
-                self.hsb.open()
+                self.hsb.open(announcement)
             except BaseException:
                 self.hsb = None
                 t.stop()

@@ -28,6 +28,7 @@ from roce_transceiver.custom_params import check as _custom_params
 from roce_transceiver.custom_params import custom_params_bytes as custom_params_bytes
 from roce_transceiver.custom_params import pack_params as pack_params
 from roce_transceiver.doca import sdk_path as doca_sdk_path
+from roce_transceiver.hsb import DEFAULT_PAGE_BITS
 from roce_transceiver.schema import (
     MAX_DEPTH,
     MAX_EXPANDED,
@@ -420,6 +421,15 @@ SCHEMA = Section(
                 ),
                 "sequence_check": Field(
                     bool, True, "ask the bridge to refuse requests out of sequence"
+                ),
+                "page_bits": Field(
+                    int,
+                    None,
+                    "bits of the end-of-frame immediate that name the page: 12 (HSB IP "
+                    "0x2603 and later), 8 (before); null: by the HSB IP version the bridge "
+                    "announces (listen --hsb), else 12",
+                    choices=(8, 12),
+                    nullable=True,
                 ),
                 "take_over": Field(
                     bool,
@@ -883,6 +893,11 @@ COMPUTED: dict[str, Computed] = {
     # object for the cpu executor, the engine's kernels for the cuda executor) and sets these.
     "custom_library": Computed((), lambda cfg, ex, blob: ""),
     "custom_kernel_image": Computed((), lambda cfg, ex, blob: b""),
+    # The immediate's page bits: the bridge's (null: 12; listen --hsb resolves null from the
+    # bridge's announcement, hsb_stream.page_bits_for).
+    "frames_page_bits": Computed(
+        ("hsb.page_bits",), lambda cfg, ex, blob: cfg["hsb"]["page_bits"] or DEFAULT_PAGE_BITS
+    ),
     # custom.source with the frames handler: the handler is the stream's statistic.
     "frames_statistic": Computed(
         ("handler", "custom.source"),
@@ -929,6 +944,7 @@ NOT_IN_ENGINE.update(
         f"hsb.{key}": "the bridge's control plane: roce_transceiver/hsb_stream.py programs "
         "the bridge from it before the engine's frames arrive; the engine never sees it"
         for key in SCHEMA.keys["hsb"].keys  # type: ignore[union-attr]
+        if key != "page_bits"  # the engine reads the immediate with it: frames_page_bits
     }
 )
 

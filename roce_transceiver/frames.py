@@ -104,7 +104,9 @@ class Frame:
             self._release()
 
     def as_dict(self) -> dict[str, Any]:
-        """The frame's record (every field but the page's handles) and ``ok``."""
+        """The frame's record (every field but the page's handles) and ``ok``; and
+        ``metadata_crc32``, metadata_crc's name before 2026-12-01, for readers of listen's JSON
+        that still ask for it (the record's CRC as sent: JAMCRC, not zlib's crc32)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
         del out["released"], out["on_device"]  # the handle's state, not the frame's
-        return {**out, "ok": self.ok}
+        return {**out, "ok": self.ok, "metadata_crc32": self.metadata_crc}

@@ -15,11 +15,32 @@ from dataclasses import asdict, dataclass
 from roce_transceiver import _core
 from roce_transceiver._checks import check_buffer, check_int
 
-__all__ = ["METADATA_BYTES", "PAGE_ALIGN", "FrameMetadata", "imm_decode", "imm_encode", "jamcrc"]
+__all__ = [
+    "DEFAULT_PAGE_BITS",
+    "METADATA_BYTES",
+    "PAGE_ALIGN",
+    "PAGE_BITS_12_FROM",
+    "FrameMetadata",
+    "imm_decode",
+    "imm_encode",
+    "jamcrc",
+    "page_bits_for",
+]
 
 METADATA_BYTES = 128
 _U32_MAX = 2**32 - 1
 PAGE_ALIGN = 128  # HSB pads a frame to this before a record appended to its last packet
+#: The HSB IP version from which a bridge names the page in the immediate's low 12 bits; the
+#: ones before it in the low 8 (hsb.page_bits).
+PAGE_BITS_12_FROM = 0x2603
+DEFAULT_PAGE_BITS = 12
+
+
+def page_bits_for(hsb_ip_version: int | None) -> int:
+    """The immediate's page bits of a bridge of ``hsb_ip_version`` (None, not heard: 12)."""
+    if hsb_ip_version is None or hsb_ip_version >= PAGE_BITS_12_FROM:
+        return DEFAULT_PAGE_BITS
+    return 8
 
 
 def jamcrc(data: bytes | bytearray | memoryview) -> int:
@@ -35,10 +56,13 @@ def imm_encode(psn: int, page: int) -> int:
     return int(_core.hsb_imm_encode(psn, page))
 
 
-def imm_decode(imm: int) -> tuple[int, int]:
-    """``(psn[19:0], page)`` from an end-of-frame immediate (a u32)."""
+def imm_decode(imm: int, page_bits: int = DEFAULT_PAGE_BITS) -> tuple[int, int]:
+    """``(psn[19:0], page)`` from an end-of-frame immediate (a u32), the page in its low
+    ``page_bits`` bits (8 or 12: hsb.page_bits)."""
     imm = check_int("imm_decode()", "imm", imm, 0, _U32_MAX)
-    psn, page = _core.hsb_imm_decode(imm)
+    if page_bits not in (8, 12):
+        raise ValueError(f"imm_decode(): page_bits {page_bits!r}: 8 or 12")
+    psn, page = _core.hsb_imm_decode(imm, page_bits)
     return int(psn), int(page)
 
 

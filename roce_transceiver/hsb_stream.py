@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from roce_transceiver.hsb import METADATA_BYTES, PAGE_ALIGN
+from roce_transceiver.hsb import DEFAULT_PAGE_BITS, METADATA_BYTES, PAGE_ALIGN, page_bits_for
 from roce_transceiver.hsb_control import (
     DEFAULT_BOARD,
     SEQUENCE_CHECK_FAIL,
@@ -760,6 +760,13 @@ class HsbStream:
                     f"written here are {MINIMUM_HSB_IP_VERSION:#06x}'s and later's: update "
                     "the bridge's FPGA image"
                 )
+            bits, want = h["page_bits"] or DEFAULT_PAGE_BITS, page_bits_for(version)
+            if bits != want:  # its frames' pages would be read wrong: refused before it streams
+                raise HsbError(
+                    f"bridge {plans[0].bridge}: HSB IP version {version:#06x} names the page in "
+                    f"the end-of-frame immediate's low {want} bits, this transceiver reads "
+                    f"{bits} (hsb.page_bits: {h['page_bits']}): set hsb.page_bits: {want}"
+                )
             self._claim(self.channels, h["take_over"])
             for ch in self.channels:
                 ch.configure()
@@ -859,12 +866,15 @@ class HsbStream:
         self.close()
 
 
-def with_bridge(cfg: dict[str, Any], announcement: Announcement | None) -> dict[str, Any]:
-    """``cfg`` with the peer set to the bridge: its IP, and its MAC when it was heard (what a
-    packet-mode transceiver's ``peer.mac: auto`` would ask the neighbour table for)."""
-    out = dict(cfg)
-    peer = dict(cfg["peer"], ip=cfg["hsb"]["bridge"])
+def bridge_overrides(cfg: dict[str, Any], announcement: Announcement | None) -> dict[str, Any]:
+    """What a transceiver streamed into by the bridge of ``cfg`` (its ``hsb`` section) takes
+    from its announcement, as dotted keys: its MAC for ``peer.mac: auto`` (the neighbour
+    table may not have it yet) and, for ``hsb.page_bits: null``, the page bits of its HSB IP
+    version (hsb.page_bits_for). Nothing when it was not heard (``hsb.enumerate: false``)."""
+    out: dict[str, Any] = {}
     if announcement is not None:
-        peer["mac"] = announcement.mac.lower()
-    out["peer"] = peer
+        if cfg["peer"]["mac"] == "auto":
+            out["peer.mac"] = announcement.mac.lower()
+        if cfg["hsb"]["page_bits"] is None:
+            out["hsb.page_bits"] = page_bits_for(announcement.hsb_ip_version)
     return out

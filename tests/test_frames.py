@@ -26,7 +26,7 @@ from frames_helpers import PAGE, frames_config, one_frame, send, sensor_for
 from roce_transceiver.config import ConfigError
 from roce_transceiver.hsb import jamcrc
 from roce_transceiver.peers.sensor import Sensor, SentFrame
-from roce_transceiver.transceiver import Transceiver
+from roce_transceiver.transceiver import Transceiver, TransceiverError
 
 
 @pytest.mark.parametrize("metadata", [True, False])
@@ -125,6 +125,34 @@ def test_a_host_that_holds_its_pages_costs_dropped_frames_never_a_stall(executor
             assert f.frame_number == n and f.ok and f.data.tobytes() == sent.content
             f.release()
         wait_counters(t, frames=4, frames_dropped=2, frame_page_busy=10)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("reads", [8, 12])
+def test_an_older_bridges_page_is_read_from_the_immediates_low_8_bits(
+    executor: str, reads: int
+) -> None:
+    # A bridge before HSB IP 0x2603 names the page in the immediate's low 8 bits; the sensor
+    # here sets bits 11:8 too, which are not the page's: read with hsb.page_bits 12, the
+    # immediate names another page than the one the data went to.
+    cfg = frames_config(executor) | {"hsb": {"page_bits": reads}}
+    with Transceiver(cfg) as t:
+        sensor = Sensor.for_config(t.config, page_bits=8)
+        for n in range(3):
+            sent = sensor.frame(n, bytes([n]) * 3000)
+            send(t, sent.packets)
+            f = one_frame(t)
+            assert f.page == sent.page and f.data.tobytes() == sent.content
+            assert (f.page_match, f.ok) == ((True, True) if reads == 8 else (False, False)), n
+            f.release()
+
+
+def test_the_pages_must_fit_the_immediates_page_bits() -> None:
+    with pytest.raises(TransceiverError, match=r"frames.pages=512: .* 256 pages at most with"):
+        Transceiver(frames_config("cpu", pages=512) | {"hsb": {"page_bits": 8}})
+    with pytest.raises(ConfigError) as e:
+        Transceiver(frames_config("cpu") | {"hsb": {"page_bits": 10}})
+    assert e.value.key == "hsb.page_bits"
 
 
 def test_frames_config_errors_name_the_key() -> None:

@@ -68,7 +68,7 @@ def client(b: SoftwareBridge, **kw: object) -> Ecb:
 
 def test_read_write_single_and_block_hold_what_the_bridge_holds(bridge: SoftwareBridge) -> None:
     with client(bridge) as e:
-        assert e.read(0x80) == 0x2602  # HSB_IP_VERSION
+        assert e.read(0x80) == 0x2603  # HSB_IP_VERSION
         e.write(0x1000, 0x123)
         e.write_block([(0x1004, 0xDEADBEEF), (0x1008, 7), (0x02000304, 11)])
         assert e.read_block([0x1000, 0x1004, 0x1008]) == [0x123, 0xDEADBEEF, 7]
@@ -80,7 +80,7 @@ def test_read_write_single_and_block_hold_what_the_bridge_holds(bridge: Software
 def test_blocks_are_split_at_511(bridge: SoftwareBridge) -> None:
     with client(bridge) as e:
         values = e.read_block([0x80] * 600)
-    assert values == [0x2602] * 600
+    assert values == [0x2603] * 600
     assert [r[0] for r in bridge.requests] == [0x19, 0x19]  # READ_BLOCK of 511, then of 89
 
 
@@ -191,7 +191,7 @@ def test_a_late_reply_to_an_earlier_request_is_ignored(bridge: SoftwareBridge) -
     try, retried A (answered at once) and sent request B: it is counted and ignored, and B
     gets its own reply."""
     with client(bridge, timeout=0.2, retries=2) as e:
-        assert e.read(0x80) == 0x2602  # HSB_IP_VERSION, by its second try
+        assert e.read(0x80) == 0x2603  # HSB_IP_VERSION, by its second try
         assert e.read(0x84) == 0x20261201  # FPGA_DATE, not A's late reply
     assert e.counters.retries == 1 and e.counters.ignored == 1
     assert bridge.answered == 3
@@ -259,7 +259,7 @@ def test_enumeration_lists_the_bridge_and_says_where_garbage_goes_wrong() -> Non
         BRIDGE_IP,
         "02:48:53:42:00:01",
         0,
-        0x2602,
+        0x2603,
     )
     assert a.uuid == BRIDGE_UUID and a.board[0] == "unknown board" and a.as_dict()["sensors"] == 2
     assert problems and "offset 236: vendor tag 0x55" in problems[0]

@@ -68,10 +68,13 @@ def host_config(b: SoftwareBridge, port: int, host: str = HOSTS[0], **more: obje
     return bridge_host_config(host, BRIDGE_IP, **{**hsb, **more})
 
 
-def announcing_bridge(port: int, faults: BridgeFaults, rate: int | None = 200) -> SoftwareBridge:
+def announcing_bridge(
+    port: int, faults: BridgeFaults, rate: int | None = 200, **more: Any
+) -> SoftwareBridge:
     """A software bridge on lo announcing itself to ``port`` every 50 ms (``rate``: frames a
-    second once programmed; None, the bridge's default)."""
+    second once programmed; None, the bridge's default; ``more``: SoftwareBridge's keys)."""
     kw: dict[str, Any] = {} if rate is None else {"rate": rate}
+    kw |= more
     return SoftwareBridge(
         BRIDGE_IP,
         control_port=0,
@@ -232,6 +235,27 @@ def test_no_announcement_is_a_bounded_named_error(tmp_path: Path) -> None:
         done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "2")
         assert done.returncode == 0, done.stderr
         assert unconfigured(b2)
+
+
+def test_an_older_bridge_names_the_page_in_8_bits_and_listen_reads_it_so(tmp_path: Path) -> None:
+    # HSB IP 0x2602: the page is the immediate's low 8 bits (its frames set bits 11:8 too).
+    # listen takes the bits from its announcement (hsb.page_bits: null); without one it reads
+    # 12 and refuses to program it, naming the key.
+    port = free_port()
+    with announcing_bridge(port, BridgeFaults(), hsb_ip_version=0x2602) as b:
+        cfg = host_config(b, port)
+        done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "4")
+        assert done.returncode == 0, done.stderr
+        *frames, _ = [json.loads(x) for x in done.stdout.splitlines()]
+        assert len(frames) >= 4 and all(f["ok"] and f["page_match"] for f in frames)
+        cfg["hsb"]["enumerate"] = False
+        done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "1")
+        assert done.returncode == 2
+        assert "HSB IP version 0x2602 names the page in the end-of-frame immediate's low 8" in (
+            done.stderr
+        )
+        assert "set hsb.page_bits: 8" in done.stderr
+        assert unconfigured(b)
 
 
 def test_two_sensors_stream_to_two_transceivers_one_qp_each(

@@ -99,6 +99,37 @@ def test_frames_whose_end_was_lost_are_dropped_and_listen_says_so(tmp_path: Path
     assert listen.returncode == 1
 
 
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_record_crc_of_0_is_explained_once_with_the_key_that_takes_such_frames(
+    tmp_path: Path, as_json: bool
+) -> None:
+    # HSB's emulator leaves the record's CRC 0: with frames.check_crc true (the default) every
+    # frame is bad, and listen says why once, both CRCs in the record's convention (JAMCRC).
+    path = config(tmp_path)
+    sensor = [*CLI, "peer", "sensor", "--config", str(path), "--frames", "3"]
+    sensor += ["--frame-bytes", "20000", "--rate", "200", "--record-crc", "zero", "--json"]
+    until = ["--frames", "3", "--seconds", "60", *(["--json"] if as_json else [])]
+    with started([*CLI, "listen", "--config", str(path), *until], "listening") as listen:
+        done = subprocess.run(sensor, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        out, err = listen.communicate(timeout=90)
+    assert listen.returncode == 1
+    sent = [json.loads(x) for x in done.stdout.splitlines()]
+    ours = sent[0]["crc32"] ^ 0xFFFFFFFF
+    why = [line for line in err.splitlines() if "frames.check_crc: false" in line]
+    assert len(why) == 1, err
+    assert "record's CRC is 00000000 (0: the sender does not compute it" in why[0], why
+    assert f"the page's is {ours:08x} (both JAMCRC" in why[0], why
+    lines = out.splitlines()[:-1]  # the summary last
+    if as_json:
+        frames = [json.loads(line) for line in lines]
+        # metadata_crc32: the field's name before 2026-12-01, kept beside metadata_crc.
+        assert all(f["metadata_crc"] == f["metadata_crc32"] == 0 for f in frames), frames
+        assert not any(f["ok"] for f in frames)
+    else:
+        assert f"jamcrc {ours:08x} record 00000000" in lines[0] and lines[0].endswith("BAD")
+
+
 def test_lost_packets_mark_exactly_the_damaged_frames(tmp_path: Path) -> None:
     status, lines, sent = run_pair(config(tmp_path), 12, "--loss", "0.05")
     *frames, summary = lines

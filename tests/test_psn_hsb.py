@@ -21,7 +21,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roce_transceiver.hsb import METADATA_BYTES, FrameMetadata, imm_decode, imm_encode, jamcrc
+from roce_transceiver.hsb import (
+    METADATA_BYTES,
+    FrameMetadata,
+    imm_decode,
+    imm_encode,
+    jamcrc,
+    page_bits_for,
+)
 from roce_transceiver.protocol import build, parse, psn_add, psn_diff
 
 PSN_MOD = 1 << 24
@@ -129,6 +136,19 @@ def test_imm_round_trips_through_decode(psn, page):
 @given(st.integers(0, 2**32 - 1))
 def test_imm_decode_splits_bits_31_12_and_11_0(imm):
     assert imm_decode(imm) == (imm >> 12, imm & 0xFFF)
+
+
+@PROPS
+@given(st.integers(0, 2**32 - 1))
+def test_an_older_bridges_page_is_the_immediates_low_8_bits(imm):
+    assert imm_decode(imm, page_bits=8) == (imm >> 12, imm & 0xFF)
+
+
+def test_the_page_bits_follow_the_bridges_hsb_ip_version():
+    # HSB IP 0x2603 moved the page from the immediate's low 8 bits to its low 12.
+    assert [page_bits_for(v) for v in (0x2602, 0x2603, 0x2700, None)] == [8, 12, 12, 12]
+    with pytest.raises(ValueError, match="page_bits 10: 8 or 12"):
+        imm_decode(0, page_bits=10)
 
 
 def test_imm_is_big_endian_in_end_of_frame_write():

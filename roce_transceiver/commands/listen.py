@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.take_over and not args.hsb:
         raise CommandError("listen: --take-over takes a sensor over for --hsb: give --hsb IP")
     seen = bad = 0
+    crc_said = False
     overrides: dict[str, Any] = {"handler": "frames"}
     stream = None
     if args.hsb:
@@ -116,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
                         opener.came(f.queue)
                     d = f.as_dict()
                     f.release()
+                    if not crc_said and d["crc_checked"] and not d["crc_ok"]:
+                        crc_said = True
+                        print(_crc_why(d), file=sys.stderr, flush=True)
                     print(json.dumps(d) if args.json else _line(d), flush=True)
         finally:
             if opener is not None:
@@ -153,7 +157,7 @@ def _find_bridge(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     the overrides that point the transceiver's peer at the bridge."""
     from roce_transceiver.config import ConfigError, load_config
     from roce_transceiver.hsb_control import EnumerationError
-    from roce_transceiver.hsb_stream import HsbStream
+    from roce_transceiver.hsb_stream import HsbStream, bridge_overrides
 
     ip, sensor = args.hsb
     more: dict[str, Any] = {"hsb.bridge": ip, "peer.ip": ip}
@@ -168,8 +172,7 @@ def _find_bridge(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         raise CommandError(f"listen: {e}") from None
     except EnumerationError as e:
         raise CommandError(f"listen --hsb: {e}") from None
-    if announcement is not None and cfg["peer"]["mac"] == "auto":
-        more["peer.mac"] = announcement.mac.lower()  # the neighbour table may not have it yet
+    more |= bridge_overrides(cfg, announcement)
     stream = HsbStream(cfg, source=args.config)
     stream.announcement = announcement
     return stream, more
@@ -297,9 +300,25 @@ _WATCHDOG_S = 1.0
 
 
 def _line(d: dict) -> str:
+    # The record's CRC is JAMCRC (zlib's without its final XOR): beside it, ours the same way.
     meta = "-" if d["metadata_crc"] is None else f"{d['metadata_crc']:08x}"
     return (
-        f"frame {d['frame_number']} page {d['page']} {d['bytes']} B crc {d['crc32']:08x} "
-        f"meta {meta} psn {d['psn_first']}..{d['psn_last']} lost {d['packets_lost']} "
-        f"{'ok' if d['ok'] else 'BAD'}"
+        f"frame {d['frame_number']} page {d['page']} {d['bytes']} B crc32 {d['crc32']:08x} "
+        f"jamcrc {d['crc32'] ^ 0xFFFFFFFF:08x} record {meta} psn {d['psn_first']}.."
+        f"{d['psn_last']} lost {d['packets_lost']} {'ok' if d['ok'] else 'BAD'}"
+    )
+
+
+def _crc_why(d: dict) -> str:
+    """Why a frame failed frames.check_crc, said once a run: the two CRCs in the record's
+    convention, and the key that takes such frames."""
+    record, ours = d["metadata_crc"], d["crc32"] ^ 0xFFFFFFFF
+    sender = (
+        " (0: the sender does not compute it, as HSB's emulator does not)" if record == 0 else ""
+    )
+    return (
+        f"listen: frame {d['frame_number']} is bad: its metadata record's CRC is {record:08x}"
+        f"{sender}, the page's is {ours:08x} (both JAMCRC, the record's convention); with "
+        "frames.check_crc: true every such frame is bad, frames.check_crc: false takes a frame "
+        "on its byte count (said once)"
     )

@@ -110,6 +110,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     sn.add_argument("--content", metavar="FILE", help="frame bytes from FILE (default: a pattern)")
     sn.add_argument(
+        "--record-crc",
+        choices=("jamcrc", "zero"),
+        default="jamcrc",
+        dest="record_crc",
+        help="the metadata record's CRC: the frame's JAMCRC (default), or 0 as HSB's emulator "
+        "leaves it",
+    )
+    sn.add_argument(
         "--linger",
         type=SECONDS_OR_ZERO,
         default=0.0,
@@ -345,7 +353,9 @@ def run_sensor(args: argparse.Namespace) -> int:
     mode = args.mode or cfg["socket"]["mode"]
     try:
         with open_link(cfg, mode, args.interface, own_port=12288) as link:
-            sensor = Sensor.for_config(cfg, link.addresses, payload=args.payload, faults=faults)
+            sensor = Sensor.for_config(
+                cfg, link.addresses, payload=args.payload, faults=faults, record_crc=args.record_crc
+            )
             interval = 1.0 / args.rate if args.rate else 0.0
             next_at = time.perf_counter()
             frame_bytes = args.frame_bytes or sensor.max_frame_bytes

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from roce_transceiver.hsb import page_bits_for
 from roce_transceiver.hsb_control import (
     ANNOUNCE_SOURCE_PORT,
     CONTROL_PORT,
@@ -146,7 +147,7 @@ class SoftwareBridge:
         interface: str | None = None,
         frames: int | None = None,
         rate: float | None = None,
-        hsb_ip_version: int = 0x2602,
+        hsb_ip_version: int = 0x2603,
         faults: BridgeFaults | None = None,
         seed: int = 1,
         on_frame: Callable[[StreamedFrame], None] | None = None,
@@ -428,6 +429,7 @@ class SoftwareBridge:
             payload=snapshot[-2] * UNIT,
             first_psn=psn,
             record="hsb",
+            page_bits=page_bits_for(self.hsb_ip_version),  # its version's end-of-frame immediate
         )
         return sensor, reg[BUFFER_LENGTH], reg[HOST_UDP_PORT]
 

@@ -82,6 +82,8 @@ class Sensor:
         record: str = "separate",
         faults: Faults | None = None,
         seed: int = 1,
+        record_crc: str = "jamcrc",
+        page_bits: int = 12,
     ) -> None:
         if addresses.transport != "UC":
             raise ValueError("an HSB sensor speaks UC (qp.transport: UC)")
@@ -91,12 +93,18 @@ class Sensor:
             raise ValueError(f"psn_bits {psn_bits}: 24, or 20 as HSB's emulator counts")
         if record not in ("separate", "appended", "hsb"):
             raise ValueError(f"record {record!r}: 'separate', 'appended' or 'hsb'")
+        if record_crc not in ("jamcrc", "zero"):
+            raise ValueError(f"record_crc {record_crc!r}: 'jamcrc', or 'zero' as HSB's emulator")
+        if page_bits not in (8, 12):
+            raise ValueError(f"page_bits {page_bits}: 12, or 8 as HSB IP before 0x2603")
         self.addresses = addresses
         self.va, self.rkey = va, rkey
         self.page_bytes, self.pages = page_bytes, pages
         self.payload = payload
         self.metadata = metadata
         self.record = record
+        self.record_crc = record_crc
+        self.page_bits = page_bits
         self.psn_bits = psn_bits
         self.psn = first_psn & ((1 << psn_bits) - 1)
         self.faults = faults or Faults()
@@ -139,6 +147,12 @@ class Sensor:
             op, data, psn=psn, va=va, rkey=self.rkey, dma_len=len(data), **extra
         )
 
+    def _imm(self, psn: int, page: int) -> int:
+        """The end-of-frame immediate. With 8 page bits (HSB IP before 0x2603) bits 11:8 are
+        not the page's: set here, so that a receiver reading 12 bits finds another page."""
+        imm = imm_encode(psn, page)
+        return imm if self.page_bits == 12 else imm | 0xF00
+
     def frame(self, frame_number: int, content: bytes) -> SentFrame:
         """The packets of one frame written to page ``frame_number % pages``, faults applied."""
         if not 0 < len(content) <= self.max_frame_bytes:
@@ -149,7 +163,7 @@ class Sensor:
         record = b""
         if self.metadata:
             record = FrameMetadata(
-                crc=jamcrc(content),
+                crc=jamcrc(content) if self.record_crc == "jamcrc" else 0,
                 bytes_written=len(content),
                 frame_number=frame_number & 0xFFFF,
             ).pack()
@@ -172,7 +186,7 @@ class Sensor:
                 chunk = chunk + bytes(pad) + self._with_psn(record, psn)
             end.append(
                 self._write(
-                    "RDMA_WRITE_ONLY_WITH_IMMEDIATE", chunk, va, psn, imm=imm_encode(psn, page)
+                    "RDMA_WRITE_ONLY_WITH_IMMEDIATE", chunk, va, psn, imm=self._imm(psn, page)
                 )
             )
         if self.metadata and not appended:
@@ -184,7 +198,7 @@ class Sensor:
                     self._with_psn(record, psn),
                     base + (self.page_bytes - METADATA_BYTES if at is None else at),
                     psn,
-                    imm=imm_encode(psn, page),
+                    imm=self._imm(psn, page),
                 )
             )
         sent = SentFrame(frame_number, page, content, [])

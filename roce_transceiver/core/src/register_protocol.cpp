@@ -423,8 +423,12 @@ void register_protocol(pybind11::module_& m) {
   m.def("psn_diff", &psn_diff);
   m.def("psn_before", &psn_before);
   m.def("hsb_imm_encode", &hsb_imm_encode, pybind11::arg("psn"), pybind11::arg("page"));
-  m.def("hsb_imm_decode",
-        [](uint32_t imm) { return pybind11::make_tuple(hsb_imm_psn(imm), hsb_imm_page(imm)); });
+  m.def(
+      "hsb_imm_decode",
+      [](uint32_t imm, uint32_t page_bits) {
+        return pybind11::make_tuple(hsb_imm_psn(imm), hsb_imm_page(imm, page_bits));
+      },
+      pybind11::arg("imm"), pybind11::arg("page_bits") = 12);
   m.def("hsb_metadata_pack", &hsb_metadata_pack);
   m.def("hsb_metadata_unpack", &hsb_metadata_unpack);
 }

@@ -181,13 +181,21 @@ EngineDesc Transceiver::engine_desc(const Placements& at) {
           "frames: the host gets frames as completion records: completions on, "
           "queues.completion_slot_bytes >= " +
           std::to_string(sizeof(CompletionRecord) + 2 * sizeof(FrameRecord)));
+    if (c.frames_page_bits != 8 && c.frames_page_bits != 12)
+      throw std::invalid_argument("frames_page_bits " + std::to_string(c.frames_page_bits) +
+                                  ": 8 or 12 (hsb.page_bits)");
+    if (c.frames_pages > (1u << c.frames_page_bits))
+      throw std::invalid_argument(
+          "frames.pages=" + std::to_string(c.frames_pages) + ": the end-of-frame immediate names " +
+          std::to_string(1u << c.frames_page_bits) + " pages at most with hsb.page_bits " +
+          std::to_string(c.frames_page_bits));
     page_free_ = Buffer(at.host_facing, size_t(c.frames_pages) * sizeof(uint32_t));
     const std::vector<uint32_t> ones(c.frames_pages, 1u);
     page_free_.write(0, ones.data(), ones.size() * sizeof(uint32_t));
     pages_per_queue_ = c.frames_pages / c.queues;
     d.frames =
-        FramesDesc{c.frames_region,    c.frames_page_bytes, pages_per_queue_, c.frames_metadata,
-                   c.frames_check_crc, c.frames_statistic,  nullptr};
+        FramesDesc{c.frames_region,    c.frames_page_bytes, pages_per_queue_,   c.frames_metadata,
+                   c.frames_check_crc, c.frames_statistic,  c.frames_page_bits, nullptr};
   }
   static_cast<EngineSettings&>(d) = c.engine;
   d.reply_scratch_bytes = c.slot_bytes;

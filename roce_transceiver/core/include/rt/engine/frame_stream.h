@@ -75,7 +75,7 @@ RT_HD inline void close_frame(const FramesDesc& fd, EngineState& st, uint32_t im
   FrameState& fs = st.frames;
   fs.open = false;
   fs.imm = imm;
-  fs.end_page = hsb_imm_page(fs.imm);
+  fs.end_page = hsb_imm_page(fs.imm, fd.page_bits);
   fs.end_psn = psn;
   // Lost: the PSNs the frame spans that never arrived (reordered ones did).
   const int32_t span = psn_diff_sensor(psn, fs.psn_first) + 1;

@@ -47,6 +47,7 @@ struct FramesDesc {
   bool check_crc;       // compare the page's CRC with the record's (HSB's emulator sends 0)
   bool statistic;       // a user handler (handler.custom) runs on each frame: its reply is
                         // the record's result (custom.h, frame_statistic)
+  uint32_t page_bits;   // the end-of-frame immediate's bits that name the page (hsb_imm_page)
   uint32_t* page_free;  // host-visible, per page: 1 free, 0 held by the host
 };
 

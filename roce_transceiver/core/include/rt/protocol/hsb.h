@@ -21,7 +21,11 @@ RT_HD constexpr uint32_t hsb_imm_encode(uint32_t psn, uint32_t page) {
   return (psn & 0xFFFFF) << 12 | (page & 0xFFF);
 }
 RT_HD constexpr uint32_t hsb_imm_psn(uint32_t imm) { return imm >> 12; }
-RT_HD constexpr uint32_t hsb_imm_page(uint32_t imm) { return imm & 0xFFF; }
+// The page: the immediate's low `page_bits` bits, 12 from HSB IP 0x2603 on, 8 before (the
+// configuration's hsb.page_bits).
+RT_HD constexpr uint32_t hsb_imm_page(uint32_t imm, uint32_t page_bits = 12) {
+  return imm & ((1u << page_bits) - 1);
+}
 
 // The frame metadata record, big-endian, 128 bytes, laid out as HSB's FPGA
 // sends it and hololink's Hololink::deserialize_metadata reads it. It is the
