@@ -117,6 +117,7 @@ class RoceTransceiverOp(Operator):
         self.drain_timeout_s: float = op["drain_timeout_s"]
         self.transceiver: Transceiver | None = None
         self.hsb: Any = None  # the bridge's session (hsb.bridge set), while running
+        self._bridge_ended = False  # its end logged
         self.executor: str | None = None  # what runs the loop, once started
         self.final_stats: dict[str, int] = {}
         self.emitted = {"frames": 0, "messages": 0, "stats": 0, "tx": 0}
@@ -155,13 +156,23 @@ class RoceTransceiverOp(Operator):
         self.executor = t.executor
         t.start()
         if t.config["hsb"]["bridge"]:
-            self.hsb = HsbStream(t.config)
+            from roce_transceiver.hsb_session import BridgeSession
+
+            # Programmed now (a failure fails start()), then watched and brought back after a
+            # reset by the session's thread (hsb_session.py).
+            session = BridgeSession(
+                HsbStream(t.config),
+                queues=t.config["queues"]["count"],
+                say=lambda line: log.info("%s: %s", self.name, line),
+            ).start(announcement)
+            session.join()
             try:
-                self.hsb.open(announcement)
+                session.check()
             except BaseException:
-                self.hsb = None
+                session.stop()
                 t.stop()
                 raise
+            self.hsb = session
         # Published only once running: peers in other threads take it as "ready".
         self.transceiver = t
         self._next_stats = time.monotonic() + self.stats_period_s
@@ -174,7 +185,8 @@ class RoceTransceiverOp(Operator):
         hsb, self.hsb = self.hsb, None
         try:
             if hsb is not None:
-                hsb.close()  # the bridge first: it must not stream at a host that went away
+                hsb.stop()
+                hsb.stream.close()  # the bridge first: it must not stream at a host that went away
         finally:
             try:
                 t.stop()
@@ -198,7 +210,10 @@ class RoceTransceiverOp(Operator):
         wait = self.idle_wait_s if not self._frames else 0.0
         if frames_on:
             if not self._frames:
-                self._frames.extend(t.frames(timeout=wait))
+                came = t.frames(timeout=wait)
+                if self.hsb is not None:
+                    self._watch_bridge(came)
+                self._frames.extend(came)
             messages: list[Completion] = []
         else:
             messages = t.receive(timeout=wait, max_messages=self.max_messages)
@@ -214,6 +229,15 @@ class RoceTransceiverOp(Operator):
         if self._finished.is_set() and not self._frames and self._drained(t, frames_on, now):
             self._emit_stats(op_output, t, final=True)
             self.stop_execution()
+
+    def _watch_bridge(self, frames: list[Frame]) -> None:
+        """The bridge's session sees each frame (its watchdog); one that ended is logged once."""
+        for f in frames:
+            self.hsb.came(f.queue)
+        if self.hsb.ended and not self._bridge_ended:
+            self._bridge_ended = True
+            lost = "; ".join(self.hsb.stream.lost) or self.hsb.error
+            log.error("%s: the bridge's stream ended: %s", self.name, lost)
 
     def _drained(self, t: Transceiver, frames_on: bool, now: float) -> bool:
         if self._expect is None:

@@ -422,6 +422,27 @@ SCHEMA = Section(
                 "sequence_check": Field(
                     bool, True, "ask the bridge to refuse requests out of sequence"
                 ),
+                "watchdog_s": Field(
+                    float,
+                    1.0,
+                    "no frame on a queue for this long: read its sensor's registers (taken over? "
+                    "reset?)",
+                    minimum=0.05,
+                    maximum=60.0,
+                ),
+                "reconnect": Field(
+                    bool,
+                    True,
+                    "a bridge that resets (goes silent, or forgets its registers) is waited for, "
+                    "checked to be the same board, and programmed again; false: the stream ends",
+                ),
+                "reconnect_timeout_s": Field(
+                    float,
+                    30.0,
+                    "how long to wait for a lost bridge to come back",
+                    minimum=0.1,
+                    maximum=3600.0,
+                ),
                 "page_bits": Field(
                     int,
                     None,

@@ -44,6 +44,7 @@ __all__ = [
     "Announcement",
     "Ecb",
     "EcbError",
+    "EcbPortUnreachable",
     "EcbStatusError",
     "EcbTimeout",
     "EnumerationError",
@@ -107,6 +108,10 @@ class EcbError(RuntimeError):
 
 class EcbTimeout(EcbError):
     """No reply came: the message says how many tries, how long each, and what else came."""
+
+
+class EcbPortUnreachable(EcbTimeout):
+    """Nothing listens on the control port (an ICMP port unreachable came back at once)."""
 
 
 class EcbStatusError(EcbError):
@@ -309,7 +314,7 @@ class Ecb:
                 self._sock.send(request)
                 reply = self._await(command, sequence)
             except ConnectionRefusedError:
-                raise EcbTimeout(
+                raise EcbPortUnreachable(
                     f"ECB {what} at {self.where}: port unreachable (nothing listens on the "
                     "bridge's control port: is it a bridge, is hsb.control_port right?)"
                 ) from None

@@ -42,7 +42,9 @@ from roce_transceiver.hsb_control import (
     Announcement,
     Ecb,
     EcbError,
+    EcbPortUnreachable,
     EcbStatusError,
+    EcbTimeout,
     EnumerationError,
     find_bridge,
 )
@@ -100,6 +102,11 @@ MAX_PACKET_BYTES = 0xFFFF // UNIT * UNIT  # the bridge keeps the payload size in
 class HsbError(RuntimeError):
     """The bridge cannot be pointed at this transceiver, or could not be un-configured; the
     message says what and how to fix it."""
+
+
+class HsbBridgeLost(HsbError):
+    """Programming failed because the bridge stopped answering, or forgot what was written to
+    it: it may have restarted (a session waits for it and tries again: hsb_session.py)."""
 
 
 @dataclass(frozen=True)
@@ -579,23 +586,35 @@ class DataChannel:
             p.qpn,
         )
 
+    def state(self) -> tuple[str, Holder | None, list[str]]:
+        """What the sensor's vp registers say now, and whom they send to: ``ours`` (what
+        this session wrote), ``cleared`` (no destination: a restarted board forgets them, or
+        someone cleared them), ``taken`` (another host's destination) or ``changed`` (this
+        stream's destination, other values); and the registers that differ."""
+        reg, holder = self.registers()
+        base = self.plan.channel.vp_address
+        changed = [name for a, v, name in self.plan.vp if reg[a - base] != v]
+        if not changed:
+            return "ours", holder, []
+        if holder is None:
+            return "cleared", None, changed
+        return ("changed" if self.is_ours(holder) else "taken"), holder, changed
+
     def still_ours(self) -> bool:
         """Are the sensor's vp registers still what this session wrote? If not, the
         sensor is marked ``lost`` (with who has it now) and no longer ``configured``: what is
         there is someone else's to clear."""
         if self.lost is not None:
             return False
-        reg, holder = self.registers()
-        base = self.plan.channel.vp_address
-        changed = [name for a, v, name in self.plan.vp if reg[a - base] != v]
-        if not changed:
+        state, holder, changed = self.state()
+        if state == "ours":
             return True
-        if holder is None:
+        if state == "cleared":
             self.lost = (
                 f"{self.name}: its registers were cleared by someone else (another host, or "
                 "hsb write)"
             )
-        elif not self.is_ours(holder):
+        elif state == "taken":
             self.lost = f"{self.name} was taken over: its registers now send to {holder}"
         else:
             self.lost = (
@@ -634,7 +653,7 @@ class DataChannel:
             if g != v
         ]
         if wrong:
-            raise HsbError(
+            raise HsbBridgeLost(
                 f"bridge {self.plan.bridge}: registers did not take what was written: "
                 f"{'; '.join(wrong)} (another host programming it?)"
             )
@@ -772,6 +791,10 @@ class HsbStream:
                 ch.configure()
             for ch in self.channels:
                 ch.start()
+        except EcbTimeout as e:
+            self._abandon()
+            lost = not isinstance(e, EcbPortUnreachable)  # silent: it may be restarting
+            raise (HsbBridgeLost if lost else HsbError)(f"bridge {h['bridge']}: {e}") from None
         except EcbError as e:
             self._abandon()
             raise HsbError(f"bridge {h['bridge']}: {e}") from None
@@ -813,6 +836,28 @@ class HsbStream:
             except EcbError as e:
                 raise HsbError(f"{ch.name}: could not read its registers: {e}") from None
         return [x for x in found if x is not None]
+
+    def states(self) -> list[tuple[DataChannel, str, Holder | None]]:
+        """Every sensor's registers as they are now (DataChannel.state: ours, cleared, taken,
+        changed), marking nothing; HsbError if the bridge does not answer."""
+        out = []
+        for ch in self.channels:
+            try:
+                state, holder, _ = ch.relatched(ch.state)
+            except EcbError as e:
+                raise HsbError(f"{ch.name}: could not read its registers: {e}") from None
+            out.append((ch, state, holder))
+        return out
+
+    def reopen(self, announcement: Announcement | None = None) -> StreamPlan:
+        """Program the bridge again after it restarted: its registers were cleared, so
+        nothing of the session before is there to undo (the old channels are dropped, and
+        what a clean-up found cleared before was the restart, not another host)."""
+        for ch in self.channels:
+            ch.configured = False
+        self.channels = []
+        self._lost = []
+        return self.open(announcement)
 
     def _abandon(self) -> None:
         """After a failed open: un-configure what was written, say so if that fails too."""

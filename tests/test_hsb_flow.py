@@ -258,6 +258,119 @@ def test_an_older_bridge_names_the_page_in_8_bits_and_listen_reads_it_so(tmp_pat
         assert unconfigured(b)
 
 
+def reset_states(summary: dict) -> list[str]:
+    return [e["state"] for e in summary["hsb"]["session"]["events"]]
+
+
+def test_a_bridge_reset_mid_stream_comes_back_and_its_frames_after_are_whole(
+    tmp_path: Path,
+) -> None:
+    # The bridge restarts after 5 frames: silent for 0.3 s, its registers forgotten, then
+    # announcing with its uptime from 0. listen's session finds the registers cleared (or no
+    # answer), waits for the announcement, programs it again, and the frames go on.
+    port = free_port()
+    faults = BridgeFaults(reset_after_frames=5, reset_down_s=0.3)
+    with announcing_bridge(port, faults, uptime=100.0) as b:  # a board that ran a while
+        cfg = host_config(b, port, watchdog_s=0.2, reconnect_timeout_s=10.0)
+        done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "15", "--seconds", "30")
+        assert done.returncode == 0, done.stderr
+        *frames, summary = [json.loads(x) for x in done.stdout.splitlines()]
+        session = summary["hsb"]["session"]
+        assert b.resets == 1 and session["reconnects"] == 1, session
+        states = reset_states(summary)
+        assert states[:1] == ["streaming"] and states[-1] == "stopped", states
+        assert states[1:5] == ["lost", "re-enumerated", "re-programmed", "streaming"], states
+        assert "waiting up to 10 s for it to come back" in done.stderr
+        assert "streaming again (restarted: announced, uptime" in done.stderr
+        missed = session["frames_missed"]
+        assert len(missed) == 1 and missed[0] is not None and missed[0] >= 0, missed
+        # Every frame whole, each the one the bridge sent (frame numbers restart at a reset).
+        sent = {(f.resets, f.frame_number): f.crc32 for f in b.sent[0]}
+        assert len(frames) >= 15 and all(f["ok"] for f in frames), frames
+        numbers = [f["frame_number"] for f in frames]
+        back = next(i for i in range(1, len(numbers)) if numbers[i] < numbers[i - 1])
+        before, after = frames[:back], frames[back:]
+        assert len(after) >= 5, numbers  # after the reset: frame numbers from 0 again
+        assert all(sent[(0, f["frame_number"])] == f["crc32"] for f in before)
+        assert all(sent[(1, f["frame_number"])] == f["crc32"] for f in after)
+        assert summary["dropped"] == 0 and summary["hsb"]["unconfigured"]
+        assert unconfigured(b)
+
+
+def test_a_bridge_reset_while_it_is_programmed_is_programmed_again(tmp_path: Path) -> None:
+    # Reset after its 4th answer: in the middle of the first programming. The session waits
+    # for it to restart and programs it again from the start.
+    port = free_port()
+    faults = BridgeFaults(reset_after_requests=4, reset_down_s=0.3)
+    with announcing_bridge(port, faults, uptime=100.0) as b:
+        cfg = host_config(b, port, retries=1, reconnect_timeout_s=10.0)
+        done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "3", "--seconds", "30")
+        assert done.returncode == 0, done.stderr
+        *frames, summary = [json.loads(x) for x in done.stdout.splitlines()]
+        assert b.resets == 1 and len(frames) >= 3 and all(f["ok"] for f in frames)
+        events = summary["hsb"]["session"]["events"]
+        assert events[0]["state"] == "lost" and "while programming" in events[0]["why"], events
+        assert [e["state"] for e in events[1:4]] == ["re-enumerated", "re-programmed", "streaming"]
+        assert unconfigured(b)
+
+
+def test_a_bridge_that_comes_back_as_another_board_is_refused(tmp_path: Path) -> None:
+    port = free_port()
+    with announcing_bridge(port, BridgeFaults(), uptime=100.0) as b:
+        cfg = host_config(b, port, watchdog_s=0.2, reconnect_timeout_s=10.0)
+        cmd = [*CLI, "listen", "--config", str(write(tmp_path, cfg)), "--json", "--hsb"]
+        with started([*cmd, BRIDGE_IP, "--seconds", "30"], "listening") as proc:
+            deadline = time.monotonic() + 20
+            while len(b.sent[0]) < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)  # a poll of the bridge's record, not a synchronisation
+            b.mac = "02:48:53:42:00:77"  # another board at the same address...
+            b.reset(0.3)  # ...after a restart
+            out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err
+        assert "came back as another board: MAC 02:48:53:42:00:01 -> 02:48:53:42:00:77" in err
+        summary = json.loads(out.splitlines()[-1])
+        assert reset_states(summary)[-1] == "refused", summary["hsb"]["session"]
+        assert not b.streaming(0)  # nothing programmed it again
+
+
+def test_registers_cleared_without_a_restart_are_left_cleared(tmp_path: Path) -> None:
+    # Another host clears the sensor (as hsb write does) while the bridge runs on: its
+    # announced uptime goes on, so the session takes the clear as meant and ends, without
+    # programming the sensor again.
+    port = free_port()
+    with announcing_bridge(port, BridgeFaults(), uptime=100.0) as b:
+        cfg = host_config(b, port, watchdog_s=0.2, reconnect_timeout_s=10.0)
+        cmd = [*CLI, "listen", "--config", str(write(tmp_path, cfg)), "--json", "--hsb"]
+        with started([*cmd, BRIDGE_IP, "--seconds", "30"], "listening") as proc:
+            deadline = time.monotonic() + 20
+            while len(b.sent[0]) < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)  # a poll of the bridge's record, not a synchronisation
+            with Ecb(BRIDGE_IP, b.control_port, timeout=0.5) as other:
+                for address in reversed(VP_REGS):
+                    other.write(address, 0)
+            out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err
+        assert "is back without a restart" in err and "left as it is (cleared on purpose)" in err
+        summary = json.loads(out.splitlines()[-1])
+        assert reset_states(summary)[-1] == "lost" and b.resets == 0
+        assert not b.streaming(0) or b.register(VP_REGS[-1]) == 0  # not programmed again
+
+
+def test_without_reconnect_a_reset_ends_listen(tmp_path: Path) -> None:
+    port = free_port()
+    faults = BridgeFaults(reset_after_frames=3, reset_down_s=0.3)
+    with announcing_bridge(port, faults, uptime=100.0) as b:
+        cfg = host_config(b, port, watchdog_s=0.2, reconnect=False)
+        start = time.monotonic()
+        done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--seconds", "30")
+        assert time.monotonic() - start < 20
+        assert done.returncode == 1, done.stderr
+        assert "hsb.reconnect is false" in done.stderr
+        summary = json.loads(done.stdout.splitlines()[-1])
+        assert summary["frames"] >= 3 and reset_states(summary)[-1] == "lost"
+        assert b.resets == 1 and not b.streaming(0)
+
+
 def test_two_sensors_stream_to_two_transceivers_one_qp_each(
     lo_bridge: tuple[SoftwareBridge, int],
 ) -> None:

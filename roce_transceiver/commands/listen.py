@@ -18,8 +18,12 @@ command ends (frames counted, time up, Ctrl-C, SIGTERM, SIGHUP, an error), stops
 un-configures it. A bridge that cannot be programmed is an error (exit 2) naming what to fix;
 one that cannot be un-configured is reported on stderr, exit status 1. A sensor whose
 registers send to another host is refused (exit 2, naming that host) unless ``--take-over``.
-When the frames stop for a second, the sensor's registers are read: if another host took it
-over, listen says so on stderr, ends, leaves the sensor to that host, and exits 1.
+When the frames stop for ``hsb.watchdog_s``, the sensor's registers are read
+(hsb_session.py): if another host took it over, listen says so on stderr, ends, leaves the
+sensor to that host, and exits 1; if the bridge went silent or forgot its registers (a reset),
+listen waits for it to announce itself again, checks it is the same board, programs it again
+and goes on (``hsb.reconnect``), each step on stderr and in the summary's ``hsb.session``;
+a bridge not back in time, or back as another board, ends listen, exit status 1.
 """
 
 from __future__ import annotations
@@ -98,23 +102,23 @@ def run(args: argparse.Namespace) -> int:
         overrides |= more
     hsb_error, late = None, 0
     with running_transceiver("listen", args.config, overrides, "listening") as t:
-        opener = None
+        session = None
         try:
             if stream is not None:
-                opener = _Opener(stream, t.config)
+                session = _session(stream, t.config)
             start = time.monotonic()
             while (args.frames is None or seen < args.frames) and (
                 args.seconds is None or time.monotonic() - start < args.seconds
             ):
-                if opener is not None:
-                    opener.check()
-                    if opener.watch():
-                        break  # another host took the sensor: its frames go there now
+                if session is not None:
+                    _check(session)
+                    if session.ended:
+                        break  # taken over, or lost for good: its frames go elsewhere, if any
                 for f in t.frames(timeout=0.1):
                     seen += 1
                     bad += not f.ok
-                    if opener is not None:
-                        opener.came(f.queue)
+                    if session is not None:
+                        session.came(f.queue)
                     d = f.as_dict()
                     f.release()
                     if not crc_said and d["crc_checked"] and not d["crc_ok"]:
@@ -122,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
                         print(_crc_why(d), file=sys.stderr, flush=True)
                     print(json.dumps(d) if args.json else _line(d), flush=True)
         finally:
-            if opener is not None:
-                late, hsb_error = _stop_and_close(stream, t, opener)
-                opener.check()  # a failed programming not reported yet
+            if session is not None:
+                late, hsb_error = _stop_and_close(stream, t, session)
+                _check(session)  # a failed programming not reported yet
     stats = t.stats()
     dropped = stats["frames_dropped"]  # frames the engine knows of and could not deliver
     summary = {"frames": seen, "bad": bad, "dropped": dropped, "counters": moved(stats)}
@@ -136,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
             "unconfigured": hsb_error is None and not lost,
             "lost": lost,  # sensors another host took over (left to it, not un-configured)
             "taken_from": [h.as_dict() for h in stream.taken_from],  # by --take-over
+            # the bridge over time: reconnections, frames missed meanwhile, each step
+            "session": session.as_dict() if session is not None else None,
         }
         if len(stream.plans) > 1:  # a sensor a queue: queue 0's above, every one's here
             summary["hsb"]["streams"] = [p.as_dict() for p in stream.plans]
@@ -148,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    failed = capture_failed("listen", t) or hsb_error is not None or bool(lost)
+    gone = session is not None and session.error is not None  # lost, not back (said on stderr)
+    failed = capture_failed("listen", t) or hsb_error is not None or bool(lost) or gone
     return 1 if failed or bad or dropped else 0
 
 
@@ -178,82 +185,32 @@ def _find_bridge(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return stream, more
 
 
-class _Opener:
-    """Programs the bridge in a thread while the caller takes frames: its last request
-    starts the sensor, and if that reply is lost the retry waits while frames already come;
-    taken at once they neither hold pages nor are dropped."""
+def _session(stream: Any, cfg: dict[str, Any]) -> Any:
+    """The bridge's session, started: programmed in a thread while frames are already taken
+    (the start request's retry would otherwise leave the pages full), then supervised there
+    (hsb_session.py), its steps said on stderr."""
+    from roce_transceiver.hsb_session import BridgeSession
 
-    def __init__(self, stream: Any, cfg: dict[str, Any]) -> None:
-        import threading
-
-        stream.cfg = cfg  # the transceiver's own, as it resolved it
-        self.stream = stream
-        self.error: BaseException | None = None
-        self.reported = False
-        self.streaming = threading.Event()  # set once every sensor was started
-        self._last: list[float] = []  # per queue: when its last frame came (or it started)
-        self._next_look = 0.0
-        self._thread = threading.Thread(target=self._run, name="hsb-open", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.stream.open(self.stream.announcement)
-        except BaseException as e:  # handed to the main thread by check()
-            self.error = e
-            return
-        self._last = [time.monotonic()] * len(self.stream.plans)
-        self.streaming.set()
-        for q, plan in enumerate(self.stream.plans):  # a sensor a queue
-            print(
-                f"hsb: {plan.bridge} sensor {plan.channel.sensor} (data plane "
-                f"{plan.channel.data_plane}) streaming to {plan.host_ip}:{plan.host_port} qp "
-                f"{plan.qpn:#x}{f' (queue {q})' if len(self.stream.plans) > 1 else ''}, "
-                f"{plan.frame_bytes}-byte frames in {plan.packet_bytes}-byte packets",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def check(self) -> None:
-        """Raise what the programming failed with, once it has."""
-        from roce_transceiver.hsb_stream import HsbError
-
-        if self._thread.is_alive() or self.error is None or self.reported:
-            return
-        self.reported = True
-        if isinstance(self.error, HsbError):
-            raise CommandError(f"listen --hsb: {self.error}") from None
-        raise self.error
-
-    def join(self) -> None:
-        """Wait for the programming to end (bounded: every request's tries are)."""
-        self._thread.join()
-
-    def came(self, queue: int) -> None:
-        """A frame came on ``queue``: its sensor still streams here."""
-        if self.streaming.is_set() and queue < len(self._last):
-            self._last[queue] = time.monotonic()
-
-    def watch(self) -> bool:
-        """The frame watchdog: once a queue has had no frame for ``_WATCHDOG_S``, read its
-        sensor's registers (at most once a ``_WATCHDOG_S``); True when another host has taken
-        a sensor over. A bridge that does not answer the look is not an end: its frames may
-        just be slow, and the clean-up says what it cannot do."""
-        now = time.monotonic()
-        if not self.streaming.is_set() or now < self._next_look:
-            return False
-        if all(now - last < _WATCHDOG_S for last in self._last):
-            return False
-        self._next_look = now + _WATCHDOG_S
-        from roce_transceiver.hsb_stream import HsbError
-
-        try:
-            return bool(self.stream.watch())
-        except HsbError:
-            return False
+    stream.cfg = cfg  # the transceiver's own, as it resolved it
+    session = BridgeSession(
+        stream,
+        queues=cfg["queues"]["count"],
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    return session.start(stream.announcement)
 
 
-def _stop_and_close(stream: Any, t: Any, opener: _Opener) -> tuple[int, str | None]:
+def _check(session: Any) -> None:
+    """The first programming's failure, as listen's error."""
+    from roce_transceiver.hsb_stream import HsbError
+
+    try:
+        session.check()
+    except HsbError as e:
+        raise CommandError(f"listen --hsb: {e}") from None
+
+
+def _stop_and_close(stream: Any, t: Any, session: Any) -> tuple[int, str | None]:
     """Stop the sensor, take (and release) the frames still in flight, so that they neither
     hold pages nor count as dropped, then un-configure. The frames taken, and the error (said
     on stderr) if the bridge could not be reached."""
@@ -264,7 +221,7 @@ def _stop_and_close(stream: Any, t: Any, opener: _Opener) -> tuple[int, str | No
     late = 0
 
     def stop() -> None:
-        opener.join()  # what it wrote is un-written only once it is done writing
+        session.stop()  # what it wrote is un-written only once it is done writing
         with contextlib.suppress(HsbError):  # close() tries again, and says what to do
             stream.stop()
 
@@ -294,9 +251,6 @@ def _stop_and_close(stream: Any, t: Any, opener: _Opener) -> tuple[int, str | No
 
 _DRAIN_QUIET_S = 0.05  # no frame for this long after the stop: nothing is in flight
 _DRAIN_MOST_S = 1.0  # bounded: a bridge that ignores the stop would stream on
-# No frame on a queue for this long: look whether its sensor still sends here. A register
-# read (one block request) a second while a sensor is silent costs the bridge nothing.
-_WATCHDOG_S = 1.0
 
 
 def _line(d: dict) -> str:

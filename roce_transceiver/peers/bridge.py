@@ -19,9 +19,12 @@ It does what a bridge does, as far as a host can see:
 Faults for the tests (:class:`BridgeFaults`): requests lost on the way in, replies lost on the
 way out (the request executed), replies held back past the host's timeout (sent just before a
 later request's reply), replies cut short, a status answered for requests touching an address
-(or only for its reads, or only for its writes), and a bridge that stops answering after some
+(or only for its reads, or only for its writes), a bridge that stops answering after some
 requests (a hang, a power cut) while it keeps streaming what it was programmed to, as a real
-one would.
+one would, and a reset (:meth:`SoftwareBridge.reset`, or after some frames or requests): the
+bridge forgets its registers, stops streaming, is silent for a while (no announcement, no
+reply), then announces itself again with its uptime from 0, and its sensors count frames and
+PSNs from 0 once programmed again, as a board that restarted does.
 """
 
 from __future__ import annotations
@@ -100,6 +103,11 @@ class BridgeFaults:
     # sent just before j's, past the host's timeout for i, while it waits for j's.
     late: dict[int, int] = field(default_factory=dict)
     truncate: int | None = None  # replies cut to this many bytes (a bridge answering short)
+    # Resets (each once): after sensor 0 sent this many frames (mid-stream), after this many
+    # requests answered (mid-configuration); silent this long after each.
+    reset_after_frames: int | None = None
+    reset_after_requests: int | None = None
+    reset_down_s: float = 0.3
 
 
 class Request(NamedTuple):
@@ -124,13 +132,15 @@ class StreamedFrame:
     qpn: int
     host_ip: str
     lost: int
+    resets: int = 0  # the bridge's resets before it: frame numbers restart at each
 
 
 class SoftwareBridge:
     """A bridge at ``ip`` (an address of this host or namespace). ``link``: ``udp`` sends its
     packets from a UDP socket (BTH onward; the kernel adds the rest), ``packet`` whole frames
     on ``interface`` (root). ``frames``: how many frames each sensor sends at most;
-    ``rate``: frames per second per sensor (None: as fast as it can)."""
+    ``rate``: frames per second per sensor (None: as fast as it can); ``uptime``: seconds it
+    announces it has been up at its start (a board that ran a while: a restart then shows)."""
 
     def __init__(
         self,
@@ -151,6 +161,7 @@ class SoftwareBridge:
         faults: BridgeFaults | None = None,
         seed: int = 1,
         on_frame: Callable[[StreamedFrame], None] | None = None,
+        uptime: float = 0.0,
     ) -> None:
         if link not in ("udp", "packet"):
             raise ValueError(f"link {link!r}: 'udp' or 'packet'")
@@ -191,7 +202,9 @@ class SoftwareBridge:
         self._threads: list[threading.Thread] = []
         self._socks: list[socket.socket] = []
         self.errors: list[str] = []  # what went wrong in a thread
-        self._started = time.monotonic()
+        self._started = time.monotonic() - uptime  # its announcements count from here
+        self.resets = 0  # resets so far (reset(), BridgeFaults.reset_after_*)
+        self._down_until = 0.0  # a reset bridge is silent until then
 
     # -- life cycle --------------------------------------------------------------
     def start(self) -> SoftwareBridge:
@@ -251,6 +264,22 @@ class SoftwareBridge:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def reset(self, down_s: float = 0.3) -> None:
+        """Restart as a board does: every hif and vp register 0 (nothing streams), the
+        sequence unlatched, silent for ``down_s`` (no announcement, no reply, no frame), then
+        announcing again with its uptime from 0; its sensors count frames and PSNs from 0."""
+        with self._lock:
+            for address in self._regs:
+                if address not in self._read_only:
+                    self._regs[address] = 0
+            self._latched = None
+            self._down_until = time.monotonic() + down_s
+            self._started = self._down_until
+            self.resets += 1
+
+    def _down(self) -> bool:
+        return time.monotonic() < self._down_until
+
     # -- registers ---------------------------------------------------------------
     def register(self, address: int) -> int:
         with self._lock:
@@ -279,7 +308,7 @@ class SoftwareBridge:
             data, host = self._control.recvfrom(65536)
             index, self.received = self.received, self.received + 1
             f = self.faults
-            if f.mute_after is not None and self.answered >= f.mute_after:
+            if self._down() or (f.mute_after is not None and self.answered >= f.mute_after):
                 continue
             if f.drop_requests and self._rng.random() < f.drop_requests:
                 self.lost_requests += 1
@@ -300,6 +329,8 @@ class SoftwareBridge:
                 self._control.sendto(late, to)
             self.answered += 1
             self._control.sendto(reply, host)
+            if f.reset_after_requests is not None and self.answered == f.reset_after_requests:
+                self.reset(f.reset_down_s)
 
     def _handle(self, data: bytes) -> bytes | None:
         if len(data) < HEADER_BYTES:
@@ -372,6 +403,9 @@ class SoftwareBridge:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((self.ip, ANNOUNCE_SOURCE_PORT))
             while not self._stop.is_set():
+                if self._down():
+                    self._stop.wait(0.01)
+                    continue
                 seconds = int(time.monotonic() - self._started)
                 for dp in range(self.data_planes):
                     packet = announcement_bytes(
@@ -437,8 +471,11 @@ class SoftwareBridge:
         sensor: Sensor | None = None
         current: tuple[int, ...] = ()
         psn = n = port = frame_bytes = 0
+        resets = self.resets
         next_at = time.monotonic()
         while not self._stop.is_set() and (self.frames is None or n < self.frames):
+            if resets != self.resets:  # restarted: frames and PSNs from 0 once programmed
+                sensor, current, psn, n, resets = None, (), 0, 0, self.resets
             snapshot, why = self._programmed(vp)
             if why is not None:
                 if why != "not enabled" and (not self.refused[vp] or self.refused[vp][-1] != why):
@@ -469,11 +506,15 @@ class SoftwareBridge:
                 sensor.addresses.their_qpn,
                 sensor.addresses.their_ip,
                 sent.lost,
+                resets,
             )
             self.sent[vp].append(record)
             if self.on_frame:
                 self.on_frame(record)
             n += 1
+            f = self.faults
+            if vp == 0 and self.resets == 0 and n == f.reset_after_frames:
+                self.reset(f.reset_down_s)
             if self.rate:
                 next_at += 1.0 / self.rate
                 self._stop.wait(max(0.0, next_at - time.monotonic()))
