@@ -18,9 +18,9 @@ what it finds, a small state machine:
   still this session's streams on; one whose registers were cleared without a restart was
   cleared on purpose (another host, ``hsb write``), which the session does not undo: it ends as
   **lost** for good.
-- **re-programmed**: a restarted board (its announced uptime began again, or, without
-  announcements, any board that answers with its registers clear) is checked and programmed as
-  at the start, and **streaming** again.
+- **re-programmed**: a restarted board (its announced uptime began again; or one that went
+  silent and answers again with its registers clear, which is also what a board without
+  announcements must show) is checked and programmed as at the start, and **streaming** again.
 
 Frames the bridge sent while it was gone are never seen: the session estimates how many from
 the frames' interval before the loss (``frames_missed``, a count per reconnection).
@@ -255,7 +255,7 @@ class BridgeSession:
         try:
             states = self.stream.states()
         except HsbError as e:
-            return self._lost(f"no answer: {e}")
+            return self._lost(f"no answer: {e}", silent=True)
         if self._taken(states):
             return False
         cleared = [ch for ch, state, _ in states if state == "cleared"]
@@ -276,7 +276,7 @@ class BridgeSession:
             self._enter(TAKEN, "; ".join(str(ch.lost) for ch in others))
         return bool(others)
 
-    def _lost(self, why: str) -> bool:
+    def _lost(self, why: str, silent: bool = False) -> bool:
         bridge = self.stream.cfg["hsb"]["bridge"]
         lost_at = max(self._last)
         self._enter(LOST, why)
@@ -309,6 +309,10 @@ class BridgeSession:
             self._say(f"hsb: {self.error}")
             return False
         restarted, how, states = back
+        if not restarted and silent and any(state == "cleared" for _, state, _ in states):
+            # Silent, then back with its registers gone: a restart whose uptime did not show
+            # (HSB's emulator sends it little-endian, BOOTP and hololink read big-endian).
+            restarted, how = True, f"{how}; silent, then its registers clear: a restart"
         if not restarted:
             return self._unchanged(how, states)
         self._enter(REENUMERATED, how)

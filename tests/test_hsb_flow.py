@@ -297,6 +297,21 @@ def test_a_bridge_reset_mid_stream_comes_back_and_its_frames_after_are_whole(
         assert unconfigured(b)
 
 
+def test_a_restart_whose_uptime_does_not_show_is_known_by_its_silence(tmp_path: Path) -> None:
+    # HSB's emulator gives no uptime evidence (its field is little-endian): a bridge that went
+    # silent and answers again with its registers clear has restarted all the same.
+    port = free_port()
+    faults = BridgeFaults(reset_after_frames=5, reset_down_s=1.0, reset_restarts_uptime=False)
+    with announcing_bridge(port, faults, uptime=100.0) as b:
+        cfg = host_config(b, port, watchdog_s=0.2, retries=1, reconnect_timeout_s=10.0)
+        done = listen(write(tmp_path, cfg), "--hsb", BRIDGE_IP, "--frames", "12", "--seconds", "30")
+        assert done.returncode == 0, done.stderr
+        *frames, summary = [json.loads(x) for x in done.stdout.splitlines()]
+        assert b.resets == 1 and summary["hsb"]["session"]["reconnects"] == 1
+        assert "silent, then its registers clear: a restart" in done.stderr
+        assert len(frames) >= 12 and all(f["ok"] for f in frames) and summary["dropped"] == 0
+
+
 def test_a_bridge_reset_while_it_is_programmed_is_programmed_again(tmp_path: Path) -> None:
     # Reset after its 4th answer: in the middle of the first programming. The session waits
     # for it to restart and programs it again from the start.

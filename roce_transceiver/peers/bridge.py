@@ -108,6 +108,9 @@ class BridgeFaults:
     reset_after_frames: int | None = None
     reset_after_requests: int | None = None
     reset_down_s: float = 0.3
+    # False: its announced uptime runs on across a reset (no evidence of it, as with HSB's
+    # emulator, whose uptime field is little-endian where hosts read it big-endian).
+    reset_restarts_uptime: bool = True
 
 
 class Request(NamedTuple):
@@ -274,7 +277,8 @@ class SoftwareBridge:
                     self._regs[address] = 0
             self._latched = None
             self._down_until = time.monotonic() + down_s
-            self._started = self._down_until
+            if self.faults.reset_restarts_uptime:
+                self._started = self._down_until
             self.resets += 1
 
     def _down(self) -> bool:
