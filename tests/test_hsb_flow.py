@@ -30,7 +30,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -329,7 +329,11 @@ def test_a_bridge_reset_while_it_is_programmed_is_programmed_again(tmp_path: Pat
         assert unconfigured(b)
 
 
-def test_a_bridge_that_comes_back_as_another_board_is_refused(tmp_path: Path) -> None:
+def listen_while(
+    tmp_path: Path, event: Callable[[SoftwareBridge], None]
+) -> tuple[SoftwareBridge, int, str, str]:
+    """listen --hsb on a bridge that has run a while; ``event(bridge)`` once 5 frames were
+    sent. The bridge, listen's exit status, stdout and stderr."""
     port = free_port()
     with announcing_bridge(port, BridgeFaults(), uptime=100.0) as b:
         cfg = host_config(b, port, watchdog_s=0.2, reconnect_timeout_s=10.0)
@@ -338,37 +342,39 @@ def test_a_bridge_that_comes_back_as_another_board_is_refused(tmp_path: Path) ->
             deadline = time.monotonic() + 20
             while len(b.sent[0]) < 5 and time.monotonic() < deadline:
                 time.sleep(0.01)  # a poll of the bridge's record, not a synchronisation
-            b.mac = "02:48:53:42:00:77"  # another board at the same address...
-            b.reset(0.3)  # ...after a restart
+            event(b)
             out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 1, err
-        assert "came back as another board: MAC 02:48:53:42:00:01 -> 02:48:53:42:00:77" in err
-        summary = json.loads(out.splitlines()[-1])
-        assert reset_states(summary)[-1] == "refused", summary["hsb"]["session"]
-        assert not b.streaming(0)  # nothing programmed it again
+    return b, proc.returncode, out, err
+
+
+def test_a_bridge_that_comes_back_as_another_board_is_refused(tmp_path: Path) -> None:
+    def restart_as_another(b: SoftwareBridge) -> None:
+        b.mac = "02:48:53:42:00:77"  # another board at the same address...
+        b.reset(0.3)  # ...after a restart
+
+    b, status, out, err = listen_while(tmp_path, restart_as_another)
+    assert status == 1, err
+    assert "came back as another board: MAC 02:48:53:42:00:01 -> 02:48:53:42:00:77" in err
+    summary = json.loads(out.splitlines()[-1])
+    assert reset_states(summary)[-1] == "refused", summary["hsb"]["session"]
+    assert not b.streaming(0)  # nothing programmed it again
 
 
 def test_registers_cleared_without_a_restart_are_left_cleared(tmp_path: Path) -> None:
     # Another host clears the sensor (as hsb write does) while the bridge runs on: its
     # announced uptime goes on, so the session takes the clear as meant and ends, without
     # programming the sensor again.
-    port = free_port()
-    with announcing_bridge(port, BridgeFaults(), uptime=100.0) as b:
-        cfg = host_config(b, port, watchdog_s=0.2, reconnect_timeout_s=10.0)
-        cmd = [*CLI, "listen", "--config", str(write(tmp_path, cfg)), "--json", "--hsb"]
-        with started([*cmd, BRIDGE_IP, "--seconds", "30"], "listening") as proc:
-            deadline = time.monotonic() + 20
-            while len(b.sent[0]) < 5 and time.monotonic() < deadline:
-                time.sleep(0.01)  # a poll of the bridge's record, not a synchronisation
-            with Ecb(BRIDGE_IP, b.control_port, timeout=0.5) as other:
-                for address in reversed(VP_REGS):
-                    other.write(address, 0)
-            out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 1, err
-        assert "is back without a restart" in err and "left as it is (cleared on purpose)" in err
-        summary = json.loads(out.splitlines()[-1])
-        assert reset_states(summary)[-1] == "lost" and b.resets == 0
-        assert not b.streaming(0) or b.register(VP_REGS[-1]) == 0  # not programmed again
+    def clear(b: SoftwareBridge) -> None:
+        with Ecb(BRIDGE_IP, b.control_port, timeout=0.5) as other:
+            for address in reversed(VP_REGS):
+                other.write(address, 0)
+
+    b, status, out, err = listen_while(tmp_path, clear)
+    assert status == 1, err
+    assert "is back without a restart" in err and "left as it is (cleared on purpose)" in err
+    summary = json.loads(out.splitlines()[-1])
+    assert reset_states(summary)[-1] == "lost" and b.resets == 0
+    assert not b.streaming(0) or b.register(VP_REGS[-1]) == 0  # not programmed again
 
 
 def test_without_reconnect_a_reset_ends_listen(tmp_path: Path) -> None:
