@@ -117,6 +117,7 @@ class RoceTransceiverOp(Operator):
         self.drain_timeout_s: float = op["drain_timeout_s"]
         self.transceiver: Transceiver | None = None
         self.hsb: Any = None  # the bridge's session (hsb.bridge set), while running
+        self.bridge_report: dict[str, Any] = {}  # its steps and reconnections, once stopped
         self._bridge_ended = False  # its end logged
         self.executor: str | None = None  # what runs the loop, once started
         self.final_stats: dict[str, int] = {}
@@ -186,6 +187,7 @@ class RoceTransceiverOp(Operator):
         try:
             if hsb is not None:
                 hsb.stop()
+                self.bridge_report = hsb.as_dict()
                 hsb.stream.close()  # the bridge first: it must not stream at a host that went away
         finally:
             try:

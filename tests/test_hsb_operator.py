@@ -77,6 +77,20 @@ def test_the_operator_programs_the_bridge_at_start_and_unprograms_it_at_stop() -
     assert not b.errors
 
 
+def test_the_operator_programs_a_bridge_that_reset_again_and_its_frames_go_on() -> None:
+    # No announcements here (enumerate false): the session waits for the bridge to answer
+    # again and takes its cleared registers for the restart (hsb_session.py).
+    faults = BridgeFaults(reset_after_frames=5, reset_down_s=0.3)
+    with SoftwareBridge(BRIDGE_IP, control_port=0, rate=200, faults=faults) as b:
+        app = run(transceiver(b, watchdog_s=0.2, reconnect_timeout_s=10.0), want=12)
+        assert b.resets == 1 and app.roce.bridge_report["reconnects"] == 1
+        sent_after = {f.frame_number: f.crc32 for f in b.sent[0] if f.resets == 1}
+        # Frame numbers 5 and up came only after the restart (it reset after frame 4).
+        assert all(app.sink.seen[n] == sent_after[n] for n in range(5, 12))
+        assert not b.streaming(0)
+    assert not b.errors
+
+
 def test_a_bridge_that_refuses_fails_start_naming_the_status() -> None:
     faults = BridgeFaults(write_status={0x1000 + 0x28: 0x03})  # HOST_IP
     with SoftwareBridge(BRIDGE_IP, control_port=0, faults=faults) as b:
