@@ -676,7 +676,8 @@ class DataChannel:
         """``step()``, sent again once with a fresh, unchecked sequence if the bridge
         refused it for its sequence: another host spoke to the bridge since (two hosts on two
         sensors, or one that took this sensor over), and the refused request was not
-        executed. Used on the way out and by the watch, never while programming."""
+        executed. Used on the way out and by the session's looks (states), never while
+        programming."""
         try:
             return step()
         except EcbStatusError as e:
@@ -709,7 +710,8 @@ class HsbStream:
     could not be reached to do so (it may still be streaming at this host). A sensor whose
     registers send to another host is refused before anything is written, naming the host,
     unless ``hsb.take_over``; one taken over while streaming is left to its new host, and
-    ``lost`` says so (:meth:`watch` looks). A context manager: closes on any exit."""
+    ``lost`` says so (:meth:`states` looks; hsb_session.py). A context manager: closes on any
+    exit."""
 
     def __init__(self, cfg: dict[str, Any], *, source: str | None = None) -> None:
         self.cfg = cfg
@@ -724,7 +726,7 @@ class HsbStream:
     @property
     def lost(self) -> list[str]:
         """One line per sensor that another host took over (or cleared) while this session
-        had it, as far as it has looked (:meth:`watch`, ``stop()``, ``close()``)."""
+        had it, as far as it has looked (the session's looks, ``stop()``, ``close()``)."""
         return self._lost + [ch.lost for ch in self.channels if ch.lost is not None]
 
     @property
@@ -821,21 +823,6 @@ class HsbStream:
                 f"{'; '.join(taken)}; not programmed, to leave that stream alone (stop it "
                 "there, or take the sensor over: listen --take-over, hsb.take_over: true)"
             )
-
-    def watch(self) -> list[str]:
-        """Look whether each sensor's registers are still this session's (for a stream
-        whose frames stopped); the sensors lost since the last look, each a line. HsbError if
-        the bridge does not answer."""
-        found = []
-        for ch in self.channels:
-            if not ch.configured:
-                continue
-            try:
-                if not ch.relatched(ch.still_ours):
-                    found.append(ch.lost)
-            except EcbError as e:
-                raise HsbError(f"{ch.name}: could not read its registers: {e}") from None
-        return [x for x in found if x is not None]
 
     def states(self) -> list[tuple[DataChannel, str, Holder | None]]:
         """Every sensor's registers as they are now (DataChannel.state: ours, cleared, taken,

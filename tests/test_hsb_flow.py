@@ -562,8 +562,8 @@ def test_a_sensor_taken_over_is_left_to_its_new_host(
     lo_bridge: tuple[SoftwareBridge, int],
 ) -> None:
     """In one process: session 1 has sensor 0; session 2 (another host) is refused before
-    it writes anything, then takes it with hsb.take_over; session 1's watch names session
-    2's host, and its stop and close leave session 2's registers as they are."""
+    it writes anything, then takes it with hsb.take_over; session 1's look at its registers
+    names session 2's host, and its stop and close leave session 2's registers as they are."""
     b, port = lo_bridge
     one = HsbStream(load_config(host_config(b, port, bridge=BRIDGE_IP, enumerate=False)))
     cfg2 = host_config(b, port, HOSTS[1], bridge=BRIDGE_IP, enumerate=False)
@@ -575,16 +575,17 @@ def test_a_sensor_taken_over_is_left_to_its_new_host(
         ):
             HsbStream(load_config(cfg2)).open()
         assert sum(r.command in (0x04, 0x09) for r in b.requests) == writes  # nothing written
-        assert one.watch() == []
+        assert [state for _, state, _ in one.states()] == ["ours"]
         two = HsbStream(load_config({**cfg2, "hsb": {**cfg2["hsb"], "take_over": True}}))
         two.open()
         assert [h.ip for h in two.taken_from] == ["127.0.17.1"]
-        (lost,) = one.watch()
-        assert "taken over: its registers now send to 127.0.17.2" in lost and "QP 0x11" in lost
+        ((_, state, holder),) = one.states()
+        assert (state, holder.ip, holder.qpn) == ("taken", "127.0.17.2", 0x11)
         one.stop()
         one.close()
         assert b.streaming(0) and b.register(0x1000 + 0x28) == 0x7F001102  # still host 2's
-        assert one.lost == [lost]
+        (lost,) = one.lost
+        assert "taken over: its registers now send to 127.0.17.2" in lost and "QP 0x11" in lost
         two.close()
     finally:
         one.close()

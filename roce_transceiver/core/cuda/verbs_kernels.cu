@@ -145,7 +145,6 @@ struct ServeKernel::Impl {
     void* args[] = {&a_qp, &a_desc, &a_shared, &a_progress, &a_stop, &a_epoch_ns, &a_warm_up};
     kernel.launch(1, 1, 0, stream, args);
   }
-  void launch_epoch() { launch(false); }
   template <typename T>
   static T* mapped(T* host) {
     T* device = nullptr;
@@ -211,7 +210,7 @@ ServeKernel::ServeKernel(const void* qp, const verbs::ServeDesc& desc, verbs::Ni
 void ServeKernel::launch() {
   Impl& m = *impl_;
   if (m.launched) throw std::logic_error("ServeKernel: already launched");
-  m.launch_epoch();  // on the caller's thread: a launch that fails says so here
+  m.launch(false);  // on the caller's thread: a launch that fails says so here
   check(cudaGetLastError(), "serve kernel launch");
   m.launched = true;
   // Epochs until the loop ends (stopped, done, or a completion error): each returns after
@@ -220,7 +219,7 @@ void ServeKernel::launch() {
   plan.stream = m.stream;
   plan.device = m.device;
   plan.in_flight = m.in_flight;
-  plan.launch = [&m] { m.launch_epoch(); };
+  plan.launch = [&m] { m.launch(false); };
   const volatile uint64_t* state = &m.shared->state;
   plan.more = [&m, state] { return m.epoch_ns != 0 && *state == verbs::kServeRunning; };
   plan.what = "the Verbs serve kernel";
