@@ -509,6 +509,54 @@ SCHEMA = Section(
                     int, 0, "first PSN expected from the peer", minimum=0, maximum=0xFFFFFF
                 ),
                 "tx_psn": Field(int, 0, "first PSN we send", minimum=0, maximum=0xFFFFFF),
+                "retransmit": Field(
+                    bool,
+                    False,
+                    "RC: keep every packet we send (replies, host sends) until the peer "
+                    "acknowledges it, and send it again after a NAK, an RNR NAK's timer or "
+                    "ack_timeout_us (an RC requester; docs/reliable_replies.md); false: sent "
+                    "once, the peer's ACKs only counted. UC ignores it",
+                ),
+                "window": Field(
+                    int,
+                    64,
+                    "retransmit: packets outstanding at most, a power of two; a request whose "
+                    "reply finds the window full is refused with an RNR NAK",
+                    minimum=1,
+                    maximum=4096,
+                    check=_power_of_two,
+                ),
+                "ack_timeout_us": Field(
+                    int,
+                    1000,
+                    "retransmit: no acknowledgement of the oldest packet within this: "
+                    "everything from it goes again",
+                    minimum=1,
+                    maximum=10_000_000,
+                ),
+                "retry_count": Field(
+                    int,
+                    7,
+                    "retransmit: timeouts and sequence NAKs in a row (no progress between) "
+                    "before the requester gives up (rc_errors)",
+                    minimum=0,
+                    maximum=7,
+                ),
+                "rnr_retry": Field(
+                    int,
+                    7,
+                    "retransmit: RNR NAKs in a row before the requester gives up; 7: for ever",
+                    minimum=0,
+                    maximum=7,
+                ),
+                "rnr_timer": Field(
+                    int,
+                    1,
+                    "retransmit: the timer our RNR NAKs ask the peer to wait, IBA table 45's "
+                    "code (1: 10 us, 14: 1.28 ms, 0: 655 ms)",
+                    minimum=0,
+                    maximum=31,
+                ),
             },
         ),
         "local": Section(

@@ -60,7 +60,8 @@ class Completion:
     opcode: int
     psn: int
     handler_error: bool
-    reply_dropped: bool  # the handler answered but the tx ring was full
+    reply_dropped: bool  # the handler answered, but the tx ring was full or the RC
+    # requester is in its error state (qp.retransmit): not sent
     rx_timestamp_ns: int
     done_timestamp_ns: int
     queue: int = 0  # the queue (queues.count) whose engine completed it

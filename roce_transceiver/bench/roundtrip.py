@@ -486,8 +486,11 @@ def run_roundtrip(
     custom: dict[str, str] | None = None,
     repeats: int = 3,
     warps: int = 0,
+    reliable: bool = False,
 ) -> dict[str, Any]:
     """Echo ping-pong (window 1) of ``count`` ``size``-byte messages, then the floors; with
+    ``reliable`` the echo over UC, RC and RC with qp.retransmit, ``repeats`` each (the
+    requester's cost on the lossless path); with
     ``mode="verbs"`` the Verbs-mode loop too, on the same executor, for each ``nic_handler``;
     with ``completions`` the loop with completion records twice (batched:
     ``completion_batch``, None for the default; and a fence each) next to the bare one (module
@@ -538,6 +541,10 @@ def run_roundtrip(
     if custom is not None:
         extra["custom"] = _custom_against_echo(
             {**config, "executor": used}, custom, repeats, rt, count, size, loops, out
+        )
+    if reliable:
+        extra["reliable"] = _reliable_against_uc(
+            {**config, "executor": used}, repeats, count, size, loops, out
         )
     beside: dict[str, dict[str, Mean | str]] = {}
     if mode == "verbs":
@@ -636,6 +643,64 @@ def _custom_against_echo(
         "echo_p50_us": [p50(r) for r in echoes],
         "p50_ratio": ratio,
         "target": 1.05,
+    }
+
+
+#: The reliable-replies comparison's loops, by row name: the transport, and qp.retransmit.
+RELIABLE_LOOPS = {
+    "echo UC": ("UC", False),
+    "echo RC": ("RC", False),
+    "echo RC retransmit": ("RC", True),
+}
+
+
+def _reliable_against_uc(
+    config: dict[str, Any],
+    repeats: int,
+    count: int,
+    size: int,
+    loops: dict[str, RoundTrip],
+    out: TextIO,
+) -> dict[str, Any]:
+    """The lossless path's cost of the RC requester (qp.retransmit; the far end ACKs every
+    reply, the engine keeps each until then): the echo over UC, over RC (ACK requests
+    answered, replies sent once) and over RC with retransmit, ``repeats`` loops of each, a
+    fresh transceiver each, in turn; ``loops`` gets the fastest p50 of each."""
+    runs: dict[str, list[RoundTrip]] = {name: [] for name in RELIABLE_LOOPS}
+    resent = 0
+    for _ in range(repeats):
+        for name, (transport, retransmit) in RELIABLE_LOOPS.items():
+            # A timer far past a round trip: a far end descheduled for a while on a busy
+            # host would otherwise cost resends the lossless path does not have.
+            qp = {"transport": transport, "retransmit": retransmit, "ack_timeout_us": 100_000}
+            with Transceiver({**config, "qp": qp}) as t:
+                t.roundtrip(count=min(count, 1000), size=size)  # warm-up
+                runs[name].append(
+                    t.roundtrip(count=count, size=size, timeout=max(10.0, count * 1e-4))
+                )
+                stats = t.stats()
+            if retransmit:  # a lossless loop sends nothing twice, and every reply is acked
+                resent += stats["rc_retransmits"] + stats["rc_timeouts"] + stats["rc_errors"]
+
+    def p50(rt: RoundTrip) -> float:
+        p = rt.percentiles("us")
+        return p.p50 if p is not None else float("inf")
+
+    fastest = {name: min(rs, key=p50) for name, rs in runs.items()}
+    loops.update(fastest)
+    uc, rc, reliable = (p50(fastest[n]) for n in RELIABLE_LOOPS)
+    print(
+        f"reliable replies: echo p50 UC {uc:.2f} / RC {rc:.2f} / RC retransmit {reliable:.2f} us "
+        f"(fastest of {repeats}); RC retransmit / UC {reliable / uc:.3f}, / RC "
+        f"{reliable / rc:.3f}; resends, timeouts and errors in the lossless loops: {resent}",
+        file=out,
+    )
+    return {
+        "repeats": repeats,
+        "p50_us": {name: [p50(r) for r in rs] for name, rs in runs.items()},
+        "retransmit_over_uc": reliable / uc,
+        "retransmit_over_rc": reliable / rc,
+        "lossless_resends": resent,
     }
 
 

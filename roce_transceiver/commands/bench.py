@@ -116,8 +116,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--repeats",
         type=integer(1, 20),
         default=3,
-        help="with --handler custom: loops of each handler, alternating (default 3); the "
-        "ratio is of the fastest p50 of each",
+        help="with --handler custom or --reliable: loops of each kind, in turn (default 3); "
+        "the ratios are of the fastest p50 of each",
+    )
+    rt.add_argument(
+        "--reliable",
+        action="store_true",
+        help="also run the echo over UC, RC, and RC with qp.retransmit (the RC requester; the "
+        "far end ACKs each reply), --repeats each, and print the lossless path's cost "
+        "(docs/reliable_replies.md)",
     )
     rt.set_defaults(run=run_roundtrip)
 
@@ -359,10 +366,12 @@ def run_roundtrip(args: argparse.Namespace) -> int:
         "count": args.count,
         "completions": args.completions,
         "completion_batch": args.completion_batch,
+        "reliable": args.reliable,
     }
+    if args.reliable or args.handler == "custom":
+        options["repeats"] = args.repeats
     if args.handler == "custom":
         options["custom"] = custom_echo(args.custom_source, args.custom_entry)
-        options["repeats"] = args.repeats
     elif args.custom_source or args.custom_entry:
         raise CommandError(
             "bench roundtrip: --custom-source and --custom-entry need --handler custom"

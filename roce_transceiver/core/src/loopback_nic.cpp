@@ -92,7 +92,8 @@ void LoopbackNic::attach(std::vector<NicQueue> queues, const Steering& steering)
   const DeviceScope on_device(cfg_.cuda_device);
   requests_ = Buffer(Placement::kDevice, kGpuFarEndMaxTemplateBytes);
   replies_ = Buffer(Placement::kDevice, kGpuFarEndMaxTemplateBytes);
-  tables_ = Buffer(Placement::kDevice, 2 * size_t(kPatchBytes) * 256 * sizeof(uint32_t));
+  acks_ = Buffer(Placement::kDevice, queues_.size() * kAckTemplateBytes);
+  tables_ = Buffer(Placement::kDevice, 3 * size_t(kPatchBytes) * 256 * sizeof(uint32_t));
   times_ = Buffer(Placement::kDevice, size_t(kGpuFarEndMaxCount) * sizeof(uint64_t));
   results_ = Buffer(Placement::kDevice, queues_.size() * sizeof(FarEndResult));
   descs_ = Buffer(Placement::kDevice, queues_.size() * sizeof(FarEndDesc));
@@ -110,6 +111,7 @@ void LoopbackNic::detach() {
   gpu_.reset();
   requests_ = Buffer();
   replies_ = Buffer();
+  acks_ = Buffer();
   tables_ = Buffer();
   times_ = Buffer();
   results_ = Buffer();
@@ -226,7 +228,7 @@ FarEndRun LoopbackNic::run_far_end(const FarEndParams& p,
         "-byte request does not fit slot_bytes=" + std::to_string(cfg_.slot_bytes));
   const uint16_t base_port = cfg_.local.dst_port == kRoceV2Port ? 49152 : cfg_.local.dst_port;
 
-  std::vector<TemplateSet> requests, replies;
+  std::vector<TemplateSet> requests, replies, acks;
   for (uint32_t q = 0; q < p.queues; ++q) {
     FrameSpec s = spec;
     s.dest_qp = queues_[q].rings.qpn;
@@ -237,6 +239,10 @@ FarEndRun LoopbackNic::run_far_end(const FarEndParams& p,
     replies.push_back(encode_templates(engine_sends(queues_[q].rings),
                                        echo ? p.payloads.data() : p.expected.data(),
                                        echo ? p.payload_len : p.expected_len, num, seq, "reply"));
+    // The engine's requester waits for an ACK of each reply (qp.retransmit).
+    if (cfg_.ack_replies)
+      acks.push_back(encode_templates(aeth_spec(s, s.dest_qp, kAethAck, 0, 0), p.payloads.data(), 0,
+                                      1, false, "acknowledgement"));
   }
   if (replies[0].len > cfg_.slot_bytes)
     throw std::invalid_argument(
@@ -245,6 +251,8 @@ FarEndRun LoopbackNic::run_far_end(const FarEndParams& p,
   // The patch tables depend on the frames' layout and length only: one for every queue.
   const std::vector<uint32_t> request_deltas = icrc_deltas(requests[0]);
   const std::vector<uint32_t> reply_deltas = icrc_deltas(replies[0]);
+  const std::vector<uint32_t> ack_deltas =
+      acks.empty() ? std::vector<uint32_t>() : icrc_deltas(acks[0]);
 
   std::vector<FarEndDesc> descs(p.queues);
   std::vector<size_t> first_time(p.queues);  // where queue q's times start
@@ -279,6 +287,7 @@ FarEndRun LoopbackNic::run_far_end(const FarEndParams& p,
       FarEndDesc& d = descs[q];
       d.requests = requests[q].view(requests[q].frame(0), request_deltas.data());
       d.replies = replies[q].view(replies[q].frame(0), reply_deltas.data());
+      if (!acks.empty()) d.acks = acks[q].view(acks[q].frame(0), ack_deltas.data());
       d.times = times.data() + first_time[q];
       scratch[q].resize(2 * ((cfg_.slot_bytes + 15) / 16));
       d.frame = reinterpret_cast<uint8_t*>(scratch[q].data());
@@ -313,6 +322,7 @@ FarEndRun LoopbackNic::run_far_end(const FarEndParams& p,
     const size_t table_bytes = request_deltas.size() * sizeof(uint32_t);
     tables_.write(0, request_deltas.data(), table_bytes);
     tables_.write(table_bytes, reply_deltas.data(), table_bytes);
+    if (!acks.empty()) tables_.write(2 * table_bytes, ack_deltas.data(), table_bytes);
     const auto* tables = reinterpret_cast<const uint32_t*>(tables_.device());
     size_t request_at = 0, reply_at = 0;
     for (uint32_t q = 0; q < p.queues; ++q) {
@@ -321,6 +331,11 @@ FarEndRun LoopbackNic::run_far_end(const FarEndParams& p,
       replies_.write(reply_at, replies[q].bytes.data(), replies[q].size_bytes());
       d.requests = requests[q].view(requests_.device() + request_at, tables);
       d.replies = replies[q].view(replies_.device() + reply_at, tables + kPatchBytes * 256);
+      if (!acks.empty()) {
+        acks_.write(q * kAckTemplateBytes, acks[q].bytes.data(), acks[q].size_bytes());
+        d.acks =
+            acks[q].view(acks_.device() + q * kAckTemplateBytes, tables + 2 * kPatchBytes * 256);
+      }
       request_at += requests[q].size_bytes();
       reply_at += replies[q].size_bytes();
       d.times = reinterpret_cast<uint64_t*>(times_.device()) + first_time[q];

@@ -84,9 +84,9 @@ DocaNic::DocaNic(const DocaNicConfig& c) {
 std::unique_ptr<Nic> make_nic(const TransceiverConfig& c) {
   switch (c.nic) {
     case NicKind::kLoopback:
-      return std::make_unique<LoopbackNic>(LoopbackConfig{c.local, c.qp, c.slot_bytes,
-                                                          c.far_end == FarEndPlace::kGpu,
-                                                          c.cuda_device, c.cuda_epoch_us});
+      return std::make_unique<LoopbackNic>(LoopbackConfig{
+          c.local, c.qp, c.slot_bytes, c.far_end == FarEndPlace::kGpu, c.cuda_device,
+          c.cuda_epoch_us, c.engine.rc_retransmit && c.qp.transport == Transport::RC});
     case NicKind::kSocket: {
       SocketNicConfig nc = c.socket;
       nc.addresses = c.local;

@@ -373,7 +373,8 @@ void SoftConnectX::take_response(const FrameView& f, const Emit& emit, uint64_t 
   }
   const uint32_t psn = f.bth_hdr().psn.get();
   const uint8_t aeth = f.ext_hdr<Aeth>(kAeth).syndrome();
-  if ((aeth & 0x60) == 0x60) {  // NAK
+  const AethKind kind = aeth_kind(aeth);  // rc_requester.h: the rules the engine's follow too
+  if (kind == AethKind::kNak) {
     ++stats_.naks;
     if (aeth == kAethNakPsnSeqError) {  // the peer missed `psn`: send again from there
       for (InFlight& w : inflight_)
@@ -392,7 +393,7 @@ void SoftConnectX::take_response(const FrameView& f, const Emit& emit, uint64_t 
     drain();
     return;
   }
-  if ((aeth & 0x60) == 0x20) return;  // RNR NAK: the timer sends again
+  if (kind != AethKind::kAck) return;  // RNR NAK (or reserved): the timer sends again
   ++stats_.acks;
   if (f.op.has(kAtomicAckEth)) {
     const uint64_t orig = f.ext_hdr<AtomicAckEth>(kAtomicAckEth).orig.get();

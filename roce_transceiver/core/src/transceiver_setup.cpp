@@ -164,6 +164,15 @@ EngineDesc Transceiver::engine_desc(const Placements& at) {
       d.handler.custom.params_bytes = uint32_t(c.custom_params.size());
     }
   }
+  if (c.engine.rc_retransmit && c.qp.transport == Transport::RC) {
+    const uint32_t w = c.engine.rc_window;
+    if (w == 0 || w > kMaxRcWindow || (w & (w - 1)))
+      throw std::invalid_argument("qp.window " + std::to_string(w) + ": a power of two, 1 to " +
+                                  std::to_string(kMaxRcWindow));
+    if (c.engine.rc_retry > 7 || c.engine.rc_rnr_retry > 7 || c.engine.rc_rnr_timer > 31)
+      throw std::invalid_argument(
+          "qp.retry_count and qp.rnr_retry are 0 to 7, qp.rnr_timer 0 to 31 (IBA table 45)");
+  }
   if (c.handler == HandlerKind::kFrames) {
     // The pages' region is the one config.py appended; a page table past the engine's
     // (the immediate's 12 bits) or pages past the region would be memory not theirs.
@@ -212,6 +221,7 @@ EngineDesc Transceiver::engine_desc(const Placements& at) {
 void Transceiver::make_queues(const EngineDesc& d, const Placements& at) {
   const TransceiverConfig& c = cfg_;
   const bool custom = uses_custom();
+  const bool reliable = c.engine.rc_retransmit && c.qp.transport == Transport::RC;
   const Views& v = desc_views_;
   // Each queue: its rings, scratch and counters, its QP, its share of the pages (a region of
   // their own, so that a sensor's page numbers are its queue's).
@@ -220,7 +230,13 @@ void Transceiver::make_queues(const EngineDesc& d, const Placements& at) {
     HostQueue& hq = queues_.emplace_back();
     hq.wire = Buffer(at.wire, v.tx.end);
     hq.host_rings = Buffer(at.host_facing, v.cp.end);
-    hq.scratch = Buffer(at.engine_private, size_t(c.engine.msg_buf_bytes) + c.slot_bytes);
+    // The message assembly buffer, the reply scratch, and, with qp.retransmit, the
+    // requester's replay store (a tx slot a PSN of the window, then their lengths).
+    const size_t assembly = size_t(c.engine.msg_buf_bytes) + c.slot_bytes;
+    const size_t replay_at = (assembly + 63) & ~size_t(63);
+    const size_t replay_bytes =
+        reliable ? size_t(c.engine.rc_window) * (c.slot_bytes + sizeof(uint32_t)) : 0;
+    hq.scratch = Buffer(at.engine_private, replay_at + replay_bytes);
     hq.desc = d;
     EngineDesc& qd = hq.desc;
     qd.qp.qpn = steering_.qpn(q);
@@ -242,6 +258,11 @@ void Transceiver::make_queues(const EngineDesc& d, const Placements& at) {
     }
     qd.msg_buf = hq.scratch.data();
     qd.reply_scratch = hq.scratch.data() + c.engine.msg_buf_bytes;
+    if (reliable) {
+      qd.replay = hq.scratch.data() + replay_at;
+      qd.replay_len =
+          reinterpret_cast<uint32_t*>(qd.replay + size_t(c.engine.rc_window) * c.slot_bytes);
+    }
     uint8_t* wire = on_gpu_ ? hq.wire.device() : hq.wire.host();
     qd.rx = rx_ring(wire, v.rx, v.rx_log2, c.slot_bytes);
     qd.tx = tx_ring(wire, v.tx, v.tx_log2, c.slot_bytes);

@@ -45,21 +45,41 @@ enum class Counter : uint32_t {
                       // the page not read again: a part of frames and frames_dropped
   kAtomics,           // RC FETCH_ADD / COMPARE_SWAP executed (replays of a duplicate not counted)
   kRingDrops,         // written by the producer: rx ring full, packet dropped
+  // qp.retransmit, the RC requester (requester.h)
+  kRcAcked,          // our packets the peer acknowledged
+  kRcRetransmits,    // packets sent again (after a NAK, a timeout or an RNR NAK)
+  kRcTimeouts,       // no acknowledgement within qp.ack_timeout_us: sent again from the oldest
+  kRnrNaksReceived,  // the peer was not ready: sent again after its timer (also naks_received)
+  kRnrNaksSent,      // requests refused with an RNR NAK: the window was full
+  kRcErrors,         // the requester went to the error state (retries exhausted, a fatal NAK)
+  kRcDropped,        // replies and host sends never acknowledged: lost in the error state
   kCount
 };
 
 constexpr uint32_t kNumCounters = uint32_t(Counter::kCount);
 
 constexpr const char* kCounterNames[] = {
-    "rx_packets",     "rx_bytes",         "tx_packets",       "tx_bytes",
-    "messages",       "replies",          "icrc_errors",      "malformed",
-    "wrong_qp",       "bad_pkey",         "psn_gaps",         "resync_drops",
-    "duplicates",     "opcode_sequence",  "out_of_range",     "unsupported",
-    "handler_errors", "tx_ring_full",     "completion_drops", "acks_sent",
-    "naks_sent",      "acks_received",    "naks_received",    "host_sends",
-    "express",        "frames",           "frames_dropped",   "frames_incomplete",
-    "frames_missing", "frame_crc_errors", "frame_page_busy",  "frames_crc_folded",
-    "atomics",        "ring_drops",
+    "rx_packets",       "rx_bytes",
+    "tx_packets",       "tx_bytes",
+    "messages",         "replies",
+    "icrc_errors",      "malformed",
+    "wrong_qp",         "bad_pkey",
+    "psn_gaps",         "resync_drops",
+    "duplicates",       "opcode_sequence",
+    "out_of_range",     "unsupported",
+    "handler_errors",   "tx_ring_full",
+    "completion_drops", "acks_sent",
+    "naks_sent",        "acks_received",
+    "naks_received",    "host_sends",
+    "express",          "frames",
+    "frames_dropped",   "frames_incomplete",
+    "frames_missing",   "frame_crc_errors",
+    "frame_page_busy",  "frames_crc_folded",
+    "atomics",          "ring_drops",
+    "rc_acked",         "rc_retransmits",
+    "rc_timeouts",      "rnr_naks_received",
+    "rnr_naks_sent",    "rc_errors",
+    "rc_dropped",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
               "one name per counter");

@@ -28,6 +28,8 @@ RT_HD inline uint32_t end_pass(const EngineDesc& d, EngineState& st, const Stagi
   // The host's send ring is polled every 16th pass: sends are not on the
   // request/reply critical path, and each poll may cross the bus.
   if ((st.passes & 15) == 0) done += drain_host_tx<S>(d, st, stg);
+  // qp.retransmit: the oldest packet's timer, and what is queued (requester.h).
+  if (rc_reliable(d) && st.rc.una != st.send_psn) done += rc_service<S>(d, st);
   st.idle_passes = done ? 0 : st.idle_passes + 1;
   // Once the loop has been idle a few passes: not in the pass right after a
   // reply, where the next request is likely on its way.

@@ -327,10 +327,12 @@ RT_HD inline void express_handle(const Team& t, const EngineDesc& d, const Predi
 // reply longer than the registers hold has its head stored over `out`, where the handler
 // wrote the rest, and its ICRC computed over memory; `staged`: `out` is not the slot, so the
 // frame is copied there. Ends with the team synchronised (every lane's stores done).
+// `keep` (qp.retransmit): the requester's replay slot, which gets the reply's frame too.
 template <class Team, class Marks>
 RT_HD inline void express_build(const Team& t, const Prediction& p, const ExpressTake& x,
                                 uint8_t* out, bool staged, uint8_t* slot, uint8_t* ack_slot,
-                                uint32_t send_psn, uint32_t msn, const Marks& marks) {
+                                uint32_t send_psn, uint32_t msn, const Marks& marks,
+                                uint8_t* keep = nullptr) {
   const uint32_t offset = p.reply.len;
   const uint32_t reply_len = x.reply_len;
   const uint32_t n = x.r.n >= 0 ? uint32_t(x.r.n) : 0;
@@ -358,6 +360,7 @@ RT_HD inline void express_build(const Team& t, const Prediction& p, const Expres
   marks.mark(kPieceIcrc);
   if (short_reply) {
     rf.store(t, slot, reply_len);
+    if (keep) rf.store(t, keep, reply_len);
   } else if (reply_len) {
     // Longer: the head from the registers, the rest where the handler wrote it, the ICRC
     // over memory.
@@ -370,6 +373,7 @@ RT_HD inline void express_build(const Team& t, const Prediction& p, const Expres
     if (t.leader()) store_le32(out + l.end, icrc);
     t.sync();
     if (staged) copy_wide_team(t, slot, out, reply_len);
+    if (keep) copy_wide_team(t, keep, out, reply_len);
   }
   if (x.ack) af.store(t, ack_slot, x.ack_len);
   t.sync();  // every lane's stores before the leader's doorbell
@@ -389,7 +393,10 @@ RT_HD inline void express_count(EngineState& st, uint32_t len, const ExpressTake
 
 // Leader: the state after a taken request, as decide() and accept_write leave it.
 RT_HD inline void express_advance(const EngineDesc& d, EngineState& st, const ExpressTake& x) {
-  if (x.reply_len) st.send_psn = psn_add(st.send_psn, 1);
+  if (x.reply_len) {
+    if (rc_reliable(d)) rc_kept(d, st, st.send_psn, x.reply_len, true);
+    st.send_psn = psn_add(st.send_psn, 1);
+  }
   st.expected_psn = psn_add(x.req.psn, 1);
   if (d.qp.transport == Transport::RC) {
     st.nak_sent = false;
@@ -418,6 +425,9 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   if (!express_match(t, d, st, a, st.expected_psn, &x)) return false;
   // Room for the reply and the ACK: without it the responder's path counts what is dropped.
   if (!tx_room<S>(t, d, st, x.ack ? 2 : 1)) return false;
+  // qp.retransmit: a reply goes this way only with room for it in the window and nothing
+  // queued before it (the handler has not said yet whether it answers).
+  if (!rc_express_ok(d, st, 1)) return false;
   marks.mark(kPieceMatch);
   const uint32_t pi = st.tx_pi;  // read once: the leader's doorbell advances it
   uint8_t* slot = d.tx.slot(pi);
@@ -427,7 +437,8 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   marks.mark(kPieceHandler);
   // The ACK after the reply.
   express_build(t, st.pred, x, out, stg != nullptr, slot, d.tx.slot(pi + (x.reply_len ? 1 : 0)),
-                st.send_psn, psn_add(st.msn, 1), marks);
+                st.send_psn, psn_add(st.msn, 1), marks,
+                rc_reliable(d) ? rc_replay_slot(d, st.send_psn) : nullptr);
   marks.mark(kPieceCopy);
   if (t.leader()) {
     // Stamped with the request's arrival: the replies leave in the same step, and

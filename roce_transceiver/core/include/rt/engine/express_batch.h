@@ -84,6 +84,12 @@ RT_HD inline uint32_t express_batch_step(const Crew& c, const EngineDesc& d, Eng
     for (; m < n && b.express[m].ok; ++m) frames += b.express[m].x.frames();
     // Without room for all, fewer: the responder's path counts what finds none.
     while (m && !tx_fits<S>(d, st, frames)) frames -= b.express[--m].x.frames();
+    // qp.retransmit: no more replies than the window has room for.
+    if (rc_reliable(d)) {
+      uint32_t replies = 0;
+      for (uint32_t k = 0; k < m; ++k) replies += b.express[k].x.reply_len ? 1 : 0;
+      while (m && !rc_express_ok(d, st, replies)) replies -= b.express[--m].x.reply_len ? 1 : 0;
+    }
     uint32_t pi = st.tx_pi, psn = st.send_psn, msn = st.msn;
     for (uint32_t k = 0; k < m; ++k) {
       ExpressSlot& s = b.express[k];
@@ -112,7 +118,7 @@ RT_HD inline uint32_t express_batch_step(const Crew& c, const EngineDesc& d, Eng
     uint8_t* out = b.staging + size_t(k) * each + d.rx.slot_bytes;
     const uint32_t ack_pi = s.pi + (s.x.reply_len ? 1 : 0);
     express_build(t, st.pred, s.x, out, true, s.x.r.slot, d.tx.slot(ack_pi), s.psn, s.msn,
-                  NoMarks{});
+                  NoMarks{}, rc_reliable(d) && s.x.reply_len ? rc_replay_slot(d, s.psn) : nullptr);
     if (t.leader()) {
       // Stamped with the request's arrival, as express() does.
       uint32_t pi = s.pi;

@@ -25,6 +25,12 @@
 // goes out more than late_ns after its due time is counted late; with drop_ns,
 // one that could not go out within drop_ns of its due time is dropped: counted,
 // never sent (its PSN goes to the next request), never silently skipped.
+//
+// With `acks` (the engine's RC requester on, qp.retransmit) the far end is an RC responder
+// for the replies too: the sender puts an ACK of the latest reply matched ahead of its next
+// requests (one for all the replies since the last, as ACKs coalesce), and, once every
+// request is out, of the last reply, so the engine's requester has nothing outstanding
+// when the run ends. Its MSN is 0: the requester reads the PSN alone.
 #pragma once
 
 #include "rt/byte_copy.h"
@@ -108,6 +114,7 @@ struct FarEndDesc {
   TxRing tx;                // the engine's tx ring: we consume
   FrameTemplates requests;  // request i is requests[i % count], patched
   FrameTemplates replies;   // the reply request i must get: replies[i % count], patched
+  FrameTemplates acks;      // count 1: the ACK of a reply, PSN patched; count 0: no ACKs
   uint32_t own_qpn;         // the far end's QP: replies must be addressed to it
   uint32_t count;           // requests to offer
   uint32_t window;          // requests in flight at most (1: ping-pong)
@@ -137,6 +144,7 @@ struct FarEndShared {
   uint32_t received;       // receiver: replies matched
   uint32_t sender_over;    // sender: a FarEndStatus once it has nothing more to do
   uint32_t receiver_over;  // receiver: a FarEndStatus once the run is over for it
+  uint64_t reply_mark;     // receiver, with acks: replies matched << 32 | the last one's PSN
 };
 
 namespace far_end_detail {
@@ -195,6 +203,7 @@ struct Sender {
   uint32_t prod;           // our producer index into rx
   uint32_t released_seen;  // the engine's release index when last read
   uint32_t sent, offered, dropped, late, ring_full;
+  uint32_t acked;  // with acks: the replies acknowledged so far
   uint64_t max_lag;
   uint32_t passes;
   uint64_t send_ns;  // each request's time from its send stamp to its publish, added up
@@ -213,6 +222,21 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
   const uint64_t now = now_ns();
   uint32_t built = 0;
   bool dropped = false;
+  // With acks: the replies matched since the last ACK, acknowledged ahead of the requests.
+  uint32_t lead = 0;
+  if (d.acks.count) {
+    const uint64_t mark = load_relaxed<Scope::kDevice>(&sh.reply_mark);
+    if (uint32_t(mark >> 32) != s.acked) {
+      if (s.prod - s.released_seen >= d.rx.depth())
+        s.released_seen = load_acquire<S>(d.rx.released);
+      if (s.prod - s.released_seen < d.rx.depth()) {
+        build_frame(d.acks, 0, uint32_t(mark) & kPsnMask, d.rx.slot(s.prod));
+        rx_describe(d.rx, s.prod, d.acks.len, now);
+        s.acked = uint32_t(mark >> 32);
+        lead = 1;
+      }
+    }
+  }
   while (built < kSendBurst && s.offered < d.count) {
     uint64_t due = 0;
     if (d.interval_ns) {
@@ -229,7 +253,7 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
     if (s.sent + built - received >= d.window) break;
     // The engine's release index is read only when the ring looks full (each read is a trip
     // to where the engine writes it).
-    const uint32_t prod = s.prod + built;
+    const uint32_t prod = s.prod + lead + built;
     if (prod - s.released_seen >= d.rx.depth()) {
       s.released_seen = load_acquire<S>(d.rx.released);
       if (prod - s.released_seen >= d.rx.depth()) {
@@ -252,11 +276,13 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
     // `sent` before the requests are published: their replies come after both.
     s.sent += built;
     store_relaxed<Scope::kDevice>(&sh.sent, s.sent);
-    rx_publish_run<S>(d.rx, s.prod, built);
+    rx_publish_run<S>(d.rx, s.prod, lead + built);
     s.send_ns += uint64_t(built) * (now_ns() - now);
+  } else if (lead) {
+    rx_publish_run<S>(d.rx, s.prod, lead);
   }
   if (built || dropped) store_relaxed<Scope::kDevice>(&sh.offered, s.offered);
-  return built || dropped;
+  return built || dropped || lead;
 }
 
 RT_HD inline void finish_sender(const FarEndDesc& d, const Sender& s) {
@@ -340,6 +366,8 @@ RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& s
     if (!ok) ++r.wrong;
     ++r.next;
     store_relaxed<Scope::kDevice>(&sh.received, ++r.received);
+    if (d.acks.count)
+      store_relaxed<Scope::kDevice>(&sh.reply_mark, uint64_t(r.received) << 32 | psn);
     r.last_reply = t;
     r.reply_psn = psn_add(psn, 1);
     r.psn_known = true;
@@ -411,7 +439,9 @@ RT_HD inline bool far_end_carry_begin(const FarEndDesc& d, FarEndCarry& c) {
     c.over = 1;
     return false;
   }
-  c.s = far_end_detail::Sender{d.rx_start, load_acquire<S>(d.rx.released), 0, 0, 0, 0, 0, 0, 0, 0};
+  c.s = far_end_detail::Sender{};
+  c.s.prod = d.rx_start;
+  c.s.released_seen = load_acquire<S>(d.rx.released);
   c.r = far_end_detail::Receiver{};
   // Frames the engine sent before this run are not replies to it: skip them.
   c.r.ci = c.r.consumed = c.r.seen = load_acquire<S>(d.tx.producer);
@@ -442,7 +472,7 @@ RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
   Receiver& r = c.r;
   uint32_t status = 0;
   for (uint32_t pass = 0;; ++pass) {
-    if (s.offered == d.count && r.received == s.sent) {
+    if (s.offered == d.count && r.received == s.sent && (!d.acks.count || s.acked == s.sent)) {
       status = uint32_t(FarEndStatus::kDone);
       break;
     }
@@ -463,7 +493,8 @@ RT_HD inline void far_end_send(const FarEndDesc& d, far_end_detail::Sender& s, F
                                uint64_t start, const uint32_t* stop, uint64_t until) {
   using namespace far_end_detail;
   uint32_t status = 0;
-  for (uint32_t pass = 0; s.offered < d.count; ++pass) {
+  // With acks the sender stays to acknowledge the last reply.
+  for (uint32_t pass = 0; s.offered < d.count || (d.acks.count && s.acked != s.sent); ++pass) {
     if (pass % kCheckEvery == 0) {
       if (load_acquire<Scope::kDevice>(&sh.receiver_over)) break;
       if ((status = must_end(d, start, stop)) != 0) break;

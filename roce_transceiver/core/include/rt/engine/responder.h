@@ -10,6 +10,7 @@
 #pragma once
 
 #include "rt/engine/frame_stream.h"
+#include "rt/engine/requester.h"
 
 namespace rt {
 namespace engine_detail {
@@ -183,15 +184,30 @@ RT_HD RT_COLD inline void accept_atomic(const EngineDesc& d, EngineState& st, co
   answer_atomic(st, psn, a.orig);
 }
 
-// ACKs and NAKs for the SENDs we transmitted (RC requester side, counted only:
-// this engine does not retransmit).
-RT_HD inline void receive_response(EngineState& st, const FrameView& f) {
+// ACKs and NAKs for the packets we sent: counted, and, with qp.retransmit, the requester's
+// (requester.h: what they acknowledge, what goes again).
+RT_HD inline void receive_response(const EngineDesc& d, EngineState& st, const FrameView& f) {
   if (!f.op.has(kAeth)) {
     count(st.tally, Counter::kUnsupported);
     return;
   }
   const uint8_t syndrome = f.ext_hdr<Aeth>(kAeth).syndrome();
-  count(st.tally, (syndrome & 0x60) == 0 ? Counter::kAcksReceived : Counter::kNaksReceived);
+  count(st.tally,
+        aeth_kind(syndrome) == AethKind::kAck ? Counter::kAcksReceived : Counter::kNaksReceived);
+  if (rc_reliable(d)) rc_take_response(d, st, syndrome, f.bth_hdr().psn.get());
+}
+
+// With qp.retransmit, a request that completes a message needs room for its reply in the
+// window; without it, an RNR NAK (IBA 9.7.5.2.8): the peer sends it again after our timer,
+// and nothing of it is executed now.
+RT_HD inline bool refuse_not_ready(const EngineDesc& d, EngineState& st, const FrameView& f) {
+  if (!rc_reliable(d) || d.handler.kind == HandlerKind::kFrames || !f.op.is(kLast) ||
+      rc_window_room(d, st, 1) || st.rc.error)
+    return false;
+  if (f.op.flags & kWrite && !f.op.has(kImmDt)) return false;  // no message for the handler
+  count(st.tally, Counter::kRnrNaksSent);
+  answer(st, rnr_nak_syndrome(uint8_t(d.rc_rnr_timer)), f.bth_hdr().psn.get());
+  return true;
 }
 
 // The responder's decision about a decoded packet (`r`, of `frame_len` bytes), in the
@@ -225,7 +241,7 @@ RT_HD RT_COLD inline void decide(const EngineDesc& d, EngineState& st, const Dec
     return;
   }
   if (f.op.is(kResponse)) {
-    receive_response(st, f);
+    receive_response(d, st, f);
     return;
   }
   const uint32_t psn = bth.psn.get();
@@ -251,6 +267,7 @@ RT_HD RT_COLD inline void decide(const EngineDesc& d, EngineState& st, const Dec
   }
   if (check_psn(d, st, f) == Verdict::kDrop) return;
   if (check_sequence(d, st, f) == Verdict::kDrop) return;
+  if (refuse_not_ready(d, st, f)) return;
   const Verdict v =
       (f.op.flags & kSend) ? accept_send(d, st, f, rx_ts) : accept_write(d, st, f, rx_ts);
   if (v == Verdict::kDrop) return;

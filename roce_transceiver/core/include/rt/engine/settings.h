@@ -18,7 +18,13 @@
   X(bool, check_icrc, "check_icrc")                                                             \
   X(bool, record_completions, "completions")                                                    \
   X(bool, express, "express") /* predicted SEND Onlys skip decoding (prediction.h) */           \
-  X(uint32_t, settle_passes, "queues.settle_passes") /* idle passes before it settles */
+  X(uint32_t, settle_passes, "queues.settle_passes") /* idle passes before it settles */        \
+  X(bool, rc_retransmit, "qp.retransmit") /* RC: keep what we send until acknowledged */        \
+  X(uint32_t, rc_window, "qp.window")     /* packets outstanding at most (a power of two) */    \
+  X(uint32_t, rc_timeout_us, "qp.ack_timeout_us")                                               \
+  X(uint32_t, rc_retry, "qp.retry_count")                                                       \
+  X(uint32_t, rc_rnr_retry, "qp.rnr_retry") /* 7: for ever */                                   \
+  X(uint32_t, rc_rnr_timer, "qp.rnr_timer") /* the code our RNR NAKs carry (IBA table 45) */
 
 namespace rt {
 

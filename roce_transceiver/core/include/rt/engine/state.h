@@ -40,6 +40,10 @@ struct EngineDesc : EngineSettings {
   uint8_t* msg_buf;        // assembles multi-packet SENDs, msg_buf_bytes of them
   uint8_t* reply_scratch;  // the handler's output when the tx ring is full
   uint32_t reply_scratch_bytes;
+  // qp.retransmit (requester.h): the frames of the packets not yet acknowledged, a tx slot's
+  // bytes each, rc_window of them (a power of two), and their lengths.
+  uint8_t* replay;
+  uint32_t* replay_len;
   RxRing rx;           // wire in
   TxRing tx;           // wire out
   RxRing host_tx;      // host -> engine: payloads to SEND to the peer
@@ -70,6 +74,19 @@ struct Actions {
   uint64_t orig;      // kAtomicAck's value before
 };
 
+// The RC requester's account of what we sent (requester.h): PSNs before una are acknowledged,
+// [una, next_tx) are on the wire, [next_tx, send_psn) are queued in the replay store.
+struct RequesterState {
+  uint32_t una;          // the oldest PSN not acknowledged
+  uint32_t next_tx;      // the next PSN to put on the wire (moved back to send again)
+  uint32_t sent_end;     // the PSN after the highest one ever sent: below it, a resend
+  uint32_t retries;      // timeouts and sequence NAKs since the last progress
+  uint32_t rnr_retries;  // RNR NAKs since the last progress
+  bool error;            // retries exhausted or a fatal NAK: nothing more is sent
+  uint64_t deadline_ns;  // when the oldest packet on the wire times out; 0: not started
+  uint64_t resume_ns;    // an RNR NAK's timer: nothing is sent before it; 0: none
+};
+
 // The loop's own state, in memory close to the executor.
 struct EngineState {
   uint32_t rx_ci;
@@ -93,6 +110,7 @@ struct EngineState {
   uint32_t msg_len;         // SEND bytes assembled so far
   WriteProgress write;      // the WRITE in progress
   AtomicReplay atomic;      // RC: the last atomic executed, replayed to a duplicate of it
+  RequesterState rc;        // qp.retransmit: what we sent and the peer has not acknowledged
   // What the decision about the packet just taken left to carry out (responder.h).
   Actions act;
   CounterTally tally;
@@ -157,6 +175,7 @@ RT_HD inline void engine_init(const EngineDesc& d, EngineState* st) {
   *st = EngineState{};
   st->expected_psn = d.qp.rx_psn & kPsnMask;
   st->send_psn = d.qp.tx_psn & kPsnMask;
+  st->rc.una = st->rc.next_tx = st->rc.sent_end = st->send_psn;
   predict_reply(st->pred, reply_send_spec(d));
   if (d.qp.transport == Transport::RC) predict_ack(st->pred, ack_spec(d, kAethAck, 0, 0));
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "rt/engine/records.h"
+#include "rt/engine/requester.h"
 #include "rt/queues/copy_wide.h"
 
 namespace rt {
@@ -96,6 +97,23 @@ RT_HD inline void count_handled(EngineState& st, const HandlerReply& r) {
     count(st.tally, Counter::kTxRingFull);
 }
 
+// Leader, with qp.retransmit: a handler's reply queued with the requester (requester.h),
+// which sends it, and again until the peer acknowledges it. The tx ring being full drops
+// nothing here: the reply waits in the replay store (the window's room was the decision's).
+template <Scope S>
+RT_HD RT_COLD inline void queue_reply(const EngineDesc& d, EngineState& st, HandlerReply& r,
+                                      FrameSpec& spec) {
+  count(st.tally, Counter::kMessages);
+  if (r.n == kHandlerError) count(st.tally, Counter::kHandlerErrors);
+  if (r.n < 0) return;
+  r.flags &= uint8_t(~kCompletionReplyDropped);
+  spec.psn = st.send_psn;
+  if (rc_queue<S>(d, st, spec, ByteSpan(r.out, uint32_t(r.n))))
+    count(st.tally, Counter::kReplies);
+  else
+    r.flags |= st.rc.error ? kCompletionReplyDropped : kCompletionHandlerError;
+}
+
 // Team-wide: hand a completed message to the handler (handle_team: by the team), then, on the
 // leader, transmit its reply and record it.
 template <Scope S, class Team = SoloTeam>
@@ -104,14 +122,18 @@ RT_HD inline void deliver(const EngineDesc& d, EngineState& st, const Staging* s
   FrameSpec spec = reply_send_spec(d);
   HandlerReply r = run_handler<S>(d, st, stg, m, payload_offset(spec), t);
   if (!t.leader()) return;
-  count_handled(st, r);
-  if (r.n >= 0 && r.slot) {
-    spec.psn = st.send_psn;
-    if (encode_and_submit<S>(d, st, stg, r.slot, r.frame, spec, ByteSpan(r.out, uint32_t(r.n)))) {
-      st.send_psn = psn_add(st.send_psn, 1);
-      count(st.tally, Counter::kReplies);
-    } else {
-      r.flags |= kCompletionHandlerError;
+  if (rc_reliable(d)) {
+    queue_reply<S>(d, st, r, spec);
+  } else {
+    count_handled(st, r);
+    if (r.n >= 0 && r.slot) {
+      spec.psn = st.send_psn;
+      if (encode_and_submit<S>(d, st, stg, r.slot, r.frame, spec, ByteSpan(r.out, uint32_t(r.n)))) {
+        st.send_psn = psn_add(st.send_psn, 1);
+        count(st.tally, Counter::kReplies);
+      } else {
+        r.flags |= kCompletionHandlerError;
+      }
     }
   }
   record_completion(SoloTeam{}, d, st, m, r, psn, rx_ts);
@@ -123,13 +145,21 @@ template <Scope S>
 RT_HD RT_COLD inline uint32_t drain_host_tx(const EngineDesc& d, EngineState& st,
                                             const Staging* stg) {
   uint32_t n = 0;
+  const bool reliable = rc_reliable(d);
   for (; n < d.batch; ++n) {
     const RxDesc* desc = rx_poll<Scope::kSystem>(d.host_tx, st.host_ci);
     if (!desc) break;
-    if (!tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen)) break;
+    // With the requester the window is the backpressure (what is in it waits its turn),
+    // except in the error state, where each send is counted as dropped.
+    if (reliable ? !st.rc.error && !rc_window_room(d, st, 1)
+                 : !tx_reserve<S>(d.tx, st.tx_pi, st.tx_ci_seen))
+      break;
     FrameSpec spec = reply_send_spec(d);
     spec.psn = st.send_psn;
-    if (transmit<S>(d, st, stg, spec, ByteSpan(d.host_tx.slot(st.host_ci), desc->len))) {
+    const ByteSpan payload(d.host_tx.slot(st.host_ci), desc->len);
+    if (reliable) {
+      if (rc_queue<S>(d, st, spec, payload)) count(st.tally, Counter::kHostSends);
+    } else if (transmit<S>(d, st, stg, spec, payload)) {
       st.send_psn = psn_add(st.send_psn, 1);
       count(st.tally, Counter::kHostSends);
     }

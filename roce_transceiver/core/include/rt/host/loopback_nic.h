@@ -42,6 +42,8 @@ struct FarEndParams {
 // over all queues, and bytes of request (or reply) templates over all queues.
 constexpr uint32_t kGpuFarEndMaxCount = 1u << 20;
 constexpr size_t kGpuFarEndMaxTemplateBytes = size_t(8) << 20;
+// An ACK's frame (headers, AETH, ICRC, rounded to 16 bytes) fits this with room to spare.
+constexpr size_t kAckTemplateBytes = 256;
 
 struct FarEndRun {
   FarEndResult result;               // the queues' added up (status: the first not done)
@@ -57,6 +59,7 @@ struct LoopbackConfig {
   bool far_end_on_gpu = false;  // far_end: gpu (the rings in device memory)
   int cuda_device = 0;          // where the GPU far end runs
   uint32_t epoch_us = 0;        // the engine's epochs (cuda.epoch_us), which the GPU's runs in
+  bool ack_replies = false;     // the engine's RC requester is on: the far end ACKs its replies
 };
 
 class LoopbackNic final : public Nic {
@@ -101,7 +104,7 @@ class LoopbackNic final : public Nic {
   uint32_t stop_ = 0;  // the CPU far end's stop flag (release / acquire)
   // far_end gpu: made at attach(), before the engine starts (its kernel loaded then).
   std::unique_ptr<cuda::GpuFarEnd> gpu_;
-  Buffer requests_, replies_, tables_, times_, results_, descs_;
+  Buffer requests_, replies_, acks_, tables_, times_, results_, descs_;
 };
 
 }  // namespace rt::host

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "rt/protocol/encode.h"
+#include "rt/protocol/rc_requester.h"
 #include "rt/protocol/rc_responder.h"
 #include "rt/verbs/work_request.h"
 
