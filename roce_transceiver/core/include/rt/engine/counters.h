@@ -33,8 +33,9 @@ enum class Counter : uint32_t {
   kAcksReceived,  // RC ACKs for what we sent
   kNaksReceived,
   kHostSends,         // messages the host asked to transmit, sent
-  kExpress,           // requests taken by the express path (prediction.h: SEND Onlys, WRITE
-                      // Onlys with Immediate, RC ACK requests too): a part of rx_packets
+  kExpress,           // packets taken by the express path (prediction.h: SEND Onlys, WRITE
+                      // Onlys with Immediate, RC ACK requests too; with qp.retransmit the
+                      // peer's ACKs): a part of rx_packets
   kFrames,            // frames handler: frames recorded for the host
   kFramesDropped,     // frames not recorded, for any of the reasons in frames.h
   kFramesIncomplete,  // a part of frames_dropped: closed by a packet for another page

@@ -76,6 +76,7 @@ RT_HD inline uint32_t engine_step(const Team& t, const EngineDesc& d, EngineStat
       a.speculative = false;
       took = express<S>(t, d, st, stg, a);
     }
+    if (!took) took = express_ack<S>(t, d, st, a);
     if (!took) {
       const IcrcVerdict icrc = icrc_verdict(t, d, a.frame, a.len);
       // Every lane has read the state express() decided on (the prediction, the PSN)

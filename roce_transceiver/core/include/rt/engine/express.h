@@ -272,7 +272,7 @@ RT_HD inline bool express_match(const Team& t, const EngineDesc& d, const Engine
   if ((reinterpret_cast<uintptr_t>(a.frame) & 15) || d.rx.slot_bytes < kPredictBytes) return false;
   const Prediction& p = st.pred;
   const bool verify = d.check_icrc || a.speculative;
-  if (!predicted(t, p, a.frame, a.len, psn, verify, &x->req)) return false;
+  if (!predicted(t, p.expect, p.care, a.frame, a.len, psn, verify, &x->req)) return false;
   x->ack = d.qp.transport == Transport::RC && x->req.ack_req;
   if (x->ack && p.ack.len == 0) return false;
   x->write = p.reth != 0;
@@ -460,6 +460,37 @@ RT_HD inline bool express(const Team& t, const EngineDesc& d, EngineState& st, S
   t.sync();
   marks.mark(kPieceBooks);
   return true;
+}
+
+// Team-wide, qp.retransmit: take the peer's ACK of what we sent the short way, when it looks
+// like the last one the general path took (predict_peer_ack): its header compared and its
+// ICRC checked in one pass, then the requester's verdict (requester.h) on the leader. True
+// when taken; false leaves it to the responder. Counts what decide() and receive_response()
+// count for it.
+// Out of line: kept from the request path's registers.
+template <Scope S, class Team>
+RT_HD RT_COLD inline bool express_ack_take(const Team& t, const EngineDesc& d, EngineState& st,
+                                           const Arrival& a) {
+  if (reinterpret_cast<uintptr_t>(a.frame) & 15) return false;
+  ExpressRequest ack;
+  if (!predicted(t, st.pred.peer_ack, st.pred.peer_ack_care, a.frame, a.len, kAnyPsn,
+                 d.check_icrc || a.speculative, &ack))
+    return false;
+  t.sync();  // every lane has read the prediction and the state before the leader moves on
+  if (t.leader()) {
+    const IcrcLayout& l = ack.layout;
+    const uint32_t aeth = l.l3 + l.masked;  // right after the BTH
+    count_all(st.tally, CountOf{Counter::kRxPackets, 1}, CountOf{Counter::kRxBytes, a.len},
+              CountOf{Counter::kAcksReceived, 1}, CountOf{Counter::kExpress, 1});
+    rc_take_response(d, st, a.frame[aeth], ack.psn);
+  }
+  return true;
+}
+
+template <Scope S, class Team>
+RT_HD inline bool express_ack(const Team& t, const EngineDesc& d, EngineState& st,
+                              const Arrival& a) {
+  return rc_reliable(d) && st.pred.peer_ack.len != 0 && express_ack_take<S>(t, d, st, a);
 }
 
 }  // namespace engine_detail

@@ -365,9 +365,11 @@ RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& s
     d.times[r.next] = t - from;
     if (!ok) ++r.wrong;
     ++r.next;
-    store_relaxed<Scope::kDevice>(&sh.received, ++r.received);
+    // The mark first: a sender that sees the window open mostly sees the reply's ACK due too
+    // (one that does not sends it with its next requests).
     if (d.acks.count)
-      store_relaxed<Scope::kDevice>(&sh.reply_mark, uint64_t(r.received) << 32 | psn);
+      store_relaxed<Scope::kDevice>(&sh.reply_mark, uint64_t(r.received + 1) << 32 | psn);
+    store_relaxed<Scope::kDevice>(&sh.received, ++r.received);
     r.last_reply = t;
     r.reply_psn = psn_add(psn, 1);
     r.psn_known = true;
