@@ -32,34 +32,45 @@ enum class Counter : uint32_t {
   kNaksSent,
   kAcksReceived,  // RC ACKs for what we sent
   kNaksReceived,
-  kHostSends,         // messages the host asked to transmit, sent
-  kExpress,           // requests taken by the express path (prediction.h: SEND Onlys, WRITE
-                      // Onlys with Immediate, RC ACK requests too): a part of rx_packets
-  kFrames,            // frames handler: frames recorded for the host
-  kFramesDropped,     // frames not recorded, for any of the reasons in frames.h
-  kFramesIncomplete,  // a part of frames_dropped: closed by a packet for another page
-  kFramesMissing,     // a part of frames_dropped: nothing of them arrived (frames.h)
-  kFrameCrcErrors,    // frames whose page CRC differs from their metadata's
-  kFramePageBusy,     // packets not written: their page was still held by the host
-  kFramesCrcFolded,   // frames whose page CRC came from their packets' own pass (batch.h),
-                      // the page not read again: a part of frames and frames_dropped
-  kAtomics,           // RC FETCH_ADD / COMPARE_SWAP executed (replays of a duplicate not counted)
-  kRingDrops,         // written by the producer: rx ring full, packet dropped
+  kHostSends,           // messages the host asked to transmit, sent
+  kExpress,             // requests taken by the express path (prediction.h: SEND Onlys, WRITE
+                        // Onlys with Immediate, RC ACK requests too): a part of rx_packets
+  kFrames,              // frames handler: frames recorded for the host
+  kFramesDropped,       // frames not recorded, for any of the reasons in frames.h
+  kFramesIncomplete,    // a part of frames_dropped: closed by a packet for another page
+  kFramesMissing,       // a part of frames_dropped: nothing of them arrived (frames.h)
+  kFrameCrcErrors,      // frames whose page CRC differs from their metadata's
+  kFramePageBusy,       // packets not written: their page was still held by the host
+  kFramesCrcFolded,     // frames whose page CRC came from their packets' own pass (batch.h),
+                        // the page not read again: a part of frames and frames_dropped
+  kFrameSlices,         // frames.slice_bytes: slices of frames recorded for the host
+  kFrameSlicesPartial,  // a part of frame_slices: a packet with some of its bytes was lost
+  kAtomics,             // RC FETCH_ADD / COMPARE_SWAP executed (replays of a duplicate not counted)
+  kRingDrops,           // written by the producer: rx ring full, packet dropped
   kCount
 };
 
 constexpr uint32_t kNumCounters = uint32_t(Counter::kCount);
 
 constexpr const char* kCounterNames[] = {
-    "rx_packets",     "rx_bytes",         "tx_packets",       "tx_bytes",
-    "messages",       "replies",          "icrc_errors",      "malformed",
-    "wrong_qp",       "bad_pkey",         "psn_gaps",         "resync_drops",
-    "duplicates",     "opcode_sequence",  "out_of_range",     "unsupported",
-    "handler_errors", "tx_ring_full",     "completion_drops", "acks_sent",
-    "naks_sent",      "acks_received",    "naks_received",    "host_sends",
-    "express",        "frames",           "frames_dropped",   "frames_incomplete",
-    "frames_missing", "frame_crc_errors", "frame_page_busy",  "frames_crc_folded",
-    "atomics",        "ring_drops",
+    "rx_packets",       "rx_bytes",
+    "tx_packets",       "tx_bytes",
+    "messages",         "replies",
+    "icrc_errors",      "malformed",
+    "wrong_qp",         "bad_pkey",
+    "psn_gaps",         "resync_drops",
+    "duplicates",       "opcode_sequence",
+    "out_of_range",     "unsupported",
+    "handler_errors",   "tx_ring_full",
+    "completion_drops", "acks_sent",
+    "naks_sent",        "acks_received",
+    "naks_received",    "host_sends",
+    "express",          "frames",
+    "frames_dropped",   "frames_incomplete",
+    "frames_missing",   "frame_crc_errors",
+    "frame_page_busy",  "frames_crc_folded",
+    "frame_slices",     "frame_slices_partial",
+    "atomics",          "ring_drops",
 };
 static_assert(sizeof(kCounterNames) / sizeof(kCounterNames[0]) == kNumCounters,
               "one name per counter");
