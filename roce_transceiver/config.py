@@ -364,9 +364,9 @@ SCHEMA = Section(
                 "slice_bytes": Field(
                     int,
                     None,
-                    "hand each frame over in slices of this many bytes too, as its packets "
-                    "cover them, before the frame (docs/frames.md, Slices): a multiple of 64, "
-                    "256 to page_bytes; 0 or null: no slices",
+                    "hand each frame over in slices of this many bytes (at most page_bytes) "
+                    "too, each as the frame's packets cover it, before the frame "
+                    "(docs/frames.md, Slices); 0 or null: no slices",
                     nullable=True,
                     minimum=0,
                     maximum=1 << 30,
