@@ -14,6 +14,8 @@ Goal: the host can start on a frame before its end, and knows which parts of it 
   packet that comes after a later one passed the slice's end does: the slice was recorded
   with the gap); an ICRC-corrupt packet counts as lost.
 - A frame dropped because the host holds its page has no slices.
+- On RC, where every payload is placed after the commit, the slices are recorded after their
+  placements (the batch ends at a due slice): all of them, bytes as sent.
 - slice_bytes is refused, naming the key, unless 0/null or a multiple of 64 from 256 to
   page_bytes.
 
@@ -30,6 +32,8 @@ from frames_helpers import PAGE, frames_config, one_frame, send, sensor_for
 
 from roce_transceiver.config import ConfigError
 from roce_transceiver.frames import SLICE_NAMES, Frame, Slice
+from roce_transceiver.hsb import imm_encode
+from roce_transceiver.peers.link import Addresses
 from roce_transceiver.peers.sensor import SentFrame
 from roce_transceiver.transceiver import Transceiver
 
@@ -50,7 +54,11 @@ def expected(size: int, s: int) -> list[tuple[int, int]]:
 
 
 def check_frame_slices(
-    slices: list[Slice], frame: Frame, sent: SentFrame, s: int, partial: set[int] = frozenset()
+    slices: list[Slice],
+    frame: Frame,
+    sent: SentFrame,
+    s: int,
+    partial: frozenset[int] | set[int] = frozenset(),
 ) -> None:
     size = len(sent.content)
     assert [(x.offset, x.bytes) for x in slices] == expected(size, s)
@@ -199,3 +207,51 @@ def test_no_slices_by_default_or_with_0(off: int | None) -> None:
         one_frame(t).release()
         wait_counters(t, frames=1, frame_slices=0)
         assert t.slices(timeout=0) == []
+
+
+def rc_frame(t: Transceiver, n: int, content: bytes, first_psn: int, payload: int = 1024) -> list:
+    """Frame ``n`` as RC WRITE Onlys into page ``n % pages`` (no metadata; the last packet is
+    the WRITE Only with Immediate), PSNs from ``first_psn``. On RC nothing is placed before
+    the commit knows its PSN is the next: every slice waits for execute (the deferred path)."""
+    fr = t.config["frames"]
+    a = Addresses.mirror(t.config)
+    page = n % fr["pages"]
+    base = fr["va"] + page * fr["page_bytes"]
+    chunks = [content[i : i + payload] for i in range(0, len(content), payload)]
+    out = []
+    for k, chunk in enumerate(chunks):
+        psn = first_psn + k
+        fields = {"va": base + k * payload, "rkey": fr["rkey"], "dma_len": len(chunk)}
+        if k < len(chunks) - 1:
+            out.append(a.frame("RDMA_WRITE_ONLY", chunk, psn=psn, **fields))
+        else:
+            imm = imm_encode(psn, page)
+            out.append(a.frame("RDMA_WRITE_ONLY_WITH_IMMEDIATE", chunk, psn=psn, imm=imm, **fields))
+    return out
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_rc_slices_wait_for_their_placements(executor: str) -> None:
+    s, size = 2048, 16384
+    cfg = frames_config(executor, metadata=False, slice_bytes=s)
+    cfg["qp"]["transport"] = "RC"
+    with Transceiver(cfg) as t:
+        psn = 0
+        for n in range(3):
+            content = bytes((n * 17 + i * 3) & 0xFF for i in range(size))
+            packets = rc_frame(t, n, content, psn)
+            psn += len(packets)
+            send(t, packets[:9])  # 9216 bytes: slices 0 to 3 are due
+            early = take_slices(t, 4)
+            for x in early:
+                assert x.whole and x.data.tobytes() == content[x.offset : x.offset + x.bytes]
+            send(t, packets[9:])
+            f = one_frame(t)
+            assert f.ok and f.data.tobytes() == content
+            late = take_slices(t, 4)
+            assert [(x.slice, x.offset, x.bytes, x.last) for x in early + late] == [
+                (k, k * s, s, k == 7) for k in range(8)
+            ]
+            assert all(x.whole for x in late)
+            f.release()
+        wait_counters(t, frames=3, frame_slices=24, frame_slices_partial=0, psn_gaps=0)
