@@ -11,10 +11,10 @@ docs/frames.md), 1 otherwise, and 1 when the capture (``socket.capture``) lost f
 write error, which stderr names.
 
 ``--slices BYTES`` hands each frame over in slices of BYTES too (``frames.slice_bytes``,
-docs/frames.md) and prints a line per slice before its frame's (``--json``: the slice's record
-as ``Slice.as_dict()`` has it, the lines with a ``slice`` key); with ``frames.slice_bytes`` in
-the file and no ``--slices``, the slices are taken and not printed (``frame_slices`` in the
-summary's counters counts them).
+docs/frames.md) and prints a line per slice, a frame's slices before the frame (``--json``:
+the slice's record as ``Slice.as_dict()`` has it, the lines with a ``slice`` key); with
+``frames.slice_bytes`` in the file and no ``--slices``, the slices are taken and not printed
+(``frame_slices`` in the summary's counters counts them).
 
 ``--hsb IP[:SENSOR]`` points a Holoscan Sensor Bridge at it first (docs/hsb.md): waits for the
 bridge's announcement (``hsb.enumerate``), checks the stream against this configuration,
