@@ -261,6 +261,7 @@ class RoceTransceiverOp(Operator):
             messages: list[Completion] = []
         else:
             messages = t.receive(timeout=wait, max_messages=self.max_messages)
+        # One of them a compute: a slice's record and a frame's share the metadata's keys.
         if self._slices:
             self._emit_slice(op_output, self._slices.popleft())
         elif self._frames:
