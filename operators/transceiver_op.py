@@ -13,6 +13,12 @@ connected, and the operator runs when there is room for a message on it):
   ``crc32``, ``crc_ok``, ``packets_lost``, ``psn_first`` ...). The page goes back to the ring
   when the last reference to the tensor is dropped downstream. Tensors are valid until the
   operator stops (the transceiver's memory is freed then).
+- ``slices`` (frames handler with ``frames.slice_bytes`` set; then it must be connected too):
+  one message per slice of a frame, ``{"slice": tensor}``, the tensor viewing the slice's bytes
+  in the page (as ``frames``: no copy), the slice's record in the metadata (``frame_number``,
+  ``slice``, ``page``, ``offset``, ``bytes``, ``whole``, ``last``, ``rx_last_ns``). A frame's
+  slices are all emitted before the frame is. A slice holds no page: its bytes stay as they
+  are until its frame's page is given back after the frame (docs/frames.md, Slices).
 - ``messages`` (echo, qec): a list of :class:`~roce_transceiver.transceiver.Completion`
   (request, reply, timestamps) per message, at most ``max_messages`` records.
 - ``stats``: the transceiver's counters (a dict) every ``stats_period_s``, and once more, with
@@ -48,7 +54,7 @@ import numpy as np
 from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
 
 from roce_transceiver.config import ConfigError, load_config
-from roce_transceiver.frames import RECORD_NAMES, Frame
+from roce_transceiver.frames import RECORD_NAMES, SLICE_NAMES, Frame, Slice
 from roce_transceiver.operators.app_config import OPERATOR, ROCE_OP
 from roce_transceiver.operators.params import Located, locate, validated
 from roce_transceiver.schema import validate
@@ -61,6 +67,8 @@ log = logging.getLogger(__name__)
 #: The frame metadata keys a frame's tensor carries: the frame record's fields, in its order
 #: (the distributed app's record tensor keeps the same order, frame_ops.FRAME_RECORD).
 FRAME_METADATA = RECORD_NAMES
+#: The metadata keys a slice's tensor carries: the slice record's fields, in its order.
+SLICE_METADATA = SLICE_NAMES
 
 
 class _PageLease:
@@ -89,6 +97,25 @@ def frame_tensor_source(frame: Frame) -> Any:
     # The page is the host's until released: writable, and DLPack cannot carry read-only.
     interface["data"] = (interface["data"][0], False)
     return np.asarray(_PageLease(frame, interface))
+
+
+class _Held:
+    """An array interface over memory that ``keep`` (an array, itself holding the page's
+    memory) keeps alive: numpy keeps this object, and so the memory, as long as its view."""
+
+    def __init__(self, keep: Any, interface: dict[str, Any]) -> None:
+        self.keep = keep
+        self.__array_interface__ = interface
+
+
+def slice_tensor_source(part: Slice) -> Any:
+    """An array over ``part``'s bytes in its page (cupy on the GPU, numpy on the host)."""
+    view = part.array()
+    if part.on_device:
+        return view
+    interface = dict(view.__array_interface__)
+    interface["data"] = (interface["data"][0], False)  # DLPack cannot carry read-only
+    return np.asarray(_Held(view, interface))
 
 
 class RoceTransceiverOp(Operator):
@@ -121,23 +148,32 @@ class RoceTransceiverOp(Operator):
         self._bridge_ended = False  # its end logged
         self.executor: str | None = None  # what runs the loop, once started
         self.final_stats: dict[str, int] = {}
-        self.emitted = {"frames": 0, "messages": 0, "stats": 0, "tx": 0}
+        self.emitted = {"frames": 0, "slices": 0, "messages": 0, "stats": 0, "tx": 0}
         self._finished = threading.Event()
         self._expect: int | None = None
         self._drain_deadline = 0.0
         self._next_stats = 0.0
         self._frames: deque[Frame] = deque()
+        self._slices: deque[Slice] = deque()
         super().__init__(fragment, *args, **({"name": name} if name is not None else {}))
 
     def setup(self, spec: OperatorSpec) -> None:
         spec.input("tx").condition(ConditionType.NONE)
         spec.output(self.data_port)
+        if self.slices_on:
+            spec.output("slices")
         spec.output("stats", policy=IOSpec.QueuePolicy.POP).condition(ConditionType.NONE)
 
     @property
     def data_port(self) -> str:
         """``frames`` for the frames handler, ``messages`` for the others."""
         return "frames" if self.config["handler"] == "frames" else "messages"
+
+    @property
+    def slices_on(self) -> bool:
+        """The frames handler hands frames over in slices too (``frames.slice_bytes``): the
+        ``slices`` port."""
+        return self.config["handler"] == "frames" and bool(self.config["frames"]["slice_bytes"])
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
@@ -183,6 +219,7 @@ class RoceTransceiverOp(Operator):
         if t is None:
             return
         self._frames.clear()
+        self._slices.clear()
         hsb, self.hsb = self.hsb, None
         try:
             if hsb is not None:
@@ -209,17 +246,25 @@ class RoceTransceiverOp(Operator):
             raise TransceiverError(f"{self.name}: compute() before start()")
         self._transmit(t, op_input.receive("tx"))
         frames_on = t.config["handler"] == "frames"
-        wait = self.idle_wait_s if not self._frames else 0.0
+        slices_on = self.slices_on
+        wait = self.idle_wait_s if not (self._frames or self._slices) else 0.0
         if frames_on:
-            if not self._frames:
-                came = t.frames(timeout=wait)
+            if not (self._frames or self._slices):
+                # Frames first, then slices: a frame's slices came before it on the ring, so
+                # none of them is taken after it (and all are emitted before it, below).
+                came = t.frames(timeout=0.0 if slices_on else wait)
+                if slices_on:
+                    self._slices.extend(t.slices(timeout=0.0 if came else wait))
                 if self.hsb is not None:
                     self._watch_bridge(came)
                 self._frames.extend(came)
             messages: list[Completion] = []
         else:
             messages = t.receive(timeout=wait, max_messages=self.max_messages)
-        if self._frames:
+        # One of them a compute: a slice's record and a frame's share the metadata's keys.
+        if self._slices:
+            self._emit_slice(op_output, self._slices.popleft())
+        elif self._frames:
             self._emit_frame(op_output, self._frames.popleft())
         if messages:
             op_output.emit(messages, "messages")
@@ -228,7 +273,8 @@ class RoceTransceiverOp(Operator):
         if now >= self._next_stats:
             self._next_stats = now + self.stats_period_s
             self._emit_stats(op_output, t, final=False)
-        if self._finished.is_set() and not self._frames and self._drained(t, frames_on, now):
+        idle = not (self._frames or self._slices)
+        if self._finished.is_set() and idle and self._drained(t, frames_on, now):
             self._emit_stats(op_output, t, final=True)
             self.stop_execution()
 
@@ -265,6 +311,14 @@ class RoceTransceiverOp(Operator):
             self.metadata[key] = getattr(frame, key)
         op_output.emit({"frame": as_tensor(frame_tensor_source(frame))}, "frames")
         self.emitted["frames"] += 1
+
+    def _emit_slice(self, op_output: Any, part: Slice) -> None:
+        from holoscan import as_tensor
+
+        for key in SLICE_METADATA:
+            self.metadata[key] = getattr(part, key)
+        op_output.emit({"slice": as_tensor(slice_tensor_source(part))}, "slices")
+        self.emitted["slices"] += 1
 
     def _emit_stats(self, op_output: Any, t: Transceiver, *, final: bool) -> None:
         stats = dict(t.stats())

@@ -79,6 +79,18 @@ def _multiple_of_64(v: int) -> str | None:
     return None if v % 64 == 0 else "must be a multiple of 64"
 
 
+#: The smallest frames.slice_bytes (rt/engine/frames.h, kMinSliceBytes): each slice is a
+#: completion record the host takes.
+MIN_SLICE_BYTES = 256
+
+
+def _slice_bytes(v: int) -> str | None:
+    """0 (no slices), or a multiple of 64 of at least 256."""
+    if v == 0 or (v % 64 == 0 and v >= MIN_SLICE_BYTES):
+        return None
+    return f"must be 0 (no slices) or a multiple of 64 of at least {MIN_SLICE_BYTES}"
+
+
 def _mac(v: str) -> str | None:
     """a MAC address, aa:bb:cc:dd:ee:ff, or auto (socket NIC, packet mode)."""
     if v == "auto":
@@ -348,6 +360,17 @@ SCHEMA = Section(
                     True,
                     "with metadata: a frame is ok only if the record's CRC matches the page "
                     "(false for senders that leave it 0, as HSB's emulator does)",
+                ),
+                "slice_bytes": Field(
+                    int,
+                    None,
+                    "hand each frame over in slices of this many bytes (at most page_bytes) "
+                    "too, each as the frame's packets cover it, before the frame "
+                    "(docs/frames.md, Slices); 0 or null: no slices",
+                    nullable=True,
+                    minimum=0,
+                    maximum=1 << 30,
+                    check=_slice_bytes,
                 ),
                 "va": Field(
                     int,
@@ -806,6 +829,12 @@ def _check_together(cfg: dict[str, Any], data: Mapping[str, Any], source: str | 
             raise fail("the frames' rkey is used by a region too", "frames.rkey")
         if cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] >= 1 << 32:
             raise fail("pages x page_bytes must stay under 4 GiB (one region)", "frames.page_bytes")
+        if (cfg["frames"]["slice_bytes"] or 0) > cfg["frames"]["page_bytes"]:
+            raise fail(
+                f"{cfg['frames']['slice_bytes']} bytes: a slice is a part of a page "
+                f"(frames.page_bytes {cfg['frames']['page_bytes']})",
+                "frames.slice_bytes",
+            )
         if cfg["frames"]["va"] + cfg["frames"]["pages"] * cfg["frames"]["page_bytes"] > 2**64:
             raise fail("the pages run past the end of the 64-bit address space", "frames.va")
     if cfg["handler"] == "custom" and cfg["custom"]["source"] is None:
@@ -911,7 +940,12 @@ def _mac_of(cfg: dict[str, Any], side: str) -> bytes:
 
 
 #: What a null goes across as, for the keys of TO_CORE whose core member has no None.
-NULL_TO_CORE: dict[str, Any] = {"socket.interface": "", "socket.capture": "", "cpu_core": -1}
+NULL_TO_CORE: dict[str, Any] = {
+    "socket.interface": "",
+    "socket.capture": "",
+    "cpu_core": -1,
+    "frames.slice_bytes": 0,
+}
 
 
 @dataclass(frozen=True)

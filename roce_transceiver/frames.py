@@ -23,7 +23,7 @@ import numpy as np
 
 from roce_transceiver import _core
 
-__all__ = ["RECORD_FIELDS", "RECORD_NAMES", "Frame"]
+__all__ = ["RECORD_FIELDS", "RECORD_NAMES", "SLICE_FIELDS", "SLICE_NAMES", "Frame", "Slice"]
 
 #: The frame record as the engine hands it over, in Frame's order: (name, kind), the kind
 #: "int", "bool" or "int?" (None where the frame has no metadata). The core's one table of it
@@ -32,6 +32,11 @@ RECORD_FIELDS: tuple[tuple[str, str], ...] = tuple(
     (str(name), str(kind)) for name, kind in _core.FRAME_RECORD_FIELDS
 )
 RECORD_NAMES: tuple[str, ...] = tuple(name for name, _ in RECORD_FIELDS)
+#: The slice record (frames.slice_bytes) as the engine hands it over, in Slice's order.
+SLICE_FIELDS: tuple[tuple[str, str], ...] = tuple(
+    (str(name), str(kind)) for name, kind in _core.SLICE_RECORD_FIELDS
+)
+SLICE_NAMES: tuple[str, ...] = tuple(name for name, _ in SLICE_FIELDS)
 
 
 @dataclass
@@ -110,3 +115,50 @@ class Frame:
         out = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
         del out["released"], out["on_device"]  # the handle's state, not the frame's
         return {**out, "ok": self.ok, "metadata_crc32": self.metadata_crc}
+
+
+@dataclass
+class Slice:
+    """A part of a frame handed over before the frame (``frames.slice_bytes``): the page's
+    bytes ``[offset, offset + bytes)``, slice ``slice`` of the frame (``offset = slice *
+    slice_bytes``), recorded once the frame's packets passed its end, its last one at the
+    frame's end right before the frame. ``whole``: every packet that carried its bytes
+    arrived. ``frame_number``: the frames recorded before its frame (its frame's number when
+    the stream has no metadata).
+
+    The page is the engine's while the frame goes on: a slice does not hold it. Its bytes stay
+    as they are until the frame's page is given back after the frame (or, for a frame that
+    never ends, until the sensor writes that page again); read them before."""
+
+    frame_number: int
+    slice: int
+    page: int
+    offset: int
+    bytes: int
+    whole: bool
+    last: bool  # the frame's last slice, recorded at its end
+    rx_last_ns: int
+    done_ns: int = 0  # when the engine recorded it (its clock)
+    queue: int = 0
+    on_device: bool = False  # its page is in GPU memory (array() is a cupy array over it)
+    _data: Callable[[], np.ndarray] = field(repr=False, compare=False, default=lambda: np.empty(0))
+    _device: Callable[[object | None], Any] = field(
+        repr=False, compare=False, default=lambda owner: None
+    )
+
+    @property
+    def data(self) -> np.ndarray:
+        """The slice's bytes (uint8): a read-only view of the page in host memory, a copy of
+        it from GPU memory."""
+        return self._data()
+
+    def array(self, owner: object | None = None) -> Any:
+        """The slice where it lies, without a copy: a cupy array over the page in GPU memory
+        (cuda executor; needs cupy), else the numpy view of ``data``."""
+        return self._device(owner) if self.on_device else self._data()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The slice's record (every field but the page's handles)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+        del out["on_device"]
+        return out

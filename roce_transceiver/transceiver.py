@@ -25,7 +25,7 @@ from roce_transceiver import _core
 from roce_transceiver._checks import check_buffers, check_int, check_real
 from roce_transceiver.config import core_config, load_config
 from roce_transceiver.cuda_warps import cuda_warps
-from roce_transceiver.frames import Frame
+from roce_transceiver.frames import Frame, Slice
 from roce_transceiver.netinfo import NetInfoError, with_resolved_macs
 from roce_transceiver.schema import ConfigError
 from roce_transceiver.stats import Percentiles
@@ -306,6 +306,7 @@ class Transceiver:
         self._stopped = False
         self._messages: deque[Completion] = deque()
         self._frames: deque[Frame] = deque()
+        self._slices: deque[Slice] = deque()
 
     def _make_core(self) -> Any:
         """What runs: the C++ core's Transceiver, its queues' rings and engines behind the
@@ -443,8 +444,12 @@ class Transceiver:
     def _poll(self, max_records: int) -> None:
         """Move what the engine completed into the message and frame queues."""
         for r in self._core.poll_completions(max_records):
-            frame = r.pop("frame")
-            if frame is None:
+            frame, part = r.pop("frame"), r.pop("slice")
+            if part is not None:
+                self._slices.append(
+                    self._slice({**part, "done_ns": r["done_timestamp_ns"], "queue": r["queue"]})
+                )
+            elif frame is None:
                 self._messages.append(Completion(**r))
             else:
                 # A statistic's result (frames with custom.source) comes as the record's reply.
@@ -492,6 +497,26 @@ class Transceiver:
             **f, on_device=bool(memory.on_device), _data=data, _device=on_gpu, _release=release
         )
 
+    def _slice(self, f: dict[str, Any]) -> Slice:
+        start, n = f["offset"], f["bytes"]
+        # A share of the page's memory from its start to the slice's end: the slice is the tail.
+        memory = self._core.page_memory(f["page"], start + n)
+
+        def data() -> np.ndarray:
+            whole = memory.read() if memory.on_device else memory  # GPU memory: a copy
+            return np.frombuffer(whole, dtype=np.uint8)[start:]
+
+        def on_gpu(owner: object | None) -> Any:
+            import cupy  # only where the pages are in GPU memory
+
+            keep = memory if owner is None else owner
+            unowned = cupy.cuda.UnownedMemory(memory.device_ptr, start + max(n, 1), owner=keep)
+            return cupy.ndarray(
+                (n,), dtype=cupy.uint8, memptr=cupy.cuda.MemoryPointer(unowned, start)
+            )
+
+        return Slice(**f, on_device=bool(memory.on_device), _data=data, _device=on_gpu)
+
     def _take(self, queue: deque[Any], what: str, timeout: float | None, most: int) -> list[Any]:
         if timeout is not None:  # NaN would wait forever: no deadline is ever reached
             timeout = check_real(what, "timeout", timeout, 0)
@@ -512,6 +537,12 @@ class Transceiver:
         """Frames the frames handler completed, oldest first (waits up to ``timeout`` s for
         one). Each holds its page until released (:meth:`Frame.release`)."""
         return self._take(self._frames, "frames()", timeout, max_frames)
+
+    def slices(self, timeout: float | None = 0.0, max_slices: int = 1024) -> list[Slice]:
+        """Slices of frames (``frames.slice_bytes``), oldest first (waits up to ``timeout`` s
+        for one). A frame's slices all come before the frame (:meth:`frames`) does: the host
+        takes both from one ring, in the engine's order."""
+        return self._take(self._slices, "slices()", timeout, max_slices)
 
     def __iter__(self) -> Iterator[Completion]:
         """Completed messages as they come, until the transceiver stops."""

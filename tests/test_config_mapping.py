@@ -166,6 +166,7 @@ ALTERNATIVE: dict[str, Any] = {
     "custom.source": "/stat.cu",  # with the frames handler (base()): its statistic
     "cpu_core": min(allowed_cores()),
     "regions": [{"va": 0, "rkey": 1, "length": 64}],
+    "frames.slice_bytes": 4096,
 }
 
 

@@ -46,11 +46,11 @@ def config(tmp_path: Path) -> Path:
 
 
 def listen_and_send(
-    path: Path, frames: int, sensor: list[str]
+    path: Path, frames: int, sensor: list[str], *listen_args: str
 ) -> tuple[int, list[dict], dict, list[dict]]:
-    """``listen`` for ``frames`` frames while ``sensor`` (a command) sends them: listen's exit
-    status, its frame lines and summary, and the sensor's lines."""
-    until = ["--frames", str(frames), "--seconds", "60"]
+    """``listen`` (with ``listen_args``) for ``frames`` frames while ``sensor`` (a command)
+    sends them: listen's exit status, its frame lines and summary, and the sensor's lines."""
+    until = ["--frames", str(frames), "--seconds", "60", *listen_args]
     with started([*CLI, "listen", "--config", str(path), *until, "--json"], "listening") as listen:
         done = subprocess.run(sensor, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
@@ -74,6 +74,28 @@ def test_listen_prints_every_frame_the_sensor_sent_ok(tmp_path: Path) -> None:
     assert [f["crc32"] for f in frames] == [s["crc32"] for s in sent]
     assert all(f["ok"] and f["bytes"] == 20000 and f["packets_lost"] == 0 for f in frames)
     assert summary["frames"] == 12 and summary["bad"] == 0
+
+
+def test_listen_slices_prints_a_frames_slices_before_it(tmp_path: Path) -> None:
+    path = config(tmp_path)
+    args = ["--config", str(path), "--frames", "6", "--frame-bytes", "20000"]
+    sensor = [*CLI, "peer", "sensor", *args, "--rate", "200", "--json"]
+    status, lines, summary, sent = listen_and_send(path, 6, sensor, "--slices", "4096")
+    assert status == 0, summary
+    frames = [x for x in lines if "slice" not in x]
+    assert [f["frame_number"] for f in frames] == [s["frame_number"] for s in sent]
+    shape = [(k * 4096, min(4096, 20000 - k * 4096)) for k in range(5)]
+    for f in frames:  # its five slices, in order, all before it
+        at = lines.index(f)
+        slices = [x for x in lines if "slice" in x and x["frame_number"] == f["frame_number"]]
+        assert all(lines.index(x) < at for x in slices)
+        assert [(x["offset"], x["bytes"]) for x in slices] == shape
+        assert [x["slice"] for x in slices] == list(range(5))
+        assert all(x["whole"] and x["page"] == f["page"] for x in slices)
+        assert [x["last"] for x in slices] == [False] * 4 + [True]
+    assert len(lines) == 6 * 6
+    assert summary["counters"]["frame_slices"] == 30
+    assert "frame_slices_partial" not in summary["counters"]  # moved(): counters that moved
 
 
 def test_frames_whose_end_was_lost_are_dropped_and_listen_says_so(tmp_path: Path) -> None:

@@ -233,6 +233,68 @@ def test_drain_gives_up_after_its_timeout_and_says_so(caplog):
     assert "the peer expected 5, 0 came within drain_timeout_s=0.2" in caplog.text
 
 
+class _SliceCheck(Operator):
+    """Each slice from RoceTransceiverOp's ``slices`` port, against what the sensor sent at
+    its place in its frame (peer_ops.pattern), read as it arrives."""
+
+    def __init__(self, fragment, *args, frame_bytes, **kwargs):
+        self.frame_bytes = frame_bytes
+        self.seen: list[tuple[int, int, int, int, bool, bool]] = []
+        self.bad: list[str] = []
+        super().__init__(fragment, *args, **kwargs)
+
+    def setup(self, spec):
+        spec.input("slices")
+
+    def compute(self, op_input, op_output, context):
+        from roce_transceiver.operators.peer_ops import pattern
+
+        data = np.asarray(op_input.receive("slices")["slice"]).tobytes()
+        md = self.metadata
+        n, k, at, size = (int(md[key]) for key in ("frame_number", "slice", "offset", "bytes"))
+        self.seen.append((n, k, at, size, bool(md["whole"]), bool(md["last"])))
+        if data != pattern(n, self.frame_bytes)[at : at + size]:
+            self.bad.append(f"frame {n} slice {k}: not the bytes sent")
+
+
+def test_slices_port_hands_over_each_slice_as_sent():
+    count, frame_bytes, slice_bytes = 6, 8192, 2048
+
+    class App(Application):
+        def compose(self):
+            frames = {"pages": 8, "page_bytes": 16384, "slice_bytes": slice_bytes}
+            cfg = {**CPU, "handler": "frames", "frames": frames}
+            self.roce = RoceTransceiverOp(self, name="roce", transceiver=cfg)
+            # Pages enough for every frame: a slice's bytes are never written over here.
+            self.sensor = SensorPeerOp(
+                self,
+                name="sensor",
+                transceiver_op=self.roce,
+                count=count,
+                frame_bytes=frame_bytes,
+                chunk=1,
+            )
+            self.slices = _SliceCheck(self, name="slices", frame_bytes=frame_bytes)
+            self.stat = FrameStatisticOp(self, name="stat")
+            self.add_flow(self.roce, self.slices, {("slices", "slices")})
+            self.add_flow(self.roce, self.stat, {("frames", "frames")})
+            self.add_flow(self.sensor, _Drain(self, name="drain"), {("sent", "sent")})
+
+    app = App()
+    _greedy(app)
+    per_frame = frame_bytes // slice_bytes
+    want = [
+        (n, k, k * slice_bytes, slice_bytes, True, k == per_frame - 1)
+        for n in range(count)
+        for k in range(per_frame)
+    ]
+    assert app.slices.bad == []
+    assert app.slices.seen == want
+    assert app.roce.emitted["slices"] == count * per_frame and app.stat.frames == count
+    s = app.roce.final_stats
+    assert (s["frame_slices"], s["frame_slices_partial"], s["frames"]) == (len(want), 0, count)
+
+
 def test_the_frame_metadata_and_the_record_tensor_are_the_cores_frame_record() -> None:
     from roce_transceiver.frames import RECORD_NAMES
     from roce_transceiver.operators.frame_ops import FRAME_RECORD

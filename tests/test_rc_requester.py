@@ -215,7 +215,7 @@ def test_the_loopback_far_end_acks_every_reply_and_nothing_is_sent_twice(setup, 
     count = 3000
     # No resend while a loaded host schedules; a window past the far end's (which does not
     # send a request again after an RNR NAK).
-    qp = {**RELIABLE, "ack_timeout_us": 100_000, "window": 64}
+    qp = {**RELIABLE, "ack_timeout_us": 1_000_000, "window": 64}
     with running(executor, "RC", far_end, qp=qp) as t:
         for k in range(2):  # a second run continues the PSNs, nothing left outstanding
             r = t.roundtrip(count=count, size=64, window=window, timeout=20.0)

@@ -13,6 +13,15 @@ for far_end in ("cpu", "gpu"):
                 r = t.roundtrip(count=2000, size=32, window=window, timeout=5.0)
                 p = r.percentiles("us")
                 s = {k: v for k, v in t.stats().items() if v}
-            print(far_end, window, warps, r.status, r.sent, r.received,
-                  f"p50 {p.p50:.2f}" if p else "-", s, flush=True)
+            print(
+                far_end,
+                window,
+                warps,
+                r.status,
+                r.sent,
+                r.received,
+                f"p50 {p.p50:.2f}" if p else "-",
+                s,
+                flush=True,
+            )
 sys.exit(0)

@@ -10,6 +10,12 @@ summary with the counters. Exit status 0 when every frame was ok and none was dr
 docs/frames.md), 1 otherwise, and 1 when the capture (``socket.capture``) lost frames to a
 write error, which stderr names.
 
+``--slices BYTES`` hands each frame over in slices of BYTES too (``frames.slice_bytes``,
+docs/frames.md) and prints a line per slice, a frame's slices before the frame (``--json``:
+the slice's record as ``Slice.as_dict()`` has it, the lines with a ``slice`` key); with
+``frames.slice_bytes`` in the file and no ``--slices``, the slices are taken and not printed
+(``frame_slices`` in the summary's counters counts them).
+
 ``--hsb IP[:SENSOR]`` points a Holoscan Sensor Bridge at it first (docs/hsb.md): waits for the
 bridge's announcement (``hsb.enumerate``), checks the stream against this configuration,
 programs the sensor's data channel with the transceiver's own addresses, QP and pages, and
@@ -59,6 +65,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seconds", type=SECONDS, help="stop after this long")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     p.add_argument(
+        "--slices",
+        type=int,
+        metavar="BYTES",
+        help="hand each frame over in slices of BYTES too (frames.slice_bytes: a multiple of "
+        "64, 256 to frames.page_bytes) and print a line per slice before its frame's",
+    )
+    p.add_argument(
         "--hsb",
         type=_bridge,
         metavar="IP[:SENSOR]",
@@ -96,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
     seen = bad = 0
     crc_said = False
     overrides: dict[str, Any] = {"handler": "frames"}
+    if args.slices is not None:
+        overrides["frames.slice_bytes"] = args.slices
     stream = None
     if args.hsb:
         stream, more = _find_bridge(args)
@@ -114,7 +129,13 @@ def run(args: argparse.Namespace) -> int:
                     _check(session)
                     if session.ended:
                         break  # taken over, or lost for good: its frames go elsewhere, if any
-                for f in t.frames(timeout=0.1):
+                came = t.frames(timeout=0.1)
+                # After the frames: a frame's slices came before it, so all are taken by now.
+                for part in t.slices(timeout=0.0):
+                    if args.slices is not None:
+                        x = part.as_dict()
+                        print(json.dumps(x) if args.json else _slice_line(x), flush=True)
+                for f in came:
                     seen += 1
                     bad += not f.ok
                     if session is not None:
@@ -260,6 +281,14 @@ def _line(d: dict) -> str:
         f"frame {d['frame_number']} page {d['page']} {d['bytes']} B crc32 {d['crc32']:08x} "
         f"jamcrc {d['crc32'] ^ 0xFFFFFFFF:08x} record {meta} psn {d['psn_first']}.."
         f"{d['psn_last']} lost {d['packets_lost']} {'ok' if d['ok'] else 'BAD'}"
+    )
+
+
+def _slice_line(x: dict) -> str:
+    return (
+        f"  slice {x['slice']} of frame {x['frame_number']} page {x['page']} "
+        f"[{x['offset']}, {x['offset'] + x['bytes']}) {'whole' if x['whole'] else 'PARTIAL'}"
+        f"{' last' if x['last'] else ''}"
     )
 
 

@@ -347,7 +347,7 @@ struct Engine {
     e.handler.kind = o.handler;
     auto* free_words = reinterpret_cast<uint32_t*>(page_free.p);
     for (uint32_t i = 0; i < kPages; ++i) free_words[i] = 1;
-    e.frames = rt::FramesDesc{1, kPageBytes, kPages, o.metadata, true, false, 12, free_words};
+    e.frames = rt::FramesDesc{1, kPageBytes, kPages, o.metadata, true, false, 12, free_words, 0};
     e.msg_buf = scratch.p;
     e.msg_buf_bytes = kMsgBufBytes;
     e.reply_scratch = scratch.p + kMsgBufBytes;

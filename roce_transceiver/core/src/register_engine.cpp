@@ -242,6 +242,29 @@ const FrameField kFrameFields[] = {
      [](const FrameRecord& r) -> pb::object { return pb::int_(r.rx_last_ns); }},
 };
 
+// A slice's record as Python has it (frames.Slice declares these first, in this order;
+// _core.SLICE_RECORD_FIELDS).
+struct SliceField {
+  const char* name;
+  const char* kind;  // "int" or "bool"
+  pb::object (*value)(const SliceRecord&);
+};
+
+const SliceField kSliceFields[] = {
+    {"frame_number", "int",
+     [](const SliceRecord& r) -> pb::object { return pb::int_(r.frame_number); }},
+    {"slice", "int", [](const SliceRecord& r) -> pb::object { return pb::int_(r.slice); }},
+    {"page", "int", [](const SliceRecord& r) -> pb::object { return pb::int_(r.page); }},
+    {"offset", "int", [](const SliceRecord& r) -> pb::object { return pb::int_(r.offset); }},
+    {"bytes", "int", [](const SliceRecord& r) -> pb::object { return pb::int_(r.bytes); }},
+    {"whole", "bool",
+     [](const SliceRecord& r) -> pb::object { return pb::bool_((r.flags & kSliceWhole) != 0); }},
+    {"last", "bool",
+     [](const SliceRecord& r) -> pb::object { return pb::bool_((r.flags & kSliceLast) != 0); }},
+    {"rx_last_ns", "int",
+     [](const SliceRecord& r) -> pb::object { return pb::int_(r.rx_last_ns); }},
+};
+
 pb::dict completion_dict(const host::Completion& c) {
   pb::dict d;
   d["queue"] = c.queue;
@@ -261,6 +284,14 @@ pb::dict completion_dict(const host::Completion& c) {
     pb::dict f;
     for (const FrameField& field : kFrameFields) f[field.name] = field.value(r);
     d["frame"] = f;
+  }
+  d["slice"] = pb::none();
+  if ((c.record.flags & kCompletionSlice) && c.request.size() >= sizeof(SliceRecord)) {
+    SliceRecord r;
+    std::memcpy(&r, c.request.data(), sizeof r);
+    pb::dict f;
+    for (const SliceField& field : kSliceFields) f[field.name] = field.value(r);
+    d["slice"] = f;
   }
   d["request"] = pb::bytes(reinterpret_cast<const char*>(c.request.data()), c.request.size());
   d["reply"] = pb::bytes(reinterpret_cast<const char*>(c.reply.data()), c.reply.size());
@@ -299,6 +330,11 @@ void register_engine(pb::module_& m) {
     pb::list fields;
     for (const FrameField& f : kFrameFields) fields.append(pb::make_tuple(f.name, f.kind));
     m.attr("FRAME_RECORD_FIELDS") = pb::tuple(fields);
+  }
+  {
+    pb::list fields;
+    for (const SliceField& f : kSliceFields) fields.append(pb::make_tuple(f.name, f.kind));
+    m.attr("SLICE_RECORD_FIELDS") = pb::tuple(fields);
   }
 
   m.def("counter_names", [] {

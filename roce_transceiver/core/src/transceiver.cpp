@@ -269,6 +269,12 @@ std::vector<Completion> Transceiver::poll_completions(size_t max) {
         std::memcpy(&fr, c.request.data(), sizeof fr);
         fr.page += q.first_page;
         std::memcpy(c.request.data(), &fr, sizeof fr);
+      } else if ((c.record.flags & kCompletionSlice) && q.first_page &&
+                 c.request.size() >= sizeof(SliceRecord)) {
+        SliceRecord sr;
+        std::memcpy(&sr, c.request.data(), sizeof sr);
+        sr.page += q.first_page;
+        std::memcpy(c.request.data(), &sr, sizeof sr);
       }
       out.push_back(std::move(c));
       ++q.comp_ci;

@@ -198,13 +198,22 @@ EngineDesc Transceiver::engine_desc(const Placements& at) {
           "frames.pages=" + std::to_string(c.frames_pages) + ": the end-of-frame immediate names " +
           std::to_string(1u << c.frames_page_bits) + " pages at most with hsb.page_bits " +
           std::to_string(c.frames_page_bits));
+    // The schema's rule (config.py, frames.slice_bytes), kept here for callers of the core.
+    if (c.frames_slice_bytes &&
+        (c.frames_slice_bytes % 64 || c.frames_slice_bytes < kMinSliceBytes ||
+         c.frames_slice_bytes > c.frames_page_bytes))
+      throw std::invalid_argument("frames.slice_bytes=" + std::to_string(c.frames_slice_bytes) +
+                                  ": 0 (no slices), or a multiple of 64 from " +
+                                  std::to_string(kMinSliceBytes) + " to frames.page_bytes (" +
+                                  std::to_string(c.frames_page_bytes) + ")");
     page_free_ = Buffer(at.host_facing, size_t(c.frames_pages) * sizeof(uint32_t));
     const std::vector<uint32_t> ones(c.frames_pages, 1u);
     page_free_.write(0, ones.data(), ones.size() * sizeof(uint32_t));
     pages_per_queue_ = c.frames_pages / c.queues;
     d.frames =
-        FramesDesc{c.frames_region,    c.frames_page_bytes, pages_per_queue_,   c.frames_metadata,
-                   c.frames_check_crc, c.frames_statistic,  c.frames_page_bits, nullptr};
+        FramesDesc{c.frames_region,     c.frames_page_bytes, pages_per_queue_,   c.frames_metadata,
+                   c.frames_check_crc,  c.frames_statistic,  c.frames_page_bits, nullptr,
+                   c.frames_slice_bytes};
   }
   static_cast<EngineSettings&>(d) = c.engine;
   d.reply_scratch_bytes = c.slot_bytes;

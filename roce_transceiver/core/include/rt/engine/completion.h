@@ -13,6 +13,7 @@ enum CompletionFlag : uint8_t {
   kCompletionHandlerError = 1 << 1,
   kCompletionReplyDropped = 1 << 2,  // the handler answered but the tx ring was full
   kCompletionFrame = 1 << 3,         // a frame (frames.h): a FrameRecord in the data area
+  kCompletionSlice = 1 << 4,         // a frame's slice (frames.h): a SliceRecord in the data area
 };
 
 struct CompletionRecord {

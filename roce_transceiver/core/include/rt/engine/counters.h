@@ -32,20 +32,22 @@ enum class Counter : uint32_t {
   kNaksSent,
   kAcksReceived,  // RC ACKs for what we sent
   kNaksReceived,
-  kHostSends,         // messages the host asked to transmit, sent
-  kExpress,           // packets taken by the express path (prediction.h: SEND Onlys, WRITE
-                      // Onlys with Immediate, RC ACK requests too; with qp.retransmit the
-                      // peer's ACKs): a part of rx_packets
-  kFrames,            // frames handler: frames recorded for the host
-  kFramesDropped,     // frames not recorded, for any of the reasons in frames.h
-  kFramesIncomplete,  // a part of frames_dropped: closed by a packet for another page
-  kFramesMissing,     // a part of frames_dropped: nothing of them arrived (frames.h)
-  kFrameCrcErrors,    // frames whose page CRC differs from their metadata's
-  kFramePageBusy,     // packets not written: their page was still held by the host
-  kFramesCrcFolded,   // frames whose page CRC came from their packets' own pass (batch.h),
-                      // the page not read again: a part of frames and frames_dropped
-  kAtomics,           // RC FETCH_ADD / COMPARE_SWAP executed (replays of a duplicate not counted)
-  kRingDrops,         // written by the producer: rx ring full, packet dropped
+  kHostSends,           // messages the host asked to transmit, sent
+  kExpress,             // packets taken by the express path (prediction.h: SEND Onlys, WRITE
+                        // Onlys with Immediate, RC ACK requests too; with qp.retransmit the
+                        // peer's ACKs): a part of rx_packets
+  kFrames,              // frames handler: frames recorded for the host
+  kFramesDropped,       // frames not recorded, for any of the reasons in frames.h
+  kFramesIncomplete,    // a part of frames_dropped: closed by a packet for another page
+  kFramesMissing,       // a part of frames_dropped: nothing of them arrived (frames.h)
+  kFrameCrcErrors,      // frames whose page CRC differs from their metadata's
+  kFramePageBusy,       // packets not written: their page was still held by the host
+  kFramesCrcFolded,     // frames whose page CRC came from their packets' own pass (batch.h),
+                        // the page not read again: a part of frames and frames_dropped
+  kFrameSlices,         // frames.slice_bytes: slices of frames recorded for the host
+  kFrameSlicesPartial,  // a part of frame_slices: a packet with some of its bytes was lost
+  kAtomics,             // RC FETCH_ADD / COMPARE_SWAP executed (replays of a duplicate not counted)
+  kRingDrops,           // written by the producer: rx ring full, packet dropped
   // qp.retransmit, the RC requester (requester.h)
   kRcAcked,          // our packets the peer acknowledged
   kRcRetransmits,    // packets sent again (after a NAK, a timeout or an RNR NAK)
@@ -76,6 +78,7 @@ constexpr const char* kCounterNames[] = {
     "frames_dropped",   "frames_incomplete",
     "frames_missing",   "frame_crc_errors",
     "frame_page_busy",  "frames_crc_folded",
+    "frame_slices",     "frame_slices_partial",
     "atomics",          "ring_drops",
     "rc_acked",         "rc_retransmits",
     "rc_timeouts",      "rnr_naks_received",

@@ -144,7 +144,7 @@ struct FarEndShared {
   uint32_t received;       // receiver: replies matched
   uint32_t sender_over;    // sender: a FarEndStatus once it has nothing more to do
   uint32_t receiver_over;  // receiver: a FarEndStatus once the run is over for it
-  uint64_t reply_mark;     // receiver, with acks: replies matched << 32 | the last one's PSN
+  uint64_t reply_mark;     // receiver, with acks: ACKs due so far << 32 | the PSN to ACK
 };
 
 namespace far_end_detail {
@@ -203,7 +203,7 @@ struct Sender {
   uint32_t prod;           // our producer index into rx
   uint32_t released_seen;  // the engine's release index when last read
   uint32_t sent, offered, dropped, late, ring_full;
-  uint32_t acked;  // with acks: the replies acknowledged so far
+  uint32_t acked;  // with acks: the ACKs sent so far (reply_mark's count when all are)
   uint64_t max_lag;
   uint32_t passes;
   uint64_t send_ns;  // each request's time from its send stamp to its publish, added up
@@ -225,6 +225,8 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
   // With acks: the replies matched since the last ACK, acknowledged ahead of the requests.
   uint32_t lead = 0;
   if (d.acks.count) {
+    // After the receiver's release of `received`, which follows its mark.
+    load_acquire<Scope::kDevice>(&sh.received);
     const uint64_t mark = load_relaxed<Scope::kDevice>(&sh.reply_mark);
     if (uint32_t(mark >> 32) != s.acked) {
       if (s.prod - s.released_seen >= d.rx.depth())
@@ -285,6 +287,14 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
   return built || dropped || lead;
 }
 
+// With acks: every reply acknowledged (and every one sent again), so that the engine's
+// requester has nothing outstanding when the run ends.
+RT_HD inline bool acks_sent(const FarEndDesc& d, const Sender& s, FarEndShared& sh) {
+  if (!d.acks.count) return true;
+  if (load_acquire<Scope::kDevice>(&sh.received) != s.sent) return false;
+  return s.acked == uint32_t(load_relaxed<Scope::kDevice>(&sh.reply_mark) >> 32);
+}
+
 RT_HD inline void finish_sender(const FarEndDesc& d, const Sender& s) {
   FarEndResult& res = *d.result;
   res.sent = s.sent;
@@ -305,6 +315,7 @@ struct Receiver {
   uint32_t received, wrong, bad, slow;
   uint32_t reply_psn;  // the next reply's PSN, once a reply has been decoded
   bool psn_known;
+  uint32_t acks;  // with acks: ACKs due (a reply matched, or one sent again: reply_mark)
   uint64_t last_reply;
   uint32_t passes;
   uint64_t check_ns;  // each reply's time from its arrival to its check's end, added up
@@ -358,18 +369,25 @@ RT_HD inline bool receive_step(const FarEndDesc& d, Receiver& r, FarEndShared& s
     ++r.slow;
     kind = check_reply(d, r.next, d.frame, len, &ok, &psn);
   }
-  if (kind == ReplyKind::kReply && r.received < sent) {
+  if (kind == ReplyKind::kReply && d.acks.count && r.psn_known && psn_diff(psn, r.reply_psn) < 0) {
+    // The engine's requester sent a reply again (its ACK was late): a responder takes it
+    // once, and acknowledges where it stands again.
+    store_relaxed<Scope::kDevice>(&sh.reply_mark,
+                                  uint64_t(++r.acks) << 32 | psn_add(r.reply_psn, kPsnMask));
+    store_release<Scope::kDevice>(&sh.received, r.received);
+  } else if (kind == ReplyKind::kReply && r.received < sent) {
     // On a schedule the due time is known here; else the sender wrote the send time.
     const uint64_t from =
         d.interval_ns ? start + d.phase_ns + uint64_t(r.next) * d.interval_ns : d.times[r.next];
     d.times[r.next] = t - from;
     if (!ok) ++r.wrong;
     ++r.next;
-    // The mark first: a sender that sees the window open mostly sees the reply's ACK due too
-    // (one that does not sends it with its next requests).
-    if (d.acks.count)
-      store_relaxed<Scope::kDevice>(&sh.reply_mark, uint64_t(r.received + 1) << 32 | psn);
-    store_relaxed<Scope::kDevice>(&sh.received, ++r.received);
+    if (d.acks.count) {  // the ACK due first, then the count the sender acquires it with
+      store_relaxed<Scope::kDevice>(&sh.reply_mark, uint64_t(++r.acks) << 32 | psn);
+      store_release<Scope::kDevice>(&sh.received, ++r.received);
+    } else {
+      store_relaxed<Scope::kDevice>(&sh.received, ++r.received);
+    }
     r.last_reply = t;
     r.reply_psn = psn_add(psn, 1);
     r.psn_known = true;
@@ -474,7 +492,7 @@ RT_HD inline void far_end_run(const FarEndDesc& d, const uint32_t* stop) {
   Receiver& r = c.r;
   uint32_t status = 0;
   for (uint32_t pass = 0;; ++pass) {
-    if (s.offered == d.count && r.received == s.sent && (!d.acks.count || s.acked == s.sent)) {
+    if (s.offered == d.count && r.received == s.sent && acks_sent(d, s, c.sh)) {
       status = uint32_t(FarEndStatus::kDone);
       break;
     }
@@ -496,7 +514,7 @@ RT_HD inline void far_end_send(const FarEndDesc& d, far_end_detail::Sender& s, F
   using namespace far_end_detail;
   uint32_t status = 0;
   // With acks the sender stays to acknowledge the last reply.
-  for (uint32_t pass = 0; s.offered < d.count || (d.acks.count && s.acked != s.sent); ++pass) {
+  for (uint32_t pass = 0; s.offered < d.count || !acks_sent(d, s, sh); ++pass) {
     if (pass % kCheckEvery == 0) {
       if (load_acquire<Scope::kDevice>(&sh.receiver_over)) break;
       if ((status = must_end(d, start, stop)) != 0) break;

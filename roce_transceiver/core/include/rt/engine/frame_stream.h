@@ -12,12 +12,30 @@
 namespace rt {
 namespace engine_detail {
 
+// The frame's bytes (FrameState::bytes) that make slice k due: its end, and with metadata
+// HSB's pad past it (the last data packet may be padded to kHsbPageAlign: a slice that ends
+// in the pad is the frame's last, cut at the record's byte count, recorded at the end).
+RT_HD inline uint64_t slice_due_at(const FramesDesc& fd, uint32_t k) {
+  return (uint64_t(k) + 1) * fd.slice_bytes + (fd.metadata ? kHsbPageAlign : 0u);
+}
+
+// Slices: bytes [from, to) of the frame were lost. The gaps that reach the slices not yet
+// recorded are kept as one span; a new gap past all of them starts a new span. (Slices are
+// recorded once the frame's bytes pass them, at every run of packets, so at most the slice
+// held back by HSB's pad lies between two spans: none is marked partial wrongly.)
+RT_HD inline void note_lost_bytes(const FramesDesc& fd, FrameState& fs, uint64_t from,
+                                  uint64_t to) {
+  if (fs.hole_to <= uint64_t(fs.slice_next) * fd.slice_bytes) fs.hole_from = from;
+  fs.hole_to = to;
+}
+
 // A frame closed without its end: a packet for another page came first
 // (frames.h). Its page holds a part of it and stays the engine's.
 RT_HD inline void close_incomplete(const FramesDesc& fd, EngineState& st) {
   FrameState& fs = st.frames;
   fs.open = false;
-  fs.have_next_psn = false;  // where it ended is unknown
+  fs.slice_due = kNoSliceDue;  // its page stays the engine's: no slice after its last
+  fs.have_next_psn = false;    // where it ended is unknown
   fs.have_last_page = true;
   fs.last_page = fs.page;
   if (fd.metadata) ++fs.unnumbered;
@@ -66,6 +84,9 @@ RT_HD inline void open_frame(const FramesDesc& fd, EngineState& st, uint32_t psn
   fs.crc_len = 0;
   fs.crc_raw = 0;
   fs.crc_valid = data_len >= kFoldMinBytes;
+  fs.slice_next = 0;
+  fs.hole_from = fs.hole_to = 0;
+  fs.slice_due = fd.slice_bytes ? slice_due_at(fd, 0) : kNoSliceDue;
 }
 
 // The end of a frame arrived (its 0x2B): the account closes, the stream's
@@ -74,6 +95,7 @@ RT_HD inline void open_frame(const FramesDesc& fd, EngineState& st, uint32_t psn
 RT_HD inline void close_frame(const FramesDesc& fd, EngineState& st, uint32_t imm, uint32_t psn) {
   FrameState& fs = st.frames;
   fs.open = false;
+  fs.slice_due = kNoSliceDue;  // its last slices come with its record (record_slices)
   fs.imm = imm;
   fs.end_page = hsb_imm_page(fs.imm, fd.page_bits);
   fs.end_psn = psn;
@@ -138,9 +160,16 @@ RT_HD inline bool frame_packet(const FramesDesc& fd, EngineState& st, uint32_t p
   }
   const bool ours = !page_busy(fs, page);
   if (ours) {
+    if (fd.slice_bytes && data_len) {  // slices: where the frame's packets left a gap
+      if (offset > fs.bytes)
+        note_lost_bytes(fd, fs, fs.bytes, offset);
+      else if (offset <= fs.hole_from && offset + data_len >= fs.hole_to)
+        fs.hole_from = fs.hole_to = 0;  // a late packet filled the gap: reordered, not lost
+    }
     if (data_len && offset + data_len > fs.bytes) fs.bytes = offset + data_len;
     fold_page_crc(fs, offset, data_len, raw, raw_ok, fold);
   } else {
+    fs.slice_due = kNoSliceDue;  // a dropped frame's slices are not recorded
     count(st.tally, Counter::kFramePageBusy);
   }
   if (record) {  // read from the packet: a dropped frame's number still counts
@@ -208,12 +237,68 @@ RT_HD inline int frame_statistic(const Team& t, const EngineDesc& d, const Engin
   return custom_team(t, d.handler.custom, m, d.reply_scratch, room);
 }
 
+// Leader: the slices of the frame whose bytes passed them (slice_due), or at its end
+// (`at_end`: the frame pending) all that are left, the last cut at its byte count, a
+// completion record each (kCompletionSlice). Only where every byte committed so far is in
+// its page (the commit with no placement left to execute, or publish): the host reads the
+// slice from the page once it sees the record.
+RT_HD RT_COLD inline void record_slices(const EngineDesc& d, EngineState& st, bool at_end) {
+  FrameState& fs = st.frames;
+  const FramesDesc& fd = d.frames;
+  if (!fd.slice_bytes || fs.dropped) return;
+  const uint64_t size = fd.slice_bytes;
+  const uint64_t end = at_end ? pending_frame_bytes(fd, fs) : fs.bytes;
+  // What never came of the frame's end: lost too.
+  if (at_end && fs.bytes < end) note_lost_bytes(fd, fs, fs.bytes, end);
+  const bool room = completion_data_bytes(d.completions.slot_bytes) >= sizeof(SliceRecord);
+  for (;; ++fs.slice_next) {
+    const uint64_t from = uint64_t(fs.slice_next) * size;
+    if (at_end ? from >= end : slice_due_at(fd, fs.slice_next) > end) break;
+    const uint64_t to = from + size < end ? from + size : end;
+    const bool whole = !(from < fs.hole_to && to > fs.hole_from);
+    uint8_t* slot = d.record_completions && room ? reserve_completion(d, st, 1) : nullptr;
+    if (!slot) {
+      count(st.tally, Counter::kCompletionDrops);  // the host fell behind: the slice is lost
+      continue;
+    }
+    const uint32_t flags = (whole ? kSliceWhole : 0u) | (at_end && to == end ? kSliceLast : 0u);
+    CompletionRecord c{};
+    c.request_len = uint32_t(sizeof(SliceRecord));
+    c.reply_len = kNoReply;
+    c.opcode = at_end ? 0x2B : 0x2A;
+    c.flags = kCompletionSlice;
+    c.psn = fs.last_psn;
+    c.rx_timestamp_ns = fs.rx_last_ns;
+    c.done_timestamp_ns = now_ns();
+    store_record_header(slot, c);
+#if RT_HOST_FUNCTIONS  // NVRTC 13.0 has no offsetof; the host and nvcc builds check it
+    static_assert(offsetof(SliceRecord, page) == 24 && offsetof(SliceRecord, frame_number) == 28 &&
+                      offsetof(SliceRecord, slice) == 32 && offsetof(SliceRecord, flags) == 36,
+                  "the words below follow the layout the host reads");
+#endif
+    // The record's five words, built in registers: no store a field across the bus.
+    auto* out = reinterpret_cast<uint64_t*>(slot + sizeof(CompletionRecord));
+    out[0] = from;
+    out[1] = to - from;
+    out[2] = fs.rx_last_ns;
+    out[3] = uint64_t(fs.page) | uint64_t(fs.completed) << 32;
+    out[4] = uint64_t(fs.slice_next) | uint64_t(flags) << 32;
+    submit_completion(d, st, uint32_t(sizeof(CompletionRecord) + sizeof(SliceRecord)),
+                      c.done_timestamp_ns);
+    count_all(st.tally, CountOf{Counter::kFrameSlices, 1},
+              CountOf{Counter::kFrameSlicesPartial, whole ? 0u : 1u});
+  }
+  fs.slice_due = at_end ? kNoSliceDue : slice_due_at(fd, fs.slice_next);
+}
+
 // Leader: the pending frame's record for the host, with its page's CRC `crc`. The page is
-// the host's from then until it is released. `result`: the frame's statistic
-// (frame_statistic), in d.reply_scratch; kNoReply for none. `publish_now` false: the caller
-// publishes (publish_completions) once the batch's pages are placed.
+// the host's from then until it is released; its last slices (record_slices) come first.
+// `result`: the frame's statistic (frame_statistic), in d.reply_scratch; kNoReply for none.
+// `publish_now` false: the caller publishes (publish_completions) once the batch's pages are
+// placed.
 RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t crc,
                                int result = kNoReply, bool publish_now = true) {
+  record_slices(d, st, /*at_end=*/true);  // its last slices before it
   FrameState& fs = st.frames;
   const FramesDesc& fd = d.frames;
   const bool meta = fd.metadata;

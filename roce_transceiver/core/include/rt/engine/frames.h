@@ -20,6 +20,13 @@
 // A page belongs to the host from the frame's record until the host releases
 // it (page_free[page] = 1). A packet for a page the host still holds is not
 // written; its frame is dropped and counted. The receiver never waits.
+//
+// Slices (slice_bytes > 0): so that the host can start on a frame before its end, the
+// engine records slice k of a frame, page bytes [k * slice_bytes, (k + 1) * slice_bytes)
+// cut at the frame's end, once the bytes the frame's packets wrote pass its end, and the
+// frame's last slices at its end, before its record. A slice is whole when no packet that
+// carried its bytes was lost: the bytes between the packets either side of a gap are the
+// lost ones (hole_from, hole_to). A dropped frame's slices are not recorded.
 #pragma once
 
 #include "rt/engine/completion.h"
@@ -43,12 +50,13 @@ struct FramesDesc {
   uint32_t region;      // the registered region that holds the pages
   uint32_t page_bytes;  // bytes per page; page p starts at region offset p * page_bytes
   uint32_t pages;
-  bool metadata;        // the end-of-frame packet carries the metadata record
-  bool check_crc;       // compare the page's CRC with the record's (HSB's emulator sends 0)
-  bool statistic;       // a user handler (handler.custom) runs on each frame: its reply is
-                        // the record's result (custom.h, frame_statistic)
-  uint32_t page_bits;   // the end-of-frame immediate's bits that name the page (hsb_imm_page)
-  uint32_t* page_free;  // host-visible, per page: 1 free, 0 held by the host
+  bool metadata;         // the end-of-frame packet carries the metadata record
+  bool check_crc;        // compare the page's CRC with the record's (HSB's emulator sends 0)
+  bool statistic;        // a user handler (handler.custom) runs on each frame: its reply is
+                         // the record's result (custom.h, frame_statistic)
+  uint32_t page_bits;    // the end-of-frame immediate's bits that name the page (hsb_imm_page)
+  uint32_t* page_free;   // host-visible, per page: 1 free, 0 held by the host
+  uint32_t slice_bytes;  // a SliceRecord per this many bytes of a frame; 0: none
 };
 
 enum FrameFlag : uint32_t {
@@ -79,6 +87,32 @@ struct FrameRecord {
 };
 static_assert(sizeof(FrameRecord) == 72, "the host reads this layout");
 
+enum SliceFlag : uint32_t {
+  kSliceWhole = 1u << 0,  // every packet that carried its bytes arrived
+  kSliceLast = 1u << 1,   // the frame's last: recorded at its end, right before its record
+};
+
+// What the host gets per slice of a frame, in the data area of a completion record flagged
+// kCompletionSlice. Its bytes are the page's [offset, offset + bytes).
+struct SliceRecord {
+  uint64_t offset;
+  uint64_t bytes;
+  uint64_t rx_last_ns;  // the last packet of the frame committed when it was recorded
+  uint32_t page;
+  uint32_t frame_number;  // the frames recorded before it (FrameState::completed): its
+                          // frame's record's frame_number when the stream has no metadata
+  uint32_t slice;         // k: offset = k * slice_bytes
+  uint32_t flags;         // SliceFlag
+};
+static_assert(sizeof(SliceRecord) == 40, "the host reads this layout");
+
+// The smallest slice (frames.slice_bytes): each slice is a completion record the host takes,
+// and a record every few dozen bytes would fill the completion ring faster than it drains.
+constexpr uint32_t kMinSliceBytes = 256;
+
+// FrameState::slice_due when no slice is due: slices off, the frame dropped or closed.
+constexpr uint64_t kNoSliceDue = ~uint64_t(0);
+
 // The engine's running account of the frame in progress, and of the stream
 // between frames.
 struct FrameState {
@@ -106,6 +140,12 @@ struct FrameState {
   uint64_t crc_len;
   uint32_t crc_raw;
   bool crc_valid;
+  // Slices (slice_bytes): the next to record, and the frame's bytes (bytes) that make it
+  // due (kNoSliceDue: none), one compare a run of packets; the lost bytes that reach the
+  // slices not yet recorded, from the first such gap to the end of the last.
+  uint64_t slice_due;
+  uint64_t hole_from, hole_to;
+  uint32_t slice_next;
   // The end of the frame, set by the leader, finished by the team (CRC).
   bool pending;
   uint32_t end_page, end_psn, imm;

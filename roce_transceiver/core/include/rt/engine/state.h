@@ -173,6 +173,7 @@ RT_HD inline FrameSpec ack_spec(const EngineDesc& d, uint8_t syndrome, uint32_t 
 
 RT_HD inline void engine_init(const EngineDesc& d, EngineState* st) {
   *st = EngineState{};
+  st->frames.slice_due = kNoSliceDue;  // no frame open: no slice is due
   st->expected_psn = d.qp.rx_psn & kPsnMask;
   st->send_psn = d.qp.tx_psn & kPsnMask;
   st->rc.una = st->rc.next_tx = st->rc.sent_end = st->send_psn;

@@ -130,6 +130,8 @@ RT_HD inline uint32_t stream_step(const Crew& c, const EngineDesc& d, EngineStat
   const uint64_t t3 = crew_clock();
   // publish
   if (c.leader() && sends(st)) send_actions<S>(d, st, stg);
+  // Slices the commit left for after execute (theirs, or the responder's packet's, bytes).
+  if (c.leader() && st.frames.bytes >= st.frames.slice_due) record_slices(d, st, false);
   if (st.frames.pending) {
     const FrameState& fs = st.frames;
     const uint64_t bytes = pending_frame_bytes(d.frames, fs);

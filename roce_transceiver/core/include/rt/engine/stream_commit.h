@@ -301,6 +301,16 @@ RT_HD RT_COLD inline uint32_t stream_commit(const EngineDesc& d, EngineState& st
       i += k ? k : commit_run(d, st, b, pk, i + 1, n, placing);
       b.commit_cycles[0] += crew_clock() - c0;
     }
+    // Slices, once a run: due when the frame's bytes pass the next one's end (never, with
+    // slices off; an end's come with its record). Recorded now when every byte is in the
+    // page, else after execute (publish): the batch ends here, before another gap can come.
+    if (p.kind == StreamKind::kData && st.frames.bytes >= st.frames.slice_due) {
+      if (placing) {
+        ++i;
+        break;
+      }
+      record_slices(d, st, /*at_end=*/false);
+    }
     if (p.kind == StreamKind::kEnd) {
       const uint64_t c0 = crew_clock();
       close_frame(fd, st, p.imm, p.psn);

@@ -78,8 +78,9 @@ struct TransceiverConfig {
   uint32_t frames_pages;
   bool frames_metadata;
   bool frames_check_crc;
-  uint32_t frames_page_bits;  // hsb.page_bits as resolved (config.py): 8 or 12
-  int cpu_core;               // pin the cpu executor's thread; -1: no pinning
+  uint32_t frames_slice_bytes;  // a slice record per this many bytes of a frame; 0: none
+  uint32_t frames_page_bits;    // hsb.page_bits as resolved (config.py): 8 or 12
+  int cpu_core;                 // pin the cpu executor's thread; -1: no pinning
   double stop_timeout_s;
   // cuda executor: the persistent kernel's epochs (cuda/engine_launch.h); 0: one launch.
   uint32_t cuda_epoch_us;
@@ -176,6 +177,7 @@ void for_each_config_key(TransceiverConfig& c, Visit&& key) {
   key("frames.pages", c.frames_pages);
   key("frames.metadata", c.frames_metadata);
   key("frames.check_crc", c.frames_check_crc);
+  key("frames.slice_bytes", c.frames_slice_bytes);
   key("frames_page_bits", c.frames_page_bits);
   key("frames_statistic", c.frames_statistic);
   key("cpu_core", c.cpu_core);
