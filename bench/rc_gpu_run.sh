@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The RC requester on the GPU machine (issue 31): its GPU tests and bench roundtrip --reliable.
+# Issue 31's engine work on the GPU machine: the RC requester's and the frame slices' GPU tests
+# (with the engine suites they touch) and bench roundtrip --reliable.
 # From the repo root, with the package's wheel in .whl/: bash bench/rc_gpu_run.sh OUT_DIR
 set -uo pipefail
 repo=$(pwd)
@@ -17,5 +18,7 @@ done
 timeout -s ABRT 300 python3 -m pytest -p no:cacheprovider -q -rs --timeout=120 \
   --timeout-method=thread -m gpu "$repo/tests/test_rc_requester.py" \
   "$repo/tests/test_engine_roundtrip.py" "$repo/tests/test_engine_express.py" \
-  "$repo/tests/test_engine_rc_uc.py" "$repo/tests/test_express_batch.py" 2>&1 |
+  "$repo/tests/test_engine_rc_uc.py" "$repo/tests/test_express_batch.py" \
+  "$repo/tests/test_frame_slices.py" "$repo/tests/test_frames.py" "$repo/tests/test_batch_step.py" \
+  2>&1 |
   tee "$out/pytest_gpu.txt" | tail -15

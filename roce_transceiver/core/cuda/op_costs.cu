@@ -228,8 +228,8 @@ __global__ void op_costs_kernel(EngineDesc d, const uint8_t* frame, uint32_t len
     __syncwarp();
     t[1] = cycles();
     ExpressRequest req{};
-    const bool hit =
-        a.frame && predicted(team, st.pred, a.frame, a.len, st.expected_psn, false, &req);
+    const bool hit = a.frame && predicted(team, st.pred.expect, st.pred.care, a.frame, a.len,
+                                          st.expected_psn, false, &req);
     __syncwarp();
     t[2] = cycles();
     sink += hit ? icrc_team(team, a.frame, req.layout) : 0;

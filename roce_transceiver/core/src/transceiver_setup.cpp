@@ -244,7 +244,9 @@ void Transceiver::make_queues(const EngineDesc& d, const Placements& at) {
     const size_t assembly = size_t(c.engine.msg_buf_bytes) + c.slot_bytes;
     const size_t replay_at = (assembly + 63) & ~size_t(63);
     const size_t replay_bytes =
-        reliable ? size_t(c.engine.rc_window) * (c.slot_bytes + sizeof(uint32_t)) : 0;
+        reliable ? size_t(c.engine.rc_window) * (c.slot_bytes + sizeof(uint32_t)) +
+                       sizeof(AckPrediction) + 16
+                 : 0;
     hq.scratch = Buffer(at.engine_private, replay_at + replay_bytes);
     hq.desc = d;
     EngineDesc& qd = hq.desc;
@@ -271,6 +273,10 @@ void Transceiver::make_queues(const EngineDesc& d, const Placements& at) {
       qd.replay = hq.scratch.data() + replay_at;
       qd.replay_len =
           reinterpret_cast<uint32_t*>(qd.replay + size_t(c.engine.rc_window) * c.slot_bytes);
+      const size_t ack_at =
+          (replay_at + size_t(c.engine.rc_window) * (c.slot_bytes + sizeof(uint32_t)) + 15) &
+          ~size_t(15);
+      qd.peer_ack = reinterpret_cast<AckPrediction*>(hq.scratch.data() + ack_at);
     }
     uint8_t* wire = on_gpu_ ? hq.wire.device() : hq.wire.host();
     qd.rx = rx_ring(wire, v.rx, v.rx_log2, c.slot_bytes);

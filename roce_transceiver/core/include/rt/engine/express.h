@@ -473,7 +473,7 @@ RT_HD RT_COLD inline bool express_ack_take(const Team& t, const EngineDesc& d, E
                                            const Arrival& a) {
   if (reinterpret_cast<uintptr_t>(a.frame) & 15) return false;
   ExpressRequest ack;
-  if (!predicted(t, st.pred.peer_ack, st.pred.peer_ack_care, a.frame, a.len, kAnyPsn,
+  if (!predicted(t, d.peer_ack->expect, d.peer_ack->care, a.frame, a.len, kAnyPsn,
                  d.check_icrc || a.speculative, &ack))
     return false;
   t.sync();  // every lane has read the prediction and the state before the leader moves on
@@ -490,7 +490,7 @@ RT_HD RT_COLD inline bool express_ack_take(const Team& t, const EngineDesc& d, E
 template <Scope S, class Team>
 RT_HD inline bool express_ack(const Team& t, const EngineDesc& d, EngineState& st,
                               const Arrival& a) {
-  return rc_reliable(d) && st.pred.peer_ack.len != 0 && express_ack_take<S>(t, d, st, a);
+  return rc_reliable(d) && d.peer_ack->expect.len != 0 && express_ack_take<S>(t, d, st, a);
 }
 
 }  // namespace engine_detail

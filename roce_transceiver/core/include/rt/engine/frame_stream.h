@@ -312,7 +312,13 @@ RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t cr
     count(st.tally, Counter::kCompletionDrops);  // the host fell behind: no record, page kept
     count(st.tally, Counter::kFramesDropped);
   } else {
-    FrameRecord rec{};
+    // A union, not a cast, lets its 8-byte words be read (type punning through a pointer
+    // is undefined, and g++ -O3 acts on it: a record read as words came out zeros).
+    union {
+      FrameRecord rec;
+      uint64_t words[sizeof(FrameRecord) / 8];
+    } u{};
+    FrameRecord& rec = u.rec;
     rec.bytes = bytes;
     rec.ptp_s = fs.meta.ptp_s;
     rec.ptp_ns = fs.meta.ptp_ns;
@@ -359,12 +365,11 @@ RT_HD inline void record_frame(const EngineDesc& d, EngineState& st, uint32_t cr
     c.done_timestamp_ns = now_ns();
     store_record_header(slot, c);
     static_assert(sizeof rec % 8 == 0 && sizeof(CompletionRecord) % 8 == 0, "8-byte words");
-    const auto* words = reinterpret_cast<const uint64_t*>(&rec);
     auto* out = reinterpret_cast<uint64_t*>(slot + sizeof(CompletionRecord));
 #if RT_DEVICE_CODE
 #pragma unroll
 #endif
-    for (uint32_t k = 0; k < sizeof rec / 8; ++k) out[k] = words[k];
+    for (uint32_t k = 0; k < sizeof rec / 8; ++k) out[k] = u.words[k];
     // Published at once, not batched: the host gives the page back only once it has seen
     // the record, and a stream keeps the loop from settling.
     submit_completion(d, st, uint32_t(sizeof(CompletionRecord) + sizeof rec), c.done_timestamp_ns);

@@ -45,11 +45,16 @@ struct Prediction {
   HeaderTemplate ack;
   uint32_t reth;  // `expect` is a WRITE Only with Immediate: its RETH's offset, ImmDt
                   // right after (IBA 9.2); 0: a SEND Only
-  // qp.retransmit: the peer's last ACKNOWLEDGE of what we sent (an ACK, not a NAK: the
-  // syndrome's kind bits are cared for, its credits, MSN and PSN not), which the express
-  // path takes (express_ack) instead of the general path (~8 us a packet on a GPU's lane).
-  HeaderTemplate peer_ack;
-  alignas(16) uint8_t peer_ack_care[kPredictBytes];
+};
+
+// qp.retransmit: the peer's last ACKNOWLEDGE of what we sent (an ACK, not a NAK: the
+// syndrome's kind bits are cared for, its credits, MSN and PSN not), which the express path
+// takes (express_ack) instead of the general path (~8 us a packet on a GPU's lane). In the
+// engine's own memory beside the replay store, not in its state: a kernel's state is in
+// shared memory, which the crew and stream kernels have no 340 bytes more of.
+struct AckPrediction {
+  HeaderTemplate expect;
+  alignas(16) uint8_t care[kPredictBytes];
 };
 
 // predicted()'s `psn` that any PSN matches: an ACK's lies anywhere in the window.
@@ -126,13 +131,13 @@ RT_HD inline void predict_from(Prediction& p, const FrameView& f) {
 // Learn the peer's ACKNOWLEDGE (an ACK the general path took, qp.retransmit): its AETH's
 // kind bits must match (a NAK or an RNR NAK goes to the general path), its credit count and
 // MSN need not.
-RT_HD inline void predict_peer_ack(Prediction& p, const FrameView& f) {
+RT_HD inline void predict_peer_ack(AckPrediction& p, const FrameView& f) {
   using namespace prediction_detail;
   if (!f.op.is(kResponse) || f.op.hdrs != kAeth || f.payload != f.icrc || !learnable(f)) return;
-  p.peer_ack.len = 0;
-  learn_header(p.peer_ack, p.peer_ack_care, f);
-  p.peer_ack_care[f.ext] = 0x60;  // the syndrome's kind: an ACK's is 0
-  p.peer_ack_care[f.ext + 1] = p.peer_ack_care[f.ext + 2] = p.peer_ack_care[f.ext + 3] = 0;
+  p.expect.len = 0;
+  learn_header(p.expect, p.care, f);
+  p.care[f.ext] = 0x60;  // the syndrome's kind: an ACK's is 0
+  p.care[f.ext + 1] = p.care[f.ext + 2] = p.care[f.ext + 3] = 0;
 }
 
 // The reply template: `spec` (a SEND Only) encoded with no payload.

@@ -196,7 +196,7 @@ RT_HD inline void receive_response(const EngineDesc& d, EngineState& st, const F
         aeth_kind(syndrome) == AethKind::kAck ? Counter::kAcksReceived : Counter::kNaksReceived);
   if (!rc_reliable(d)) return;
   rc_take_response(d, st, syndrome, f.bth_hdr().psn.get());
-  if (aeth_kind(syndrome) == AethKind::kAck) predict_peer_ack(st.pred, f);  // express_ack's
+  if (aeth_kind(syndrome) == AethKind::kAck) predict_peer_ack(*d.peer_ack, f);  // express_ack's
 }
 
 // With qp.retransmit, a request that completes a message needs room for its reply in the

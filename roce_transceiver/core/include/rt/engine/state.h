@@ -44,11 +44,12 @@ struct EngineDesc : EngineSettings {
   // bytes each, rc_window of them (a power of two), and their lengths.
   uint8_t* replay;
   uint32_t* replay_len;
-  RxRing rx;           // wire in
-  TxRing tx;           // wire out
-  RxRing host_tx;      // host -> engine: payloads to SEND to the peer
-  TxRing completions;  // engine -> host: CompletionRecord per message
-  Counters* counters;  // host-visible
+  AckPrediction* peer_ack;  // the peer's ACK the express path takes (prediction.h)
+  RxRing rx;                // wire in
+  TxRing tx;                // wire out
+  RxRing host_tx;           // host -> engine: payloads to SEND to the peer
+  TxRing completions;       // engine -> host: CompletionRecord per message
+  Counters* counters;       // host-visible
 };
 
 // What a team answers to an RC request after deciding about it: nothing, an ACK or NAK
