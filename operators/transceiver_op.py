@@ -153,7 +153,7 @@ class RoceTransceiverOp(Operator):
             except EnumerationError as e:
                 raise HsbError(f"bridge {config['hsb']['bridge']}: {e}") from None
             config = with_overrides(config, bridge_overrides(config, announcement))
-        t = Transceiver(config)
+        t = self._make_transceiver(config)
         self.executor = t.executor
         t.start()
         if t.config["hsb"]["bridge"]:
@@ -177,6 +177,11 @@ class RoceTransceiverOp(Operator):
         # Published only once running: peers in other threads take it as "ready".
         self.transceiver = t
         self._next_stats = time.monotonic() + self.stats_period_s
+
+    def _make_transceiver(self, config: Mapping[str, Any]) -> Transceiver:
+        """The transceiver, made and not yet started: where a subclass prepares its far end
+        before the loop runs (bench graph preloads its stream)."""
+        return Transceiver(config)
 
     def stop(self) -> None:
         t, self.transceiver = self.transceiver, None
