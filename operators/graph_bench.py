@@ -8,14 +8,21 @@ on the cuda executor, per ``cuda.epoch_us``:
    rx ring (device memory on the cuda executor), taken by a bare Transceiver, the rate by the
    engine's clock. This is the rate the graph is compared with, measured in the same run.
 2. The same packets preloaded the same way into the transceiver of a RoceTransceiverOp (before
-   its loop starts: the producer is never the bottleneck), which feeds a sink that touches each
-   frame where it lies: a byte sum of the whole frame on the GPU (cupy RawKernel, loaded when
-   the graph is composed) for device tensors, numpy reading one byte every 4 KiB (a byte of
-   each packet) for host tensors; the row says which. Into the graph: frames/s and Gb/s over
-   the sink's first look at the first frame to its look at the last; the operator's cost per
-   frame: the time in its compute() calls that emitted frames over the frames emitted (calls
-   that found nothing are counted apart). Every frame is checked at the sink: each frame number
-   once, in order, whole, its CRC-32 that of the bytes sent, its touch that of the bytes sent.
+   its loop starts), whose start() returns once the engine has recorded the whole stream: the
+   producer is never the bottleneck, and on the cpu executor the engine's thread no longer
+   competes with the graph's. It feeds a sink that touches each frame where it lies: a byte
+   sum of the whole frame on the GPU (cupy RawKernel, loaded when the graph is composed) for
+   device tensors, numpy reading one byte every 4 KiB (a byte of each packet) for host
+   tensors; the row says which. Into the graph: frames/s and Gb/s over the sink's first look
+   at the first frame to its look at the last; the operator's cost per frame: the time in its
+   compute() calls that emitted frames over the frames emitted, wall and the thread's CPU time
+   (calls that found nothing are counted apart). Every frame is checked at the sink: each
+   frame number once, in order, whole, its CRC-32 that of the bytes sent, its touch that of
+   the bytes sent.
+   The graph's floor, in the same run: the same sink fed by a source operator that emits a
+   frame already in hand as RoceTransceiverOp does (the record's keys in the metadata, a
+   tensor over the same bytes, one message a compute()): the rate Holoscan allows two Python
+   operators on this machine, and the source's CPU time a frame, Holoscan's part of emitting.
 3. Latency, from a frame's last packet to the graph's first look: frames one at a time on the
    loopback wire (the rx ring in host memory, pinned on the cuda executor: ``far_end: cpu``),
    the frame's packets but its last injected and taken by the engine, then its last one; the
@@ -43,8 +50,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
-from holoscan import as_tensor
-from holoscan.core import Application, Fragment, Operator, OperatorSpec
+from holoscan.core import Application, Fragment, Operator, OperatorSpec, Tensor
 from holoscan.schedulers import GreedyScheduler
 
 from roce_transceiver.bench import ingest
@@ -158,6 +164,7 @@ class _TimedRoceOp(RoceTransceiverOp):
         self._packets = packets
         self._expect_frames = frames
         self.busy_ns = 0  # compute() calls that emitted frames
+        self.busy_cpu_ns = 0  # their CPU time (the thread's): what a busy machine inflates less
         self.busy_calls = 0
         self.idle_ns = 0  # the others
         self.idle_calls = 0
@@ -189,11 +196,13 @@ class _TimedRoceOp(RoceTransceiverOp):
 
     def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
         before = self.emitted["frames"]
+        cpu = time.thread_time_ns()
         began = time.perf_counter_ns()
         super().compute(op_input, op_output, context)
         spent = time.perf_counter_ns() - began
         if self.emitted["frames"] > before:
             self.busy_ns += spent
+            self.busy_cpu_ns += time.thread_time_ns() - cpu
             self.busy_calls += 1
         else:
             self.idle_ns += spent
@@ -207,6 +216,7 @@ class _FloorSourceOp(Operator):
 
     def __init__(self, fragment: Fragment, *args: Any, frame: Any, count: int, **kw: Any):
         self._array, self._count, self.emitted = frame, count, 0
+        self.cpu_ns = 0  # in compute(): a frame's metadata, tensor and emit alone
         self._record = {name: 0 for name in FRAME_METADATA}
         self._record.update(page_match=True, bytes_ok=True, bytes=frame.size)
         super().__init__(fragment, *args, **kw)
@@ -215,12 +225,14 @@ class _FloorSourceOp(Operator):
         spec.output("frames")
 
     def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
+        cpu = time.thread_time_ns()
         md = self.metadata
         self._record["frame_number"] = self.emitted
         for key, value in self._record.items():
             md[key] = value
-        op_output.emit({"frame": as_tensor(self._array)}, "frames")
+        op_output.emit({"frame": Tensor.as_tensor(self._array)}, "frames")
         self.emitted += 1
+        self.cpu_ns += time.thread_time_ns() - cpu
         if self.emitted == self._count:
             self.stop_execution()
 
@@ -261,6 +273,11 @@ def _floor(sent: list[Any], on_gpu: bool) -> dict[str, Any]:
         "frames_touched_right": sum(s.touch == touch for s in seen),
         "frames_per_s": fps,
         "gbit_per_s": fps * content.size * 8 / 1e9,
+        # What emitting a frame as RoceTransceiverOp does costs in Holoscan alone (CPU time):
+        # the operator's cpu_us_per_frame less this is the transceiver's share.
+        "source_cpu_us_per_frame": app.source.cpu_ns / app.source.emitted / 1e3
+        if app.source.emitted
+        else None,
     }
 
 
@@ -336,6 +353,7 @@ def _throughput(
         "gbit_per_s": fps * frame_bytes * 8 / 1e9,
         "span_ns": span_ns,
         "op_us_per_frame": roce.busy_ns / emitted / 1e3 if emitted else None,
+        "op_cpu_us_per_frame": roce.busy_cpu_ns / emitted / 1e3 if emitted else None,
         "op_calls_emitting": roce.busy_calls,
         "op_calls_idle": roce.idle_calls,
         "op_idle_ms": roce.idle_ns / 1e6,
@@ -514,7 +532,8 @@ def _table(executor: str, rows: list[dict[str, Any]], out: TextIO) -> None:
     )
     print(
         f"{'frame':>8} {'epoch_us':>8} {'engine f/s':>11} {'graph f/s':>10} {'graph Gb/s':>10} "
-        f"{'/engine':>7} {'floor f/s':>10} {'op us/f':>8} {'whole':>11}  "
+        f"{'/engine':>7} {'floor f/s':>10} {'op us/f':>8} {'cpu us/f':>8} {'floor cpu':>9} "
+        f"{'whole':>11}  "
         "last packet to graph p50/p99/p99.9 us",
         file=out,
     )
@@ -534,12 +553,16 @@ def _table(executor: str, rows: list[dict[str, Any]], out: TextIO) -> None:
             f"{(ratio if ratio is not None else float('nan')):>7.2f} "
             f"{r['graph_floor']['frames_per_s']:>10.0f} "
             f"{(op if op is not None else float('nan')):>8.1f} "
+            f"{(g['op_cpu_us_per_frame'] or float('nan')):>8.1f} "
+            f"{(r['graph_floor']['source_cpu_us_per_frame'] or float('nan')):>9.1f} "
             f"{g['frames_whole']:>5}/{g['frames']:<5}  {figures}",
             file=out,
         )
     touches = sorted({r["graph"]["touch"] for r in rows})
     print(
         f"sink touch: {'; '.join(touches)}. floor: the same sink fed by a source operator "
-        "that emits a ready frame the same way (no transceiver): the graph's own cost",
+        "that emits a ready frame the same way (no transceiver): the graph's own cost; "
+        "op us/f: the operator's compute() a frame (wall), cpu us/f: its CPU time, floor cpu: "
+        "the floor source's CPU time a frame (Holoscan's part of emitting one)",
         file=out,
     )

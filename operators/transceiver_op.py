@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
+from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec, Tensor
 
 from roce_transceiver.config import ConfigError, load_config
 from roce_transceiver.frames import RECORD_NAMES, Frame
@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 #: The frame metadata keys a frame's tensor carries: the frame record's fields, in its order
 #: (the distributed app's record tensor keeps the same order, frame_ops.FRAME_RECORD).
 FRAME_METADATA = RECORD_NAMES
+#: Records taken from the loop in one poll at most (the frames wait in the operator's deque).
+_POLL_FRAMES = 4096
 
 
 class _PageLease:
@@ -127,6 +129,7 @@ class RoceTransceiverOp(Operator):
         self._drain_deadline = 0.0
         self._next_stats = 0.0
         self._frames: deque[Frame] = deque()
+        self._frames_on = self.config["handler"] == "frames"
         super().__init__(fragment, *args, **({"name": name} if name is not None else {}))
 
     def setup(self, spec: OperatorSpec) -> None:
@@ -213,17 +216,20 @@ class RoceTransceiverOp(Operator):
         if t is None:
             raise TransceiverError(f"{self.name}: compute() before start()")
         self._transmit(t, op_input.receive("tx"))
-        frames_on = t.config["handler"] == "frames"
+        frames_on = self._frames_on
+        # Spinning while it waits: a record is taken the moment it is published (the greedy
+        # scheduler would call compute() again at once anyway).
         wait = self.idle_wait_s if not self._frames else 0.0
         if frames_on:
             if not self._frames:
-                came = t.frames(timeout=wait)
+                # Every record ready, in one poll: a frame a compute() goes out from the deque.
+                came = t.frames(timeout=wait, max_frames=_POLL_FRAMES, spin=wait)
                 if self.hsb is not None:
                     self._watch_bridge(came)
                 self._frames.extend(came)
             messages: list[Completion] = []
         else:
-            messages = t.receive(timeout=wait, max_messages=self.max_messages)
+            messages = t.receive(timeout=wait, max_messages=self.max_messages, spin=wait)
         if self._frames:
             self._emit_frame(op_output, self._frames.popleft())
         if messages:
@@ -264,11 +270,12 @@ class RoceTransceiverOp(Operator):
         return taken + lost >= self._expect
 
     def _emit_frame(self, op_output: Any, frame: Frame) -> None:
-        from holoscan import as_tensor
-
-        for key in FRAME_METADATA:
-            self.metadata[key] = getattr(frame, key)
-        op_output.emit({"frame": as_tensor(frame_tensor_source(frame))}, "frames")
+        md = self.metadata  # a new wrapper at each access: taken once
+        for key, value in zip(FRAME_METADATA, frame.record(), strict=True):
+            md[key] = value
+        # Tensor.as_tensor, not holoscan.as_tensor: the latter's stride fix is for arrays of
+        # more than one dimension, and a frame is one.
+        op_output.emit({"frame": Tensor.as_tensor(frame_tensor_source(frame))}, "frames")
         self.emitted["frames"] += 1
 
     def _emit_stats(self, op_output: Any, t: Transceiver, *, final: bool) -> None:
