@@ -13,12 +13,12 @@ on the cuda executor, per ``cuda.epoch_us``:
    competes with the graph's. It feeds a sink that touches each frame where it lies: a byte
    sum of the whole frame on the GPU (cupy RawKernel, loaded when the graph is composed) for
    device tensors, numpy reading one byte every 4 KiB (a byte of each packet) for host
-   tensors; the row says which. Into the graph: frames/s and Gb/s over the sink's first look
-   at the first frame to its look at the last; the operator's cost per frame: the time in its
-   compute() calls that emitted frames over the frames emitted, wall and the thread's CPU time
-   (calls that found nothing are counted apart). Every frame is checked at the sink: each
-   frame number once, in order, whole, its CRC-32 that of the bytes sent, its touch that of
-   the bytes sent.
+   tensors; the row says which. Into the graph: frames/s and Gb/s, the frames over the time
+   from the operator's first compute() to the sink's look at the last frame; the operator's
+   cost per frame: the time in its compute() calls that emitted frames over the frames
+   emitted, wall and the thread's CPU time (calls that found nothing are counted apart).
+   Every frame is checked at the sink: each frame number once, in order, whole, its CRC-32
+   that of the bytes sent, its touch that of the bytes sent.
    The graph's floor, in the same run: the same sink fed by a source operator that emits a
    frame already in hand as RoceTransceiverOp does (the record's keys in the metadata, a
    tensor over the same bytes, one message a compute()): the rate Holoscan allows two Python
@@ -166,6 +166,7 @@ class _TimedRoceOp(RoceTransceiverOp):
         self.busy_ns = 0  # compute() calls that emitted frames
         self.busy_cpu_ns = 0  # their CPU time (the thread's): what a busy machine inflates less
         self.busy_calls = 0
+        self.first_ns = 0  # time.monotonic_ns() as its first compute() began
         self.idle_ns = 0  # the others
         self.idle_calls = 0
         super().__init__(fragment, *args, **kw)
@@ -197,6 +198,8 @@ class _TimedRoceOp(RoceTransceiverOp):
     def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
         before = self.emitted["frames"]
         cpu = time.thread_time_ns()
+        if not self.first_ns:
+            self.first_ns = time.monotonic_ns()
         began = time.perf_counter_ns()
         super().compute(op_input, op_output, context)
         spent = time.perf_counter_ns() - began
@@ -217,6 +220,7 @@ class _FloorSourceOp(Operator):
     def __init__(self, fragment: Fragment, *args: Any, frame: Any, count: int, **kw: Any):
         self._array, self._count, self.emitted = frame, count, 0
         self.cpu_ns = 0  # in compute(): a frame's metadata, tensor and emit alone
+        self.first_ns = 0  # time.monotonic_ns() as its first compute() began
         self._record = {name: 0 for name in FRAME_METADATA}
         self._record.update(page_match=True, bytes_ok=True, bytes=frame.size)
         super().__init__(fragment, *args, **kw)
@@ -226,6 +230,8 @@ class _FloorSourceOp(Operator):
 
     def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
         cpu = time.thread_time_ns()
+        if not self.first_ns:
+            self.first_ns = time.monotonic_ns()
         md = self.metadata
         self._record["frame_number"] = self.emitted
         for key, value in self._record.items():
@@ -264,8 +270,8 @@ def _floor(sent: list[Any], on_gpu: bool) -> dict[str, Any]:
     )
     app.run()
     seen = app.sink.seen
-    span_ns = seen[-1].look_ns - seen[0].look_ns if len(seen) > 1 else 0
-    fps = (len(seen) - 1) / (span_ns * 1e-9) if span_ns > 0 else 0.0
+    span_ns = seen[-1].look_ns - app.source.first_ns if seen else 0  # as _throughput's
+    fps = len(seen) / (span_ns * 1e-9) if span_ns > 0 else 0.0
     touch = _touch_of(sent[0].content, on_gpu)
     return {
         "frames": len(sent),
@@ -340,8 +346,10 @@ def _throughput(
     roce, sink = app.roce, app.sink
     seen = sink.seen
     on_gpu = sink.on_gpu > 0
-    span_ns = seen[-1].look_ns - seen[0].look_ns if len(seen) > 1 else 0
-    fps = (len(seen) - 1) / (span_ns * 1e-9) if span_ns > 0 else 0.0
+    # From the operator's first compute() (the whole stream recorded and waiting) to the sink's
+    # look at the last frame: every frame's whole way, the first one's poll included.
+    span_ns = seen[-1].look_ns - roce.first_ns if seen else 0
+    fps = len(seen) / (span_ns * 1e-9) if span_ns > 0 else 0.0
     emitted = roce.emitted["frames"]
     return {
         "frames": len(sent),

@@ -61,8 +61,10 @@ log = logging.getLogger(__name__)
 #: The frame metadata keys a frame's tensor carries: the frame record's fields, in its order
 #: (the distributed app's record tensor keeps the same order, frame_ops.FRAME_RECORD).
 FRAME_METADATA = RECORD_NAMES
-#: Records taken from the loop in one poll at most (the frames wait in the operator's deque).
-_POLL_FRAMES = 4096
+#: Records taken from the loop in one poll at most (they wait in the operator's deque, a frame
+#: a compute()): enough to spread the poll's own cost, few enough that the first of them does not
+#: wait long for the rest to be made Frames.
+_POLL_FRAMES = 16
 
 
 class _PageLease:
@@ -222,7 +224,7 @@ class RoceTransceiverOp(Operator):
         wait = self.idle_wait_s if not self._frames else 0.0
         if frames_on:
             if not self._frames:
-                # Every record ready, in one poll: a frame a compute() goes out from the deque.
+                # A batch of the records ready in one poll; a frame a compute() leaves the deque.
                 came = t.frames(timeout=wait, max_frames=_POLL_FRAMES, spin=wait)
                 if self.hsb is not None:
                     self._watch_bridge(came)

@@ -510,7 +510,10 @@ class Transceiver:
         deadline = None if timeout is None else began + timeout
         while True:
             try:
-                self._poll(4096)
+                # No more than the caller takes: a record waits in the ring, not converted ahead
+                # of the frames before it (a graph's first frame would wait for the batch).
+                if len(queue) < most:
+                    self._poll(most - len(queue))
                 now = time.monotonic()
                 if queue or (deadline is not None and now >= deadline):
                     break
