@@ -60,6 +60,10 @@ fi
 # What the cuda executor's epochs cost, and the kernel loads they let through.
 timeout -s ABRT 150 $py -m roce_transceiver bench share --json "$out/share.json" 2>&1 |
   tee "$out/share.txt" | tail -12
+# What a Holoscan graph receives from RoceTransceiverOp: 64 KiB, 1 MiB, 8 MiB frames per
+# cuda.epoch_us (issue 31).
+timeout -s ABRT 300 $py -m roce_transceiver bench graph --executor cuda --json "$out/graph.json" \
+  2>"$out/graph.progress" | tee "$out/graph.txt" | tail -14
 kill "$sampler" 2>/dev/null
 
 # The thread method ends the whole run at the first test that hangs in C++ (where a

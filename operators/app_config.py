@@ -113,8 +113,9 @@ APP_SCHEMA = Section(
                 "idle_wait_s": Field(
                     float,
                     0.001,
-                    "how long compute() waits for the loop when nothing is ready "
-                    "(bounds the scheduler's spin)",
+                    "how long compute() waits for the loop when nothing is ready, spinning "
+                    "in the core without the GIL (a record is taken as it is published; "
+                    "bounds the scheduler's spin)",
                     minimum=0.0,
                     maximum=1.0,
                 ),

@@ -162,7 +162,7 @@ extern "C" __global__ void rt_byte_sum(const unsigned char* data, unsigned long 
 _BYTE_SUM_GRID, _BYTE_SUM_BLOCK = 64, 256
 
 
-class _GpuByteSum:
+class GpuByteSum:
     """The byte sum on the GPU, its module compiled and loaded when made.
 
     A CUDA module load waits for the device to go idle, which a persistent kernel running with
@@ -179,20 +179,25 @@ class _GpuByteSum:
         self._kernel.compile()  # NVRTC, then the module load: both before the loop runs
         self._sum = cupy.zeros(1, dtype=cupy.uint64)
 
-    def mean(self, tensor: Any) -> float:
+    def sum(self, tensor: Any) -> tuple[int, int]:
+        """The sum of the frame's bytes and their count (bench graph's touch of a frame)."""
         cupy = self._cupy
         data = cupy.asarray(tensor).reshape(-1)
         if data.dtype != cupy.uint8:
             raise TypeError(f"frame statistic: a frame of uint8, not {data.dtype}")
         if data.size == 0:
-            return float("nan")
+            return 0, 0
         self._sum.fill(0)  # a memset: no kernel of its own
         args = (data, np.uint64(data.size), self._sum)
         self._kernel((_BYTE_SUM_GRID,), (_BYTE_SUM_BLOCK,), args)
-        return int(self._sum.get()[0]) / data.size
+        return int(self._sum.get()[0]), int(data.size)
+
+    def mean(self, tensor: Any) -> float:
+        total, size = self.sum(tensor)
+        return total / size if size else float("nan")
 
 
-def _gpu_byte_sum() -> _GpuByteSum | None:
+def gpu_byte_sum() -> GpuByteSum | None:
     """The GPU statistic where cupy sees a GPU; None elsewhere (frames come as host tensors)."""
     try:
         import cupy
@@ -201,7 +206,7 @@ def _gpu_byte_sum() -> _GpuByteSum | None:
             return None
     except Exception:  # no cupy, no driver, no device: the host path is the only one used
         return None
-    return _GpuByteSum()
+    return GpuByteSum()
 
 
 class FrameStatisticOp(Operator):
@@ -219,7 +224,7 @@ class FrameStatisticOp(Operator):
         self.frames = 0
         self.on_gpu = 0
         self.means: list[float] = []
-        self._gpu = _gpu_byte_sum()
+        self._gpu = gpu_byte_sum()
         super().__init__(fragment, *args, **kwargs)
 
     def setup(self, spec: OperatorSpec) -> None:
@@ -229,7 +234,7 @@ class FrameStatisticOp(Operator):
         tensor = op_input.receive("frames")["frame"]
         if on_device(tensor):
             if self._gpu is None:  # a device tensor where cupy saw no GPU when composed
-                self._gpu = _GpuByteSum()
+                self._gpu = GpuByteSum()
             mean = self._gpu.mean(tensor)
             self.on_gpu += 1
         else:

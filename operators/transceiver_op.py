@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec
+from holoscan.core import ConditionType, Fragment, IOSpec, Operator, OperatorSpec, Tensor
 
 from roce_transceiver.config import ConfigError, load_config
 from roce_transceiver.frames import RECORD_NAMES, SLICE_NAMES, Frame, Slice
@@ -69,6 +69,10 @@ log = logging.getLogger(__name__)
 FRAME_METADATA = RECORD_NAMES
 #: The metadata keys a slice's tensor carries: the slice record's fields, in its order.
 SLICE_METADATA = SLICE_NAMES
+#: Records taken from the loop in one poll at most (they wait in the operator's deque, a frame
+#: a compute()): enough to spread the poll's own cost, few enough that the first of them does not
+#: wait long for the rest to be made Frames.
+_POLL_FRAMES = 16
 
 
 class _PageLease:
@@ -155,6 +159,7 @@ class RoceTransceiverOp(Operator):
         self._next_stats = 0.0
         self._frames: deque[Frame] = deque()
         self._slices: deque[Slice] = deque()
+        self._frames_on = self.config["handler"] == "frames"
         super().__init__(fragment, *args, **({"name": name} if name is not None else {}))
 
     def setup(self, spec: OperatorSpec) -> None:
@@ -189,7 +194,7 @@ class RoceTransceiverOp(Operator):
             except EnumerationError as e:
                 raise HsbError(f"bridge {config['hsb']['bridge']}: {e}") from None
             config = with_overrides(config, bridge_overrides(config, announcement))
-        t = Transceiver(config)
+        t = self._make_transceiver(config)
         self.executor = t.executor
         t.start()
         if t.config["hsb"]["bridge"]:
@@ -213,6 +218,11 @@ class RoceTransceiverOp(Operator):
         # Published only once running: peers in other threads take it as "ready".
         self.transceiver = t
         self._next_stats = time.monotonic() + self.stats_period_s
+
+    def _make_transceiver(self, config: Mapping[str, Any]) -> Transceiver:
+        """The transceiver, made and not yet started: where a subclass prepares its far end
+        before the loop runs (bench graph preloads its stream)."""
+        return Transceiver(config)
 
     def stop(self) -> None:
         t, self.transceiver = self.transceiver, None
@@ -245,22 +255,27 @@ class RoceTransceiverOp(Operator):
         if t is None:
             raise TransceiverError(f"{self.name}: compute() before start()")
         self._transmit(t, op_input.receive("tx"))
-        frames_on = t.config["handler"] == "frames"
+        frames_on = self._frames_on
         slices_on = self.slices_on
+        # Spinning while it waits: a record is taken the moment it is published (the greedy
+        # scheduler would call compute() again at once anyway).
         wait = self.idle_wait_s if not (self._frames or self._slices) else 0.0
         if frames_on:
             if not (self._frames or self._slices):
                 # Frames first, then slices: a frame's slices came before it on the ring, so
-                # none of them is taken after it (and all are emitted before it, below).
-                came = t.frames(timeout=0.0 if slices_on else wait)
+                # none of them is taken after it (and all are emitted before it, below). A batch
+                # of the records ready in one poll; a frame a compute() leaves the deque.
+                came = t.frames(
+                    timeout=0.0 if slices_on else wait, max_frames=_POLL_FRAMES, spin=wait
+                )
                 if slices_on:
-                    self._slices.extend(t.slices(timeout=0.0 if came else wait))
+                    self._slices.extend(t.slices(timeout=0.0 if came else wait, spin=wait))
                 if self.hsb is not None:
                     self._watch_bridge(came)
                 self._frames.extend(came)
             messages: list[Completion] = []
         else:
-            messages = t.receive(timeout=wait, max_messages=self.max_messages)
+            messages = t.receive(timeout=wait, max_messages=self.max_messages, spin=wait)
         # One of them a compute: a slice's record and a frame's share the metadata's keys.
         if self._slices:
             self._emit_slice(op_output, self._slices.popleft())
@@ -305,19 +320,19 @@ class RoceTransceiverOp(Operator):
         return taken + lost >= self._expect
 
     def _emit_frame(self, op_output: Any, frame: Frame) -> None:
-        from holoscan import as_tensor
-
-        for key in FRAME_METADATA:
-            self.metadata[key] = getattr(frame, key)
-        op_output.emit({"frame": as_tensor(frame_tensor_source(frame))}, "frames")
+        md = self.metadata  # a new wrapper at each access: taken once
+        for key, value in zip(FRAME_METADATA, frame.record(), strict=True):
+            md[key] = value
+        # Tensor.as_tensor, not holoscan.as_tensor: the latter's stride fix is for arrays of
+        # more than one dimension, and a frame is one.
+        op_output.emit({"frame": Tensor.as_tensor(frame_tensor_source(frame))}, "frames")
         self.emitted["frames"] += 1
 
     def _emit_slice(self, op_output: Any, part: Slice) -> None:
-        from holoscan import as_tensor
-
+        md = self.metadata  # a new wrapper at each access: taken once
         for key in SLICE_METADATA:
-            self.metadata[key] = getattr(part, key)
-        op_output.emit({"slice": as_tensor(slice_tensor_source(part))}, "slices")
+            md[key] = getattr(part, key)
+        op_output.emit({"slice": Tensor.as_tensor(slice_tensor_source(part))}, "slices")
         self.emitted["slices"] += 1
 
     def _emit_stats(self, op_output: Any, t: Transceiver, *, final: bool) -> None:

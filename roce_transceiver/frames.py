@@ -73,6 +73,12 @@ class Frame:
     )
     _release: Callable[[], None] = field(repr=False, compare=False, default=lambda: None)
     released: bool = field(default=False, compare=False)
+    # The record's values as the core handed them over (RECORD_NAMES' order), when it did.
+    _record: tuple[Any, ...] = field(repr=False, compare=False, default=())
+
+    def record(self) -> tuple[Any, ...]:
+        """The frame's record, its values in RECORD_NAMES' order (a graph's metadata)."""
+        return self._record or tuple(getattr(self, name) for name in RECORD_NAMES)
 
     @property
     def ok(self) -> bool:

@@ -25,7 +25,7 @@ from roce_transceiver import _core
 from roce_transceiver._checks import check_buffers, check_int, check_real
 from roce_transceiver.config import core_config, load_config
 from roce_transceiver.cuda_warps import cuda_warps
-from roce_transceiver.frames import Frame, Slice
+from roce_transceiver.frames import RECORD_NAMES, Frame, Slice
 from roce_transceiver.netinfo import NetInfoError, with_resolved_macs
 from roce_transceiver.schema import ConfigError
 from roce_transceiver.stats import Percentiles
@@ -42,6 +42,9 @@ _U32_MAX = 2**32 - 1  # the far end counts requests and its window in uint32
 _MAX_TIMEOUT_S = 1e10  # the far end's deadline is uint64 nanoseconds: 1.8e10 s at most
 _MIN_RATE = 1e-9  # requests/s: the far end's interval is uint64 nanoseconds (1e18 here)
 _MAX_RATE = 1e9  # requests/s: the far end paces in whole nanoseconds (1 here)
+_RECORD_PAGE = RECORD_NAMES.index("page")  # where the page and its bytes are in a record
+_RECORD_BYTES = RECORD_NAMES.index("bytes")
+_WAIT_SLICE_S = 0.01  # frames() and receive() look at the loop's health this often while they wait
 
 
 class TransceiverError(RuntimeError):
@@ -442,32 +445,30 @@ class Transceiver:
             raise TransceiverError(f"send(): {e}") from None
 
     def _poll(self, max_records: int) -> None:
-        """Move what the engine completed into the message and frame queues."""
+        """Move what the engine completed into the message and frame queues: a frame comes
+        as a tuple (``_frame``'s arguments), a message as a dict (Completion's fields)."""
         for r in self._core.poll_completions(max_records):
-            frame, part = r.pop("frame"), r.pop("slice")
+            if type(r) is tuple:
+                self._frames.append(self._frame(*r))
+                continue
+            part = r.pop("slice")
             if part is not None:
                 self._slices.append(
                     self._slice({**part, "done_ns": r["done_timestamp_ns"], "queue": r["queue"]})
                 )
-            elif frame is None:
-                self._messages.append(Completion(**r))
             else:
-                # A statistic's result (frames with custom.source) comes as the record's reply.
-                result = r["reply"] if r["reply_len"] >= 0 else None
-                self._frames.append(
-                    self._frame(
-                        {
-                            **frame,
-                            "done_ns": r["done_timestamp_ns"],
-                            "queue": r["queue"],
-                            "result": result,
-                            "result_error": r["handler_error"],
-                        }
-                    )
-                )
+                self._messages.append(Completion(**r))
 
-    def _frame(self, f: dict[str, Any]) -> Frame:
-        page, n = f["page"], f["bytes"]
+    def _frame(
+        self,
+        record: tuple[Any, ...],
+        done_ns: int,
+        queue: int,
+        result: bytes | None,
+        result_error: bool,
+    ) -> Frame:
+        """A Frame over ``record``, the core's frame record (RECORD_NAMES' order)."""
+        page, n = record[_RECORD_PAGE], record[_RECORD_BYTES]
         # The frame's share of its page's memory: the page stays readable while the frame or an
         # array over it lives, after stop() too (the region goes with the last of them).
         memory = self._core.page_memory(page, n)
@@ -494,7 +495,16 @@ class Transceiver:
                     raise
 
         return Frame(
-            **f, on_device=bool(memory.on_device), _data=data, _device=on_gpu, _release=release
+            *record,
+            done_ns=done_ns,
+            queue=queue,
+            result=result,
+            result_error=result_error,
+            on_device=bool(memory.on_device),
+            _data=data,
+            _device=on_gpu,
+            _release=release,
+            _record=record,
         )
 
     def _slice(self, f: dict[str, Any]) -> Slice:
@@ -517,32 +527,58 @@ class Transceiver:
 
         return Slice(**f, on_device=bool(memory.on_device), _data=data, _device=on_gpu)
 
-    def _take(self, queue: deque[Any], what: str, timeout: float | None, most: int) -> list[Any]:
+    def _take(
+        self, queue: deque[Any], what: str, timeout: float | None, most: int, spin: float
+    ) -> list[Any]:
         if timeout is not None:  # NaN would wait forever: no deadline is ever reached
             timeout = check_real(what, "timeout", timeout, 0)
+        spin = check_real(what, "spin", spin, 0)
         self._require_running(what)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        began = time.monotonic()
+        deadline = None if timeout is None else began + timeout
         while True:
-            self._poll(4096)
-            if queue or (deadline is not None and time.monotonic() >= deadline):
-                return [queue.popleft() for _ in range(min(most, len(queue)))]
-            self._check()
-            time.sleep(20e-6)
+            try:
+                # No more than the caller takes: a record waits in the ring, not converted ahead
+                # of the frames before it (a graph's first frame would wait for the batch).
+                if len(queue) < most:
+                    self._poll(most - len(queue))
+                now = time.monotonic()
+                if queue or (deadline is not None and now >= deadline):
+                    break
+                self._check()
+                # In the core, without the GIL, in slices that let _check() see a failed loop.
+                left = _WAIT_SLICE_S if deadline is None else min(deadline - now, _WAIT_SLICE_S)
+                spin_left = max(0.0, began + spin - now)
+                self._core.wait_completions(int(left * 1e9), int(spin_left * 1e9))
+            except RuntimeError:
+                if not self._stopped:
+                    raise
+                break  # stop() in another thread: what came before it is all there is
+        return [queue.popleft() for _ in range(min(most, len(queue)))]
 
-    def receive(self, timeout: float | None = 0.0, max_messages: int = 1024) -> list[Completion]:
-        """Completed messages, oldest first; waits up to ``timeout`` s for at least one."""
-        return self._take(self._messages, "receive()", timeout, max_messages)
+    def receive(
+        self, timeout: float | None = 0.0, max_messages: int = 1024, spin: float = 0.0
+    ) -> list[Completion]:
+        """Completed messages, oldest first; waits up to ``timeout`` s for at least one,
+        spinning (a core busy, the lowest latency) for the first ``spin`` s of it, then
+        looking every 20 us."""
+        return self._take(self._messages, "receive()", timeout, max_messages, spin)
 
-    def frames(self, timeout: float | None = 0.0, max_frames: int = 1024) -> list[Frame]:
+    def frames(
+        self, timeout: float | None = 0.0, max_frames: int = 1024, spin: float = 0.0
+    ) -> list[Frame]:
         """Frames the frames handler completed, oldest first (waits up to ``timeout`` s for
-        one). Each holds its page until released (:meth:`Frame.release`)."""
-        return self._take(self._frames, "frames()", timeout, max_frames)
+        one, as :meth:`receive` does). Each holds its page until released
+        (:meth:`Frame.release`)."""
+        return self._take(self._frames, "frames()", timeout, max_frames, spin)
 
-    def slices(self, timeout: float | None = 0.0, max_slices: int = 1024) -> list[Slice]:
+    def slices(
+        self, timeout: float | None = 0.0, max_slices: int = 1024, spin: float = 0.0
+    ) -> list[Slice]:
         """Slices of frames (``frames.slice_bytes``), oldest first (waits up to ``timeout`` s
-        for one). A frame's slices all come before the frame (:meth:`frames`) does: the host
-        takes both from one ring, in the engine's order."""
-        return self._take(self._slices, "slices()", timeout, max_slices)
+        for one, as :meth:`receive` does). A frame's slices all come before the frame
+        (:meth:`frames`) does: the host takes both from one ring, in the engine's order."""
+        return self._take(self._slices, "slices()", timeout, max_slices, spin)
 
     def __iter__(self) -> Iterator[Completion]:
         """Completed messages as they come, until the transceiver stops."""

@@ -569,10 +569,14 @@ class VerbsLoopback(Transceiver):
     def send(self, data: bytes | bytearray | memoryview, timeout: float = 1.0) -> None:
         raise self._ethernet_only("send()")
 
-    def receive(self, timeout: float | None = 0.0, max_messages: int = 1024) -> list[Any]:
+    def receive(
+        self, timeout: float | None = 0.0, max_messages: int = 1024, spin: float = 0.0
+    ) -> list[Any]:
         raise self._ethernet_only("receive()")
 
-    def frames(self, timeout: float | None = 0.0, max_frames: int = 1024) -> list[Any]:
+    def frames(
+        self, timeout: float | None = 0.0, max_frames: int = 1024, spin: float = 0.0
+    ) -> list[Any]:
         raise self._ethernet_only("frames()")
 
     def __iter__(self) -> Iterator[Any]:

@@ -44,6 +44,7 @@ from roce_transceiver.bench.machine import machine_info
 from roce_transceiver.config import load_config
 from roce_transceiver.peers.link import Addresses
 from roce_transceiver.peers.sensor import HSB_SOURCE_PORT, Sensor
+from roce_transceiver.schema import with_overrides
 from roce_transceiver.transceiver import Transceiver
 
 __all__ = ["PAYLOADS", "run"]
@@ -61,7 +62,14 @@ def _slot_bytes(payload: int) -> int:
 
 
 def _config(
-    executor: str, payload: int, metadata: bool, frames: int, warps: int, queues: int = 1
+    executor: str,
+    payload: int,
+    metadata: bool,
+    frames: int,
+    warps: int,
+    queues: int = 1,
+    frame_bytes: int = FRAME_BYTES,
+    ring: int = RING,
 ) -> dict:
     """``frames`` pages a queue: each frame of a queue's stream has a page of its own."""
     config: dict[str, Any] = {
@@ -71,12 +79,12 @@ def _config(
         "qp": {"transport": "UC"},
         "frames": {
             "pages": frames * queues,
-            "page_bytes": FRAME_BYTES + (128 if metadata else 0),
+            "page_bytes": frame_bytes + (128 if metadata else 0),
             "metadata": metadata,
         },
         "queues": {
             "count": queues,
-            "rx_depth": RING,
+            "rx_depth": ring,
             "slot_bytes": _slot_bytes(payload),
             "completion_depth": 4096,
         },
@@ -88,12 +96,23 @@ def _config(
     return config
 
 
-def _stream(payload: int, metadata: bool, queues: int = 1) -> tuple[int, list[Any], list[bytes]]:
+def _stream(
+    payload: int,
+    metadata: bool,
+    queues: int = 1,
+    frame_bytes: int = FRAME_BYTES,
+    ring: int = RING,
+) -> tuple[int, list[Any], list[bytes]]:
     """Frames (as many as a queue's ring holds) of a stream a queue, each sensor on its queue's
     QP and pages, and their packets, the streams' in turn as they would meet on one wire."""
-    per_frame = -(-FRAME_BYTES // payload) + (1 if metadata else 0)
-    frames = min(RING // per_frame, MAX_PAGES // queues)  # a page a frame
-    cfg = load_config(_config("cpu", payload, metadata, frames, 1, queues))
+    per_frame = -(-frame_bytes // payload) + (1 if metadata else 0)
+    frames = min(ring // per_frame, MAX_PAGES // queues)  # a page a frame
+    if frames < 1:
+        raise ValueError(
+            f"a frame of {frame_bytes} bytes is {per_frame} packets: more than the rx ring's "
+            f"{ring} slots"
+        )
+    cfg = load_config(_config("cpu", payload, metadata, frames, 1, queues, frame_bytes, ring))
     streams = []
     for q in range(queues):
         base = Sensor.for_config(cfg, payload=payload)
@@ -111,7 +130,7 @@ def _stream(payload: int, metadata: bool, queues: int = 1) -> tuple[int, list[An
             metadata=metadata,
             first_psn=cfg["qp"]["rx_psn"],
         )
-        streams.append(list(sensor.frames(frames, FRAME_BYTES)))
+        streams.append(list(sensor.frames(frames, frame_bytes)))
     sent = [s for stream in streams for s in stream]
     packets = [
         p for n in range(frames) for stream in streams for p in stream[n].packets
@@ -156,12 +175,17 @@ def _row(
     queues: int,
     stream: tuple[int, list[Any], list[bytes]],
     out: TextIO,
+    frame_bytes: int = FRAME_BYTES,
+    ring: int = RING,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``extra``: dotted keys set on the configuration (bench graph's ``cuda.epoch_us``)."""
     per_frame, sent, packets = stream
     frames = len(sent) // queues  # a queue's
-    t = Transceiver(_config(executor, payload, metadata, frames, warps, queues))
+    config = _config(executor, payload, metadata, frames, warps, queues, frame_bytes, ring)
+    t = Transceiver(with_overrides(config, extra or {}))
     if t.preload(packets) != len(packets):
-        raise RuntimeError(f"{len(packets)} packets do not fit {queues} rx rings of {RING}")
+        raise RuntimeError(f"{len(packets)} packets do not fit {queues} rx rings of {ring}")
     got: list[tuple[int, Any, int]] = []  # (queue, frame, done_ns)
     with t:
         deadline = time.monotonic() + 120.0
@@ -178,7 +202,7 @@ def _row(
         whole += sum(
             1
             for (_, (n, ok, crc, size), _), s in zip(mine, expect, strict=False)
-            if ok and n == s.frame_number and crc == zlib.crc32(s.content) and size == FRAME_BYTES
+            if ok and n == s.frame_number and crc == zlib.crc32(s.content) and size == frame_bytes
         )
     # The engines' clock (one for the GPU), first record to last: the packets of every frame
     # after the first.

@@ -37,6 +37,14 @@ _MICROSECONDS = real(0, 3.6e9, lo_open=True)
 MAX_WINDOW = 16384
 
 
+def _ring_slots(text: str) -> int:
+    """rx ring slots: a power of two, 2 to 65536 (queues.rx_depth's range)."""
+    value = integer(2, 65536)(text)
+    if value & (value - 1):
+        raise argparse.ArgumentTypeError(f"{text}: must be a power of two")
+    return value
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     """Comma-separated frame sizes, each checked as one (the error names the bad one)."""
     return tuple(_FRAME_SIZE(part.strip()) for part in text.split(","))
@@ -45,7 +53,7 @@ def _sizes(text: str) -> tuple[int, ...]:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
-        help="run a benchmark (icrc, roundtrip, qec, ops)",
+        help="run a benchmark (icrc, roundtrip, qec, ops, stream, ingest, graph, share)",
         description="Run a benchmark; each prints one summary line and can write JSON.",
     )
     benches = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
@@ -258,6 +266,53 @@ def register(sub: argparse._SubParsersAction) -> None:
     ingest.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     ingest.set_defaults(run=run_ingest)
 
+    graph = benches.add_parser(
+        "graph",
+        help="what a Holoscan graph receives from RoceTransceiverOp: frames/s, cost, latency",
+        description="A preloaded HSB stream (4 KiB UC WRITEs, metadata on) into "
+        "RoceTransceiverOp and a sink that touches each frame where it lies: frames/s and Gb/s "
+        "into the graph next to bench ingest's rate for the same stream and the graph's own "
+        "floor, the operator's compute time per frame, and the latency from a frame's last "
+        "packet to the graph's first look (frames one at a time); every frame checked. "
+        "Needs Holoscan.",
+    )
+    graph.add_argument("--executor", choices=("auto", "cpu", "cuda"), default="auto")
+    graph.add_argument(
+        "--frame-bytes",
+        type=integer_list(256, 64 << 20),
+        default=(65536, 1 << 20, 8 << 20),
+        dest="frame_bytes",
+        metavar="N,N,...",
+        help="frame sizes in bytes (default 65536,1048576,8388608)",
+    )
+    graph.add_argument(
+        "--epochs-us",
+        type=integer_list(0, 10_000_000),
+        default=(100, 1000, 10000),
+        dest="epochs_us",
+        metavar="N,N,...",
+        help="cuda executor: the cuda.epoch_us values to run each size with (default "
+        "100,1000,10000; 0: one launch)",
+    )
+    graph.add_argument(
+        "--ring",
+        type=_ring_slots,
+        default=65536,
+        help="rx ring slots the stream is preloaded into, a power of two (default 65536): "
+        "the stream is as many frames as fit (4096 at most)",
+    )
+    graph.add_argument(
+        "--latency-frames",
+        type=integer(0, 100_000),
+        default=100,
+        dest="latency_frames",
+        metavar="N",
+        help="frames sent one at a time for the last-packet-to-graph latency, per row "
+        "(default 100; 0 leaves it out)",
+    )
+    graph.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    graph.set_defaults(run=run_graph)
+
     share = benches.add_parser(
         "share",
         help="what the cuda executor's epochs cost, and what they let through",
@@ -435,6 +490,28 @@ def run_ingest(args: argparse.Namespace) -> int:
         raise CommandError(f"bench ingest: {e}") from None
     rows = r["rows"] + (r["frame_to_host"] or {}).get("rows", [])
     return 0 if all(row["frames_whole"] == row["frames"] for row in rows) else 1
+
+
+def run_graph(args: argparse.Namespace) -> int:
+    from roce_transceiver.transceiver import TransceiverError
+
+    try:
+        # The operators' layer's bench (it runs a Holoscan graph); imported only when asked for.
+        graph_bench = importlib.import_module("roce_transceiver.operators.graph_bench")
+    except ImportError as e:
+        raise CommandError(f"bench graph: needs Holoscan (pip install '.[apps]'): {e}") from None
+    try:
+        r = graph_bench.run(
+            args.executor,
+            args.frame_bytes,
+            args.epochs_us,
+            ring=args.ring,
+            latency_frames=args.latency_frames,
+            json_path=args.json,
+        )
+    except (TransceiverError, RuntimeError, ValueError, ImportError) as e:
+        raise CommandError(f"bench graph: {e}") from None
+    return 0 if graph_bench.all_whole(r) else 1
 
 
 def run_share(args: argparse.Namespace) -> int:

@@ -265,6 +265,25 @@ const SliceField kSliceFields[] = {
      [](const SliceRecord& r) -> pb::object { return pb::int_(r.rx_last_ns); }},
 };
 
+bool is_frame(const host::Completion& c) {
+  return (c.record.flags & kCompletionFrame) && c.request.size() >= sizeof(FrameRecord);
+}
+
+// A frame's completion as the host takes it, a tuple, not a dict (one is made for each frame a
+// graph takes, and its names are known once): (its record's values in FRAME_RECORD_FIELDS'
+// order, done_timestamp_ns, queue, the statistic's result or None, handler_error).
+pb::tuple frame_completion(const host::Completion& c) {
+  FrameRecord r;
+  std::memcpy(&r, c.request.data(), sizeof r);
+  pb::tuple record(std::size(kFrameFields));
+  for (size_t i = 0; i < std::size(kFrameFields); ++i) record[i] = kFrameFields[i].value(r);
+  pb::object result = pb::none();  // a statistic's result (frames with custom.source): the reply
+  if (c.record.reply_len >= 0)
+    result = pb::bytes(reinterpret_cast<const char*>(c.reply.data()), c.reply.size());
+  return pb::make_tuple(record, c.record.done_timestamp_ns, c.queue, result,
+                        bool(c.record.flags & kCompletionHandlerError));
+}
+
 pb::dict completion_dict(const host::Completion& c) {
   pb::dict d;
   d["queue"] = c.queue;
@@ -277,14 +296,6 @@ pb::dict completion_dict(const host::Completion& c) {
   d["psn"] = c.record.psn;
   d["rx_timestamp_ns"] = c.record.rx_timestamp_ns;
   d["done_timestamp_ns"] = c.record.done_timestamp_ns;
-  d["frame"] = pb::none();
-  if ((c.record.flags & kCompletionFrame) && c.request.size() >= sizeof(FrameRecord)) {
-    FrameRecord r;
-    std::memcpy(&r, c.request.data(), sizeof r);
-    pb::dict f;
-    for (const FrameField& field : kFrameFields) f[field.name] = field.value(r);
-    d["frame"] = f;
-  }
   d["slice"] = pb::none();
   if ((c.record.flags & kCompletionSlice) && c.request.size() >= sizeof(SliceRecord)) {
     SliceRecord r;
@@ -400,9 +411,12 @@ void register_engine(pb::module_& m) {
            [](Transceiver& t, size_t max) {
              pb::list out;
              for (const host::Completion& c : t.poll_completions(max))
-               out.append(completion_dict(c));
+               out.append(is_frame(c) ? pb::object(frame_completion(c))
+                                      : pb::object(completion_dict(c)));
              return out;
            })
+      .def("wait_completions", &Transceiver::wait_completions, pb::arg("timeout_ns"),
+           pb::arg("spin_ns"), pb::call_guard<pb::gil_scoped_release>())
       .def("preload", &Transceiver::preload, pb::arg("frames"))
       .def(
           "inject",

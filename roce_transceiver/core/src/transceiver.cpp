@@ -284,6 +284,29 @@ std::vector<Completion> Transceiver::poll_completions(size_t max) {
   return out;
 }
 
+bool Transceiver::wait_completions(uint64_t timeout_ns, uint64_t spin_ns) {
+  const CallGuard guard(*this, "wait_completions()");
+  const uint64_t start = now_ns();
+  for (uint32_t looks = 1;; ++looks) {
+    for (HostQueue& q : queues_) {
+      const TxRing r = tx_ring(q.host_rings.host(), desc_views_.cp, desc_views_.cp_log2,
+                               cfg_.completion_slot_bytes);
+      if (tx_poll<Scope::kSystem>(r, q.comp_ci)) return true;
+    }
+    // stop() waits for the calls in progress: this one ends at its start, not at its timeout.
+    if (closing_.load(std::memory_order_acquire)) return false;
+    const uint64_t waited = now_ns() - start;
+    if (waited >= timeout_ns) return false;
+    if (waited >= spin_ns) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } else if (looks % 64 == 0) {
+      std::this_thread::yield();  // a machine with more threads than cores keeps going
+    } else {
+      spin_pause();
+    }
+  }
+}
+
 uint8_t* Transceiver::region_data(size_t index) const {
   const CallGuard guard(*this, "region_data()");
   if (index >= regions_.size())

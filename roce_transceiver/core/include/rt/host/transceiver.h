@@ -261,6 +261,11 @@ class Transceiver {
   bool send(const uint8_t* data, size_t len);
   // Every queue's, queue after queue; a frame's page is the transceiver's page number.
   std::vector<Completion> poll_completions(size_t max);
+  // Until a completion record is ready on any queue (true), `timeout_ns` passed or stop()
+  // began (false); nothing is taken. Spins (pause, a yield now and then) for the first
+  // `spin_ns`, so a record published meanwhile is seen within a look, then looks every 20 us.
+  // The binding releases the GIL: the host's other threads run while it waits.
+  bool wait_completions(uint64_t timeout_ns, uint64_t spin_ns);
 
   // The loopback wire's calls (LoopbackNic's, which says what each does), refused for
   // another NIC, and once stop() began; preload() before start() only, run_far_end() after.
