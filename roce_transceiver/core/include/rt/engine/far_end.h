@@ -27,10 +27,11 @@
 // never sent (its PSN goes to the next request), never silently skipped.
 //
 // With `acks` (the engine's RC requester on, qp.retransmit) the far end is an RC responder
-// for the replies too: the sender puts an ACK of the latest reply matched ahead of its next
-// requests (one for all the replies since the last, as ACKs coalesce), and, once every
-// request is out, of the last reply, so the engine's requester has nothing outstanding
-// when the run ends. Its MSN is 0: the requester reads the PSN alone.
+// for the replies too: the sender publishes an ACK of the latest reply matched (one for all
+// the replies since the last, as ACKs coalesce) on its own, before it stamps and sends its
+// next requests, and, once every request is out, of the last reply, so the engine's
+// requester has nothing outstanding when the run ends. A reply sent again is taken once and
+// acknowledged again. Its MSN is 0: the requester reads the PSN alone.
 #pragma once
 
 #include "rt/byte_copy.h"
@@ -219,11 +220,14 @@ constexpr uint32_t kSendBurst = 8;
 template <Scope S>
 RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, uint64_t start,
                             const uint32_t& received) {
-  const uint64_t now = now_ns();
+  uint64_t now = now_ns();
   uint32_t built = 0;
   bool dropped = false;
-  // With acks: the replies matched since the last ACK, acknowledged ahead of the requests.
-  uint32_t lead = 0;
+  // With acks: the replies matched since the last ACK, acknowledged on their own before any
+  // request is stamped, as a NIC acknowledges a reply the moment it lands and its host's next
+  // request comes after (the ACK bundled with the request would put its handling on the
+  // request's round trip, which no NIC does).
+  bool acked = false;
   if (d.acks.count) {
     // After the receiver's release of `received`, which follows its mark.
     load_acquire<Scope::kDevice>(&sh.received);
@@ -234,8 +238,10 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
       if (s.prod - s.released_seen < d.rx.depth()) {
         build_frame(d.acks, 0, uint32_t(mark) & kPsnMask, d.rx.slot(s.prod));
         rx_describe(d.rx, s.prod, d.acks.len, now);
+        rx_publish_run<S>(d.rx, s.prod, 1);
         s.acked = uint32_t(mark >> 32);
-        lead = 1;
+        acked = true;
+        now = now_ns();
       }
     }
   }
@@ -255,7 +261,7 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
     if (s.sent + built - received >= d.window) break;
     // The engine's release index is read only when the ring looks full (each read is a trip
     // to where the engine writes it).
-    const uint32_t prod = s.prod + lead + built;
+    const uint32_t prod = s.prod + built;
     if (prod - s.released_seen >= d.rx.depth()) {
       s.released_seen = load_acquire<S>(d.rx.released);
       if (prod - s.released_seen >= d.rx.depth()) {
@@ -278,13 +284,11 @@ RT_HD inline bool send_step(const FarEndDesc& d, Sender& s, FarEndShared& sh, ui
     // `sent` before the requests are published: their replies come after both.
     s.sent += built;
     store_relaxed<Scope::kDevice>(&sh.sent, s.sent);
-    rx_publish_run<S>(d.rx, s.prod, lead + built);
+    rx_publish_run<S>(d.rx, s.prod, built);
     s.send_ns += uint64_t(built) * (now_ns() - now);
-  } else if (lead) {
-    rx_publish_run<S>(d.rx, s.prod, lead);
   }
   if (built || dropped) store_relaxed<Scope::kDevice>(&sh.offered, s.offered);
-  return built || dropped || lead;
+  return built || dropped || acked;
 }
 
 // With acks: every reply acknowledged (and every one sent again), so that the engine's
