@@ -119,6 +119,17 @@ APP_SCHEMA = Section(
                     minimum=0.0,
                     maximum=1.0,
                 ),
+                "frame_batch": Field(
+                    int,
+                    1,
+                    "frames per message on the frames port: 1, a tensor a compute() with its "
+                    "record in the metadata (what C++ and distributed operators take); more, a "
+                    "list of up to this many (array, Frame) pairs a compute(), each array "
+                    "holding its frame's page until dropped (Python operators; Holoscan's cost "
+                    "a message shared by the batch: docs/apps.md)",
+                    minimum=1,
+                    maximum=4096,
+                ),
                 "max_messages": Field(
                     int,
                     1024,

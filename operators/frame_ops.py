@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,6 +192,22 @@ class GpuByteSum:
         args = (data, np.uint64(data.size), self._sum)
         self._kernel((_BYTE_SUM_GRID,), (_BYTE_SUM_BLOCK,), args)
         return int(self._sum.get()[0]), int(data.size)
+
+    def sums_async(self, arrays: Sequence[Any]) -> tuple[Any, Any]:
+        """Each array's byte sum into a device vector, the kernels queued on the current stream
+        and not waited for: (the vector, an event recorded after them). The arrays must live
+        until the event has completed (a frame's page goes back when its array goes)."""
+        cupy = self._cupy
+        out = cupy.zeros(len(arrays), dtype=cupy.uint64)
+        for i, a in enumerate(arrays):
+            data = cupy.asarray(a).reshape(-1)
+            if data.size:
+                self._kernel(
+                    (_BYTE_SUM_GRID,), (_BYTE_SUM_BLOCK,), (data, np.uint64(data.size), out[i:])
+                )
+        done = cupy.cuda.Event(block=False, disable_timing=True)
+        done.record()
+        return out, done
 
     def mean(self, tensor: Any) -> float:
         total, size = self.sum(tensor)

@@ -44,9 +44,11 @@ import sys
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TextIO
 
 import numpy as np
@@ -68,6 +70,9 @@ __all__ = ["EPOCHS_US", "FRAME_SIZES", "GraphSinkOp", "run"]
 
 FRAME_SIZES = (65536, 1 << 20, 8 << 20)
 EPOCHS_US = (100, 1000, 10000)
+#: RoceTransceiverOp's frame_batch: a frame a message (a tensor, its record in the metadata),
+#: and up to 64 a message (Python objects: Holoscan's cost of a message shared by them).
+FRAME_BATCHES = (1, 64)
 PAYLOAD = 4096
 RING = 65536  # rx slots preloaded (the rx ring's depth): the stream's packets
 HOST_STRIDE = 4096  # the host touch reads a byte every this many: one of each packet
@@ -119,6 +124,8 @@ class GraphSinkOp(Operator):
         self.on_seen = seen
         self.seen: list[_Seen] = []
         self.on_gpu = 0
+        self._pending: deque[tuple[list[Any], Any]] = deque()  # batches the GPU still reads
+        self._sums: list[tuple[int, Any]] = []  # (the batch's first frame's index, its sums)
         self._gpu: GpuByteSum | None = gpu_byte_sum()  # loaded now: before the loop runs
         super().__init__(fragment, *args, **kwargs)
 
@@ -127,7 +134,11 @@ class GraphSinkOp(Operator):
 
     def compute(self, op_input: Any, op_output: Any, context: Any) -> None:
         look = time.monotonic_ns()
-        tensor = op_input.receive("frames")["frame"]
+        message = op_input.receive("frames")
+        if isinstance(message, list):  # RoceTransceiverOp's frame_batch: (array, Frame) pairs
+            self._batch(message, look)
+            return
+        tensor = message["frame"]
         if on_device(tensor):
             if self._gpu is None:
                 self._gpu = GpuByteSum()
@@ -146,11 +157,43 @@ class GraphSinkOp(Operator):
             look,
             int(md["rx_last_ns"]),
         )
+        self._saw(s)
+
+    def _saw(self, s: _Seen) -> None:
         self.seen.append(s)
         if self.on_seen is not None:
             self.on_seen(s)
         if self.expect is not None and len(self.seen) == self.expect and self.done is not None:
             self.done()
+
+    def _batch(self, batch: list[tuple[Any, Any]], look: int) -> None:
+        """A batch's frames, each touched where it lies: on the GPU the sums queued for the
+        batch and not waited for (the batch's arrays, and so its pages, kept until their event
+        has completed; settle() reads the sums), on the host at once."""
+        while self._pending and self._pending[0][1].done:
+            self._pending.popleft()  # the GPU is done with those pages: they go back now
+        first = len(self.seen)
+        if batch and on_device(batch[0][0]):
+            if self._gpu is None:
+                self._gpu = GpuByteSum()
+            sums, done = self._gpu.sums_async([a for a, _ in batch])
+            self._pending.append((batch, done))
+            self._sums.append((first, sums))
+            self.on_gpu += len(batch)
+            touches = [0] * len(batch)
+        else:
+            touches = [_host_touch(np.asarray(a)) for a, _ in batch]
+        for (_, f), touch in zip(batch, touches, strict=True):
+            ok = not f.packets_lost and bool(f.page_match) and bool(f.bytes_ok)
+            self._saw(_Seen(f.frame_number, ok, f.crc32, f.bytes, touch, look, f.rx_last_ns))
+
+    def settle(self) -> None:
+        """The GPU touches of batches read back (once the graph has run): each frame's sum."""
+        self._pending.clear()
+        for first, sums in self._sums:
+            for i, v in enumerate(sums.get().tolist()):  # the copy waits for the kernels
+                self.seen[first + i].touch = int(v)
+        self._sums.clear()
 
 
 class _TimedRoceOp(RoceTransceiverOp):
@@ -217,8 +260,11 @@ class _FloorSourceOp(Operator):
     does (one message a compute(), ``{"frame": tensor}`` over the same bytes, the record's keys
     in the metadata), the frame already in hand."""
 
-    def __init__(self, fragment: Fragment, *args: Any, frame: Any, count: int, **kw: Any):
+    def __init__(
+        self, fragment: Fragment, *args: Any, frame: Any, count: int, batch: int = 1, **kw: Any
+    ):
         self._array, self._count, self.emitted = frame, count, 0
+        self._batch = batch
         self.cpu_ns = 0  # in compute(): a frame's metadata, tensor and emit alone
         self.first_ns = 0  # time.monotonic_ns() as its first compute() began
         self._record = {name: 0 for name in FRAME_METADATA}
@@ -232,29 +278,41 @@ class _FloorSourceOp(Operator):
         cpu = time.thread_time_ns()
         if not self.first_ns:
             self.first_ns = time.monotonic_ns()
-        md = self.metadata
-        self._record["frame_number"] = self.emitted
-        for key, value in self._record.items():
-            md[key] = value
-        op_output.emit({"frame": Tensor.as_tensor(self._array)}, "frames")
-        self.emitted += 1
+        if self._batch > 1:  # as RoceTransceiverOp's frame_batch: (array, record) pairs
+            n = min(self._batch, self._count - self.emitted)
+            batch = []
+            for i in range(n):
+                record = SimpleNamespace(**self._record)
+                record.frame_number = self.emitted + i
+                batch.append((self._array, record))
+            op_output.emit(batch, "frames")
+            self.emitted += n
+        else:
+            md = self.metadata
+            self._record["frame_number"] = self.emitted
+            for key, value in self._record.items():
+                md[key] = value
+            op_output.emit({"frame": Tensor.as_tensor(self._array)}, "frames")
+            self.emitted += 1
         self.cpu_ns += time.thread_time_ns() - cpu
         if self.emitted == self._count:
             self.stop_execution()
 
 
 class _FloorGraph(Application):
-    def __init__(self, frame: Any, count: int) -> None:
-        self._frame, self._count = frame, count
+    def __init__(self, frame: Any, count: int, batch: int) -> None:
+        self._frame, self._count, self._batch = frame, count, batch
         super().__init__()
 
     def compose(self) -> None:
-        self.source = _FloorSourceOp(self, name="source", frame=self._frame, count=self._count)
+        self.source = _FloorSourceOp(
+            self, name="source", frame=self._frame, count=self._count, batch=self._batch
+        )
         self.sink = GraphSinkOp(self, name="sink")
         self.add_flow(self.source, self.sink, {("frames", "frames")})
 
 
-def _floor(sent: list[Any], on_gpu: bool) -> dict[str, Any]:
+def _floor(sent: list[Any], on_gpu: bool, batch: int = 1) -> dict[str, Any]:
     """The same sink fed by :class:`_FloorSourceOp` with the stream's first frame, where the
     transceiver's frames lie (GPU memory on the cuda executor, else host memory)."""
     content = np.frombuffer(sent[0].content, dtype=np.uint8)
@@ -264,11 +322,12 @@ def _floor(sent: list[Any], on_gpu: bool) -> dict[str, Any]:
         frame: Any = cupy.asarray(content)
     else:
         frame = content.copy()
-    app = _FloorGraph(frame, len(sent))
+    app = _FloorGraph(frame, len(sent), batch)
     app.scheduler(
         GreedyScheduler(app, name="greedy", stop_on_deadlock=True, max_duration_ms=int(RUN_S * 1e3))
     )
     app.run()
+    app.sink.settle()
     seen = app.sink.seen
     span_ns = seen[-1].look_ns - app.source.first_ns if seen else 0  # as _throughput's
     fps = len(seen) / (span_ns * 1e-9) if span_ns > 0 else 0.0
@@ -288,8 +347,16 @@ def _floor(sent: list[Any], on_gpu: bool) -> dict[str, Any]:
 
 
 class _Graph(Application):
-    def __init__(self, config: Any, packets: list[bytes], expect: int | None, **sink: Any):
+    def __init__(
+        self,
+        config: Any,
+        packets: list[bytes],
+        expect: int | None,
+        frame_batch: int = 1,
+        **sink: Any,
+    ):
         self._config, self._packets, self._expect, self._sink = config, packets, expect, sink
+        self._frame_batch = frame_batch
         super().__init__()
 
     def compose(self) -> None:
@@ -299,6 +366,7 @@ class _Graph(Application):
             transceiver=self._config,
             packets=self._packets,
             frames=self._expect or 0,
+            frame_batch=self._frame_batch,
         )
         self.sink = GraphSinkOp(
             self, name="sink", expect=self._expect, done=self.roce.finish, **self._sink
@@ -338,12 +406,16 @@ def _check(seen: list[_Seen], sent: list[Any], on_gpu: bool) -> int:
 
 
 def _throughput(
-    config: dict[str, Any], stream: tuple[int, list[Any], list[bytes]], frame_bytes: int
+    config: dict[str, Any],
+    stream: tuple[int, list[Any], list[bytes]],
+    frame_bytes: int,
+    frame_batch: int = 1,
 ) -> dict[str, Any]:
     _, sent, packets = stream
-    app = _Graph(config, packets, len(sent))
+    app = _Graph(config, packets, len(sent), frame_batch)
     _run_graph(app)
     roce, sink = app.roce, app.sink
+    sink.settle()
     seen = sink.seen
     on_gpu = sink.on_gpu > 0
     # From the operator's first compute() (the whole stream recorded and waiting) to the sink's
@@ -368,10 +440,12 @@ def _throughput(
     }
 
 
-def _latency(config: dict[str, Any], frame_bytes: int, frames: int) -> dict[str, Any]:
+def _latency(
+    config: dict[str, Any], frame_bytes: int, frames: int, frame_batch: int = 1
+) -> dict[str, Any]:
     """Frames one at a time (module docstring, 3.): last packet to the sink's first look."""
     seen_event = threading.Event()
-    app = _Graph(config, [], None, seen=lambda s: seen_event.set())
+    app = _Graph(config, [], None, frame_batch, seen=lambda s: seen_event.set())
     failure: list[BaseException] = []
     sent: list[Any] = []
 
@@ -410,6 +484,7 @@ def _latency(config: dict[str, Any], frame_bytes: int, frames: int) -> dict[str,
     feeder.join(WAIT_S)
     if failure:
         raise RuntimeError(f"latency run: {failure[0]}") from failure[0]
+    app.sink.settle()
     seen = app.sink.seen
     samples = [s.look_ns - s.rx_last_ns for s in seen]
     if any(x < 0 for x in samples):
@@ -444,10 +519,13 @@ def run(
     json_path: str | None = None,
     out: TextIO = sys.stdout,
     progress: TextIO = sys.stderr,
+    frame_batches: Sequence[int] = FRAME_BATCHES,
 ) -> dict[str, Any]:
-    """A row per frame size (and ``cuda.epoch_us``, cuda executor): bench ingest's rate, the
-    graph's, the operator's cost per frame and the last-packet-to-graph latency of
-    ``latency_frames`` frames (0: none)."""
+    """A row per frame size, ``cuda.epoch_us`` (cuda executor) and operator ``frame_batch``:
+    bench ingest's rate, the graph's, the operator's cost per frame and the
+    last-packet-to-graph latency of ``latency_frames`` frames (0: none)."""
+    if not frame_batches or any(not 1 <= b <= 4096 for b in frame_batches):
+        raise ValueError(f"frame batches {list(frame_batches)}: each 1 to 4096")
     if executor == "auto":
         from roce_transceiver import _core
 
@@ -461,8 +539,10 @@ def run(
         print(f"graph bench: {frame_bytes} B frames, building the stream", file=progress)
         stream = ingest._stream(PAYLOAD, True, 1, frame_bytes, ring)
         per_frame, sent, _ = stream
-        print(f"graph bench: {frame_bytes} B, the graph's floor", file=progress)
-        floor = _floor(sent, executor == "cuda")
+        floors = {}
+        for batch in frame_batches:
+            print(f"graph bench: {frame_bytes} B, the graph's floor, batch {batch}", file=progress)
+            floors[batch] = _floor(sent, executor == "cuda", batch)
         for epoch_us in _settings(executor, epochs_us):
             extra = {} if epoch_us is None else {"cuda.epoch_us": epoch_us}
             what = f"{executor}" + ("" if epoch_us is None else f" epoch_us {epoch_us}")
@@ -475,35 +555,47 @@ def run(
                 ingest._config(executor, PAYLOAD, True, len(sent), WARPS, 1, frame_bytes, ring),
                 extra,
             )
-            print(f"graph bench: {frame_bytes} B, {what}: the graph", file=progress)
-            graph = _throughput(config, stream, frame_bytes)
-            latency = None
-            if latency_frames:
-                print(f"graph bench: {frame_bytes} B, {what}: latency", file=progress)
-                lcfg = with_overrides(
-                    ingest._config(executor, PAYLOAD, True, 4, WARPS, 1, frame_bytes, LATENCY_RING),
-                    {**extra, "far_end": "cpu"},
+            for batch in frame_batches:
+                floor = floors[batch]
+                print(
+                    f"graph bench: {frame_bytes} B, {what}, batch {batch}: the graph", file=progress
                 )
-                latency = _latency(lcfg, frame_bytes, latency_frames)
-            rows.append(
-                {
-                    "frame_bytes": frame_bytes,
-                    "epoch_us": epoch_us,
-                    "engine": {
-                        "frames": eng["frames"],
-                        "frames_whole": eng["frames_whole"],
-                        "frames_per_s": engine_fps,
-                        "gbit_per_s": engine_fps * frame_bytes * 8 / 1e9,
-                    },
-                    "graph": graph,
-                    "graph_floor": floor,
-                    "graph_over_engine": graph["frames_per_s"] / engine_fps if engine_fps else None,
-                    "graph_over_floor": graph["frames_per_s"] / floor["frames_per_s"]
-                    if floor["frames_per_s"]
-                    else None,
-                    "last_packet_to_graph": latency,
-                }
-            )
+                graph = _throughput(config, stream, frame_bytes, batch)
+                latency = None
+                if latency_frames:
+                    print(
+                        f"graph bench: {frame_bytes} B, {what}, batch {batch}: latency",
+                        file=progress,
+                    )
+                    lcfg = with_overrides(
+                        ingest._config(
+                            executor, PAYLOAD, True, 4, WARPS, 1, frame_bytes, LATENCY_RING
+                        ),
+                        {**extra, "far_end": "cpu"},
+                    )
+                    latency = _latency(lcfg, frame_bytes, latency_frames, batch)
+                rows.append(
+                    {
+                        "frame_bytes": frame_bytes,
+                        "epoch_us": epoch_us,
+                        "frame_batch": batch,
+                        "engine": {
+                            "frames": eng["frames"],
+                            "frames_whole": eng["frames_whole"],
+                            "frames_per_s": engine_fps,
+                            "gbit_per_s": engine_fps * frame_bytes * 8 / 1e9,
+                        },
+                        "graph": graph,
+                        "graph_floor": floor,
+                        "graph_over_engine": graph["frames_per_s"] / engine_fps
+                        if engine_fps
+                        else None,
+                        "graph_over_floor": graph["frames_per_s"] / floor["frames_per_s"]
+                        if floor["frames_per_s"]
+                        else None,
+                        "last_packet_to_graph": latency,
+                    }
+                )
     _table(executor, rows, out)
     result = {
         "benchmark": "graph",
@@ -539,7 +631,8 @@ def _table(executor: str, rows: list[dict[str, Any]], out: TextIO) -> None:
         file=out,
     )
     print(
-        f"{'frame':>8} {'epoch_us':>8} {'engine f/s':>11} {'graph f/s':>10} {'graph Gb/s':>10} "
+        f"{'frame':>8} {'epoch_us':>8} {'batch':>5} {'engine f/s':>11} {'graph f/s':>10} "
+        f"{'graph Gb/s':>10} "
         f"{'/engine':>7} {'floor f/s':>10} {'op us/f':>8} {'cpu us/f':>8} {'floor cpu':>9} "
         f"{'whole':>11}  "
         "last packet to graph p50/p99/p99.9 us",
@@ -557,6 +650,7 @@ def _table(executor: str, rows: list[dict[str, Any]], out: TextIO) -> None:
             figures = f"{p['p50']:.1f}/{p['p99']:.1f}/{p['p999']:.1f} ({lat['frames_whole']} whole)"
         print(
             f"{name:>8} {r['epoch_us'] if r['epoch_us'] is not None else '-':>8} "
+            f"{r['frame_batch']:>5} "
             f"{e['frames_per_s']:>11.0f} {g['frames_per_s']:>10.0f} {g['gbit_per_s']:>10.2f} "
             f"{(ratio if ratio is not None else float('nan')):>7.2f} "
             f"{r['graph_floor']['frames_per_s']:>10.0f} "

@@ -31,10 +31,12 @@ SMALL_RING = 2048  # 64 KiB frames in 4 KiB WRITEs with the record: 120 frames
 
 def test_bench_graph_runs_small_and_writes_its_json(tmp_path) -> None:
     path = tmp_path / "graph.json"
-    r = graph_bench.run("cpu", (65536,), ring=SMALL_RING, latency_frames=5, json_path=str(path))
+    r = graph_bench.run(
+        "cpu", (65536,), ring=SMALL_RING, latency_frames=5, json_path=str(path), frame_batches=(1,)
+    )
     assert r["benchmark"] == "graph" and r["executor"] == "cpu"
     (row,) = r["rows"]
-    assert row["frame_bytes"] == 65536 and row["epoch_us"] is None
+    assert row["frame_bytes"] == 65536 and row["epoch_us"] is None and row["frame_batch"] == 1
     eng, graph, floor = row["engine"], row["graph"], row["graph_floor"]
     assert eng["frames"] == eng["frames_whole"] == graph["frames"] == 120
     assert graph["frames_whole"] == graph["frames_seen"] == 120 and graph["frames_dropped"] == 0
@@ -53,12 +55,14 @@ def test_bench_graph_runs_small_and_writes_its_json(tmp_path) -> None:
     assert json.loads(path.read_text())["rows"] == r["rows"]
 
 
-def test_the_operator_hands_the_graph_every_frame_once_in_order() -> None:
+@pytest.mark.parametrize("frame_batch", [1, 7, 64])
+def test_the_operator_hands_the_graph_every_frame_once_in_order(frame_batch: int) -> None:
     stream = ingest._stream(graph_bench.PAYLOAD, True, 1, 65536, SMALL_RING)
     _, sent, packets = stream
     config = ingest._config("cpu", graph_bench.PAYLOAD, True, len(sent), 1, 1, 65536, SMALL_RING)
-    app = graph_bench._Graph(config, packets, len(sent))
+    app = graph_bench._Graph(config, packets, len(sent), frame_batch)
     graph_bench._run_graph(app)
+    app.sink.settle()
     seen = app.sink.seen
     assert [s.frame_number for s in seen] == [s.frame_number for s in sent]
     for s, want in zip(seen, sent, strict=True):
@@ -68,6 +72,10 @@ def test_the_operator_hands_the_graph_every_frame_once_in_order() -> None:
     stats = app.roce.final_stats
     assert app.roce.emitted["frames"] == stats["frames"] == len(sent)
     assert stats["frames_dropped"] == 0 and stats["frame_page_busy"] == 0
+    # A batch a compute(): no more messages than batches of the frames ready.
+    assert app.roce.busy_calls >= -(-len(sent) // frame_batch)
+    if frame_batch > 1:
+        assert app.roce.busy_calls < len(sent)
 
 
 def test_the_latency_is_taken_on_one_clock() -> None:
@@ -123,10 +131,18 @@ def test_bench_graph_cli_rejects_what_it_cannot_run(capsys) -> None:
 @pytest.mark.gpu
 def test_bench_graph_on_the_cuda_executor_with_a_cupy_sink(tmp_path) -> None:
     r = graph_bench.run(
-        "cuda", (1 << 20,), epochs_us=(1000,), ring=8192, latency_frames=10, json_path=None
+        "cuda",
+        (1 << 20,),
+        epochs_us=(1000,),
+        ring=8192,
+        latency_frames=10,
+        json_path=None,
+        frame_batches=(1, 16),
     )
-    (row,) = r["rows"]
-    assert row["epoch_us"] == 1000 and row["graph"]["touch"] == "gpu byte sum"
-    assert graph_bench.all_whole(r) and row["graph"]["frames"] > 1
-    assert row["graph"]["frames_per_s"] > 0 and row["engine"]["frames_per_s"] > 0
-    assert row["last_packet_to_graph"]["latency"]["count"] == 10
+    assert [row["frame_batch"] for row in r["rows"]] == [1, 16]
+    for row in r["rows"]:
+        assert row["epoch_us"] == 1000 and row["graph"]["touch"] == "gpu byte sum"
+        assert row["graph"]["frames"] > 1
+        assert row["graph"]["frames_per_s"] > 0 and row["engine"]["frames_per_s"] > 0
+        assert row["last_packet_to_graph"]["latency"]["count"] == 10
+    assert graph_bench.all_whole(r)

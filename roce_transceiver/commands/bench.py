@@ -310,6 +310,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="frames sent one at a time for the last-packet-to-graph latency, per row "
         "(default 100; 0 leaves it out)",
     )
+    graph.add_argument(
+        "--frame-batch",
+        type=integer_list(1, 4096),
+        default=(1, 64),
+        dest="frame_batches",
+        metavar="N,N,...",
+        help="the operator's frame_batch values to run each row with (default 1,64: a "
+        "tensor a message, and up to 64 frames a message)",
+    )
     graph.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     graph.set_defaults(run=run_graph)
 
@@ -508,6 +517,7 @@ def run_graph(args: argparse.Namespace) -> int:
             ring=args.ring,
             latency_frames=args.latency_frames,
             json_path=args.json,
+            frame_batches=args.frame_batches,
         )
     except (TransceiverError, RuntimeError, ValueError, ImportError) as e:
         raise CommandError(f"bench graph: {e}") from None
