@@ -496,6 +496,40 @@ def _latency(
     }
 
 
+def _host_latency(config: dict[str, Any], frame_bytes: int, frames: int) -> dict[str, Any]:
+    """The engine's and the poll's part of the latency alone, no graph: frames one at a time as
+    _latency sends them, each taken by ``Transceiver.frames`` spinning in the core (what
+    RoceTransceiverOp's idle wait does); its return less the record's ``rx_last_ns``."""
+    samples: list[int] = []
+    whole = 0
+    with Transceiver(config) as t:
+        sensor = Sensor.for_config(t.config, payload=PAYLOAD)
+        taken = 0
+        for frame in sensor.frames(frames, frame_bytes):
+            *body, last = frame.packets
+            for p in body:
+                if not t.inject(p, wait=WAIT_S):
+                    raise RuntimeError(f"the rx ring stayed full for {WAIT_S} s")
+            taken += len(body)
+            _wait_taken(t, taken)
+            taken += 1
+            if not t.inject(last, wait=WAIT_S):
+                raise RuntimeError(f"the rx ring stayed full for {WAIT_S} s")
+            got = t.frames(timeout=WAIT_S, max_frames=1, spin=WAIT_S)
+            seen_ns = time.monotonic_ns()
+            if not got:
+                raise RuntimeError(f"frame {frame.frame_number} did not come within {WAIT_S} s")
+            (f,) = got
+            samples.append(seen_ns - f.rx_last_ns)
+            whole += f.frame_number == frame.frame_number and not f.packets_lost
+            f.release()
+    return {
+        "frames": frames,
+        "frames_whole": whole,
+        "latency": Percentiles.from_samples(samples, "ns").to("us").as_dict() if samples else None,
+    }
+
+
 def _wait_taken(t: Transceiver, packets: int) -> None:
     deadline = time.monotonic() + WAIT_S
     while t.stats()["rx_packets"] < packets:
@@ -555,6 +589,19 @@ def run(
                 ingest._config(executor, PAYLOAD, True, len(sent), WARPS, 1, frame_bytes, ring),
                 extra,
             )
+            to_host = None
+            if latency_frames:
+                print(f"graph bench: {frame_bytes} B, {what}: latency to the host", file=progress)
+                to_host = _host_latency(
+                    with_overrides(
+                        ingest._config(
+                            executor, PAYLOAD, True, 4, WARPS, 1, frame_bytes, LATENCY_RING
+                        ),
+                        {**extra, "far_end": "cpu"},
+                    ),
+                    frame_bytes,
+                    latency_frames,
+                )
             for batch in frame_batches:
                 floor = floors[batch]
                 print(
@@ -594,6 +641,7 @@ def run(
                         if floor["frames_per_s"]
                         else None,
                         "last_packet_to_graph": latency,
+                        "last_packet_to_host": to_host,
                     }
                 )
     _table(executor, rows, out)
@@ -622,6 +670,9 @@ def all_whole(result: dict[str, Any]) -> bool:
             return False
         if lat is not None and lat["frames_whole"] != lat["frames"]:
             return False
+        host = r.get("last_packet_to_host")
+        if host is not None and host["frames_whole"] != host["frames"]:
+            return False
     return True
 
 
@@ -635,7 +686,7 @@ def _table(executor: str, rows: list[dict[str, Any]], out: TextIO) -> None:
         f"{'graph Gb/s':>10} "
         f"{'/engine':>7} {'floor f/s':>10} {'op us/f':>8} {'cpu us/f':>8} {'floor cpu':>9} "
         f"{'whole':>11}  "
-        "last packet to graph p50/p99/p99.9 us",
+        "last packet to graph p50/p99/p99.9 us (to the host alone p50/p99)",
         file=out,
     )
     for r in rows:
@@ -648,6 +699,10 @@ def _table(executor: str, rows: list[dict[str, Any]], out: TextIO) -> None:
         if lat is not None and lat["latency"]:
             p = lat["latency"]
             figures = f"{p['p50']:.1f}/{p['p99']:.1f}/{p['p999']:.1f} ({lat['frames_whole']} whole)"
+            host = r.get("last_packet_to_host")
+            if host is not None and host["latency"]:
+                h = host["latency"]
+                figures += f" ({h['p50']:.1f}/{h['p99']:.1f})"
         print(
             f"{name:>8} {r['epoch_us'] if r['epoch_us'] is not None else '-':>8} "
             f"{r['frame_batch']:>5} "

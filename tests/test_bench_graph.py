@@ -49,6 +49,8 @@ def test_bench_graph_runs_small_and_writes_its_json(tmp_path) -> None:
     assert graph["op_us_per_frame"] > 0 and graph["op_calls_emitting"] >= 1
     lat = row["last_packet_to_graph"]
     assert lat["frames"] == lat["frames_whole"] == 5
+    host = row["last_packet_to_host"]
+    assert host["frames"] == host["frames_whole"] == 5 and host["latency"]["count"] == 5
     assert lat["latency"]["count"] == 5 and lat["latency"]["unit"] == "us"
     assert 0 < lat["latency"]["min"] <= lat["latency"]["p50"] <= lat["latency"]["max"]
     assert graph_bench.all_whole(r)
