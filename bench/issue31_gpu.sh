@@ -13,7 +13,7 @@ python3 -m pip install -q --no-index --no-deps .whl/*.whl >"$out/wheels.log" 2>&
   tail -5 "$out/wheels.log"
 # The tree's Python over the wheel's (its compiled core is the tree's C++ as of the wheel's
 # build): a Python change needs no new wheel.
-site=$(python3 -c "import roce_transceiver, os; print(os.path.dirname(roce_transceiver.__file__))")
+site=$(cd /tmp && python3 -c "import roce_transceiver, os; print(os.path.dirname(roce_transceiver.__file__))")
 cp roce_transceiver/*.py "$site/" && cp operators/*.py "$site/operators/" &&
   cp apps/*.py "$site/apps/" && for d in bench commands peers; do cp roce_transceiver/$d/*.py "$site/$d/"; done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv >"$out/gpu.txt"

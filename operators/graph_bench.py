@@ -56,12 +56,12 @@ from holoscan.core import Application, Fragment, Operator, OperatorSpec, Tensor
 from holoscan.schedulers import GreedyScheduler
 
 from roce_transceiver.bench import ingest
+from roce_transceiver.bench.frame_latency import last_packets
 from roce_transceiver.bench.machine import machine_info
 from roce_transceiver.operators.app_runner import _quiet_holoscan
 from roce_transceiver.operators.frame_ops import GpuByteSum, gpu_byte_sum
 from roce_transceiver.operators.tensors import on_device
 from roce_transceiver.operators.transceiver_op import FRAME_METADATA, RoceTransceiverOp
-from roce_transceiver.peers.sensor import Sensor
 from roce_transceiver.schema import with_overrides
 from roce_transceiver.stats import Percentiles
 from roce_transceiver.transceiver import Transceiver
@@ -456,16 +456,7 @@ def _latency(
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the transceiver did not start within {WAIT_S} s")
                 time.sleep(1e-3)
-            sensor = Sensor.for_config(t.config, payload=PAYLOAD)
-            taken = 0
-            for frame in sensor.frames(frames, frame_bytes):
-                *body, last = frame.packets
-                for p in body:
-                    if not t.inject(p, wait=WAIT_S):
-                        raise RuntimeError(f"the rx ring stayed full for {WAIT_S} s")
-                taken += len(body)
-                _wait_taken(t, taken)  # what is timed is the last packet's way alone
-                taken += 1
+            for frame, last in last_packets(t, frames, frame_bytes, PAYLOAD, WAIT_S):
                 seen_event.clear()
                 sent.append(frame)
                 if not t.inject(last, wait=WAIT_S):
@@ -503,16 +494,7 @@ def _host_latency(config: dict[str, Any], frame_bytes: int, frames: int) -> dict
     samples: list[int] = []
     whole = 0
     with Transceiver(config) as t:
-        sensor = Sensor.for_config(t.config, payload=PAYLOAD)
-        taken = 0
-        for frame in sensor.frames(frames, frame_bytes):
-            *body, last = frame.packets
-            for p in body:
-                if not t.inject(p, wait=WAIT_S):
-                    raise RuntimeError(f"the rx ring stayed full for {WAIT_S} s")
-            taken += len(body)
-            _wait_taken(t, taken)
-            taken += 1
+        for frame, last in last_packets(t, frames, frame_bytes, PAYLOAD, WAIT_S):
             if not t.inject(last, wait=WAIT_S):
                 raise RuntimeError(f"the rx ring stayed full for {WAIT_S} s")
             got = t.frames(timeout=WAIT_S, max_frames=1, spin=WAIT_S)
@@ -528,16 +510,6 @@ def _host_latency(config: dict[str, Any], frame_bytes: int, frames: int) -> dict
         "frames_whole": whole,
         "latency": Percentiles.from_samples(samples, "ns").to("us").as_dict() if samples else None,
     }
-
-
-def _wait_taken(t: Transceiver, packets: int) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while t.stats()["rx_packets"] < packets:
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"the engine took {t.stats()['rx_packets']} of {packets} packets in {WAIT_S} s"
-            )
-        time.sleep(20e-6)
 
 
 def _settings(executor: str, epochs_us: Sequence[int]) -> list[int | None]:
@@ -589,19 +561,15 @@ def run(
                 ingest._config(executor, PAYLOAD, True, len(sent), WARPS, 1, frame_bytes, ring),
                 extra,
             )
+            # Frames one at a time on the loopback wire (module docstring, 3.).
+            lcfg = with_overrides(
+                ingest._config(executor, PAYLOAD, True, 4, WARPS, 1, frame_bytes, LATENCY_RING),
+                {**extra, "far_end": "cpu"},
+            )
             to_host = None
             if latency_frames:
                 print(f"graph bench: {frame_bytes} B, {what}: latency to the host", file=progress)
-                to_host = _host_latency(
-                    with_overrides(
-                        ingest._config(
-                            executor, PAYLOAD, True, 4, WARPS, 1, frame_bytes, LATENCY_RING
-                        ),
-                        {**extra, "far_end": "cpu"},
-                    ),
-                    frame_bytes,
-                    latency_frames,
-                )
+                to_host = _host_latency(lcfg, frame_bytes, latency_frames)
             for batch in frame_batches:
                 floor = floors[batch]
                 print(
@@ -613,12 +581,6 @@ def run(
                     print(
                         f"graph bench: {frame_bytes} B, {what}, batch {batch}: latency",
                         file=progress,
-                    )
-                    lcfg = with_overrides(
-                        ingest._config(
-                            executor, PAYLOAD, True, 4, WARPS, 1, frame_bytes, LATENCY_RING
-                        ),
-                        {**extra, "far_end": "cpu"},
                     )
                     latency = _latency(lcfg, frame_bytes, latency_frames, batch)
                 rows.append(

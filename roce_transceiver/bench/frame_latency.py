@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from roce_transceiver.bench.floors import measure_floors
-from roce_transceiver.peers.sensor import Sensor
+from roce_transceiver.peers.sensor import Sensor, SentFrame
 from roce_transceiver.stats import Percentiles
 from roce_transceiver.transceiver import Transceiver
 
-__all__ = ["EPOCHS_US", "run"]
+__all__ = ["EPOCHS_US", "last_packets", "run", "wait_taken"]
 
 #: The cuda executor's epoch lengths measured: the default, a short one, one launch.
 EPOCHS_US = (10_000, 1_000, 0)
@@ -49,33 +50,43 @@ def _config(executor: str, epoch_us: int | None) -> dict[str, Any]:
     return config
 
 
-def _wait_taken(t: Transceiver, packets: int) -> None:
-    deadline = time.monotonic() + WAIT_S
+def wait_taken(t: Transceiver, packets: int, wait_s: float = WAIT_S) -> None:
+    """Until the engine has taken ``packets`` packets (its counters say so), at most ``wait_s``."""
+    deadline = time.monotonic() + wait_s
     while t.stats()["rx_packets"] < packets:
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"the engine took {t.stats()['rx_packets']} of {packets} packets in {WAIT_S} s"
+                f"the engine took {t.stats()['rx_packets']} of {packets} packets in {wait_s} s"
             )
-        time.sleep(20e-6)
+        time.sleep(20e-6)  # a poll interval, not a synchronisation
+
+
+def last_packets(
+    t: Transceiver, frames: int, frame_bytes: int, payload: int = PAYLOAD, wait_s: float = WAIT_S
+) -> Iterator[tuple[SentFrame, bytes]]:
+    """Frames one at a time on the loopback wire: each frame's packets but its last injected
+    and taken by the engine (the counters are published once the loop settles), then (the
+    frame, its last packet) for the caller to send and time: what is timed is the last
+    packet's way alone, not a backlog behind it. The next frame goes when the caller asks."""
+    sensor = Sensor.for_config(t.config, payload=payload)
+    taken = 0  # packets the engine has had
+    for sent in sensor.frames(frames, frame_bytes):
+        *body, last = sent.packets
+        for p in body:
+            if not t.inject(p, wait=wait_s):
+                raise RuntimeError(f"the rx ring stayed full for {wait_s} s")
+        taken += len(body)
+        wait_taken(t, taken, wait_s)
+        taken += 1
+        yield sent, last
 
 
 def _row(executor: str, epoch_us: int | None, frames: int, out: TextIO) -> dict[str, Any]:
     t = Transceiver(_config(executor, epoch_us))
-    sensor = Sensor.for_config(t.config, payload=PAYLOAD)
     samples: list[float] = []
     whole = 0
-    taken = 0  # packets the engine has had
     with t:
-        for sent in sensor.frames(frames, FRAME_BYTES):
-            *body, last = sent.packets
-            for p in body:
-                if not t.inject(p, wait=WAIT_S):
-                    raise RuntimeError(f"the rx ring stayed full for {WAIT_S} s")
-            # The frame's other packets taken first (the counters are published once the loop
-            # settles): what is timed is the last packet's way alone, not a backlog behind it.
-            taken += len(body)
-            _wait_taken(t, taken)
-            taken += 1
+        for sent, last in last_packets(t, frames, FRAME_BYTES):
             began = time.perf_counter_ns()
             if not t.inject(last, wait=WAIT_S):
                 raise RuntimeError(f"the rx ring stayed full for {WAIT_S} s")
