@@ -152,3 +152,69 @@ def test_peer_qpu_writes_with_immediate_into_a_region(tmp_path: Path) -> None:
         wait_counters(t, messages=100, replies=100, out_of_range=0)
         first = t.receive(timeout=1.0)[0]
         assert first.imm == 0 and first.opcode == 0x2B  # UC RDMA WRITE Only with Immediate
+
+
+RELIABLE_QP = {"transport": "RC", "retransmit": True, "ack_timeout_us": 20_000}
+FAULTS = ["--loss", "0.05", "--answer-loss", "0.05", "--rnr-every", "25", "--rnr-burst", "2"]
+
+
+def _reliable_report(done: subprocess.CompletedProcess[str], n: int) -> dict:
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert (report["sent"], report["received"], report["lost"], report["wrong"]) == (n, n, 0, 0)
+    rc = report["rc"]
+    assert rc["taken"] == n and rc["lost"] > 0 and rc["rnr_naks"] > 0, rc
+    return report
+
+
+@pytest.mark.parametrize("nak", [True, False], ids=["nak", "timer"])
+def test_peer_qpu_as_the_answers_rc_responder_over_udp_every_answer_once(
+    tmp_path: Path, nak: bool
+) -> None:
+    """qp.retransmit: the peer ACKs each answer, loses 5 % of them and of its ACKs, pushes back
+    with RNR bursts; the transceiver sends again what it must, and every answer comes once."""
+    path = udp_yaml(tmp_path, qp=RELIABLE_QP)
+    n = 300
+    with Transceiver(str(path)) as t:
+        args = ["--config", str(path), "--count", str(n), "--json", *FAULTS]
+        done = peer_cli(*args, *([] if nak else ["--no-nak"]))
+        _reliable_report(done, n)
+        stats = wait_counters(t, rc_acked=n, rc_errors=0, rc_dropped=0)
+    assert stats["rc_retransmits"] > 0 and stats["rnr_naks_received"] > 0
+    assert stats["rc_timeouts"] > 0 or nak
+
+
+def test_peer_qpu_faults_need_a_retransmitting_transceiver(tmp_path: Path) -> None:
+    path = udp_yaml(tmp_path)  # UC
+    done = peer_cli("--config", str(path), "--loss", "0.1")
+    assert done.returncode == 2 and "qp.retransmit true" in done.stderr
+
+
+def test_peer_qpu_rc_responder_in_a_namespace_over_packet_mode(
+    veth_namespace: tuple[str, str, str], tmp_path: Path
+) -> None:
+    ns, ours, theirs = veth_namespace
+    peer_mac = run_cmd("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{theirs}/address")
+    cfg = {
+        "executor": "cpu",
+        "nic": "socket",
+        "socket": {"mode": "packet", "interface": ours},
+        "local": {"mac": Path(f"/sys/class/net/{ours}/address").read_text().strip()},
+        "peer": {"mac": peer_mac.strip()},
+        "qp": RELIABLE_QP,
+    }
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    n = 200
+    with Transceiver(str(path)) as t:
+        peer = ["peer", "qpu", "--config", str(path), "--interface", theirs, "--count", str(n)]
+        done = subprocess.run(
+            ["ip", "netns", "exec", ns, *CLI, *peer, *FAULTS, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        _reliable_report(done, n)
+        stats = wait_counters(t, rc_acked=n, rc_errors=0, rc_dropped=0)
+    assert stats["rc_retransmits"] > 0

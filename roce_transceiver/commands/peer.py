@@ -74,6 +74,36 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="send",
         help="SEND Only, or WRITE Only with Immediate into the config's regions[0]",
     )
+    # With qp.retransmit the peer is the RC responder of the answers (docs/reliable_replies.md).
+    for fault, what in (
+        ("loss", "answers lost on the way in"),
+        ("answer-loss", "the peer's ACKs and NAKs lost on the way back"),
+        ("reorder", "answers held back behind the next"),
+    ):
+        q.add_argument(
+            f"--{fault}",
+            type=FRACTION,
+            default=0.0,
+            dest=fault.replace("-", "_"),
+            help=f"with qp.retransmit: rate of {what}, 0 to 1",
+        )
+    q.add_argument(
+        "--rnr-every",
+        type=integer(0, 1_000_000),
+        default=0,
+        dest="rnr_every",
+        help="with qp.retransmit: after this many answers taken, refuse --rnr-burst with RNR NAKs",
+    )
+    q.add_argument(
+        "--rnr-burst", type=integer(0, 1000), default=0, dest="rnr_burst", help="see --rnr-every"
+    )
+    q.add_argument(
+        "--no-nak",
+        action="store_false",
+        dest="nak_on_gap",
+        help="with qp.retransmit: drop an answer past a gap silently (the transceiver's timer "
+        "resends) instead of answering NAK PSN sequence error",
+    )
     q.add_argument("--json", action="store_true", help="print the report as one JSON object")
     q.set_defaults(run=run)
     sn = kinds.add_parser(
@@ -289,6 +319,7 @@ def _check_fits(
 def run(args: argparse.Namespace) -> int:
     from roce_transceiver.config import ConfigError, load_config
     from roce_transceiver.peers import LinkError, QpuPeer, open_link
+    from roce_transceiver.peers.rc_responder import RcFaults, RcResponder
 
     try:
         cfg = load_config(args.config)
@@ -306,8 +337,31 @@ def run(args: argparse.Namespace) -> int:
     if handler == "echo":
         op = "RDMA_WRITE_ONLY_WITH_IMMEDIATE" if write_to else "SEND_ONLY"
         _check_fits(cfg, args.config, "peer qpu", "--size", args.size, op, 1)
+    reliable = cfg["qp"]["retransmit"] and cfg["qp"]["transport"] == "RC"
+    faults = {
+        "loss": args.loss,
+        "answer_loss": args.answer_loss,
+        "reorder": args.reorder,
+        "rnr_every": args.rnr_every,
+        "rnr_burst": args.rnr_burst,
+    }
+    if not reliable and (any(faults.values()) or not args.nak_on_gap):
+        raise CommandError(
+            "peer qpu: --loss, --answer-loss, --reorder, --rnr-* and --no-nak are the answers' "
+            f"faults, for a transceiver with qp.transport RC and qp.retransmit true ({args.config})"
+        )
     try:
         with open_link(cfg, mode, args.interface) as link:
+            rc = (
+                RcResponder(
+                    link.addresses,
+                    expected_psn=cfg["qp"]["tx_psn"],
+                    faults=RcFaults(**faults),
+                    nak_on_gap=args.nak_on_gap,
+                )
+                if reliable
+                else None
+            )
             peer = QpuPeer(
                 link,
                 handler=handler,
@@ -316,14 +370,17 @@ def run(args: argparse.Namespace) -> int:
                 first_psn=cfg["qp"]["rx_psn"],
                 write_to=write_to,
                 syndromes=args.syndromes,
+                rc=rc,
             )
             report = peer.run(args.count, rate=args.rate, timeout_s=args.timeout)
     except (LinkError, ValueError) as e:
         raise CommandError(f"peer qpu: {e}") from None
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps({**report.as_dict(), "rc": rc.report() if rc else None}))
     else:
         print(f"qpu peer, {handler} over {mode}: {report.summary()}", file=sys.stdout)
+        if rc is not None:
+            print(f"  as the answers' RC responder: {rc.report()}", file=sys.stdout)
     return 0 if report.lost == 0 and report.wrong == 0 else 1
 
 

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from roce_transceiver.peers.link import Link
-from roce_transceiver.protocol import psn_add
+from roce_transceiver.peers.rc_responder import RcResponder
+from roce_transceiver.protocol import Packet, psn_add
 from roce_transceiver.qec import (
     LookupTableDecoder,
     RotatedSurfaceCode,
@@ -69,6 +70,10 @@ class QpuPeer:
     of a SEND Only; the transceiver answers the written bytes the same way.
     ``pool`` = (requests, answers): qec requests to send in turn instead of sampled ones;
     with ``handler`` ``custom`` (a user's handler) the requests to send, which it must have.
+    ``rc``: the transceiver sends its answers reliably (``qp.retransmit``): each frame that
+    comes goes through this RC responder, which takes an answer once, in order, and whose
+    ACKs and NAKs go back over the link (docs/reliable_replies.md); its faults lose and
+    reorder answers and push back with RNR NAKs, and every answer must still come once.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class QpuPeer:
         write_to: tuple[int, int] | None = None,
         syndromes: str = "random",
         pool: tuple[list[bytes], list[bytes]] | None = None,
+        rc: RcResponder | None = None,
     ) -> None:
         if handler not in ("echo", "qec", "custom"):
             raise ValueError(f"handler {handler!r}: must be 'echo', 'qec' or 'custom'")
@@ -90,6 +96,7 @@ class QpuPeer:
         if handler == "echo" and not 4 <= size <= 4096:
             raise ValueError(f"size {size}: must be 4 to 4096 bytes")
         self.link = link
+        self.rc = rc
         self.handler = handler
         self.size = size
         self.psn = first_psn
@@ -135,6 +142,21 @@ class QpuPeer:
             imm=i & 0xFFFFFFFF,
         )
 
+    def _reliable_answer(self, deadline: float) -> tuple[Packet | None, bytes | None]:
+        """The next answer the RC responder takes (frames it drops, duplicates, answers sent
+        again: each answered and waited past), by ``deadline`` (perf_counter)."""
+        assert self.rc is not None
+        while (left := deadline - time.perf_counter()) > 0:
+            p = self.link.receive(left)
+            if p is None:
+                break
+            got, answers = self.rc.receive(p)
+            for a in answers:
+                self.link.send(a)
+            if got:  # one at a time: the answer to the request just sent
+                return p, got[0]
+        return None, None
+
     def run(
         self, count: int, rate: float | None = None, timeout_s: float = 1.0, first: int = 0
     ) -> QpuReport:
@@ -157,7 +179,11 @@ class QpuPeer:
             self.psn = psn_add(self.psn, 1)
             t0 = time.perf_counter()
             self.link.send(frame)
-            answer = self.link.receive(timeout_s)
+            if self.rc is None:
+                answer = self.link.receive(timeout_s)
+                payload = answer.payload if answer is not None and answer.icrc_ok else None
+            else:
+                answer, payload = self._reliable_answer(t0 + timeout_s)
             t1 = time.perf_counter()
             if answer is None:
                 lost += 1
@@ -166,7 +192,7 @@ class QpuPeer:
             if not answer.icrc_ok:
                 bad_icrc += 1
                 wrong += 1
-            elif answer.payload != expected:
+            elif payload != expected:
                 wrong += 1
         elapsed = time.perf_counter() - start
         received = count - lost
