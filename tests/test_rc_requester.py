@@ -341,3 +341,47 @@ def test_responder_faults_are_checked():
         RcFaults(loss=1.0)
     with pytest.raises(ValueError, match="rnr timer"):
         RcFaults(rnr_timer=32)
+
+
+def test_host_messages_reach_the_software_bridge_once_in_order():
+    """HSB 2.7's host-to-bridge traffic: the host's sends to the software bridge's RC receive
+    side (peers/bridge.py, HostMessages) over udp on lo, 5 % of them and of the bridge's ACKs
+    lost, RNR bursts: every message taken once, in order."""
+    from roce_transceiver.peers.bridge import HostMessages, SoftwareBridge
+    from roce_transceiver.transceiver import Transceiver
+
+    qp = {**RELIABLE, "qpn": 0x11, "peer_qpn": 0x300, "ack_timeout_us": 20_000}
+    cfg = {
+        "executor": "cpu",
+        "nic": "socket",
+        "socket": {"mode": "udp"},
+        "local": {"ip": "127.0.0.1"},
+        "peer": {"ip": "127.0.0.3"},
+        "qp": qp,
+    }
+    faults = RcFaults(loss=0.05, answer_loss=0.05, rnr_every=15, rnr_burst=2, seed=21)
+    host = HostMessages(0x300, 0x11, "127.0.0.1", first_psn=qp["tx_psn"], faults=faults)
+    count = 150
+    with SoftwareBridge("127.0.0.3", host_messages=host) as bridge, Transceiver(cfg) as t:
+        for i in range(count):
+            t.send(_payload(i), timeout=EXCHANGE_S)  # the window is the backpressure
+        deadline = time.monotonic() + EXCHANGE_S
+        while len(bridge.taken) < count and time.monotonic() < deadline:
+            time.sleep(0.01)  # a poll interval for the bridge's thread, not a synchronisation
+        s = t.stats()
+        rc = bridge.rc.report() if bridge.rc else {}
+    assert bridge.taken == [_payload(i) for i in range(count)], (rc, nonzero(s))
+    assert s["host_sends"] == count and s["rc_retransmits"] > 0 and s["rc_errors"] == 0
+    assert rc["lost"] > 0 and rc["rnr_naks"] > 0 and not bridge.errors
+
+
+def test_a_bridge_takes_host_messages_over_udp_only():
+    from roce_transceiver.peers.bridge import HostMessages, SoftwareBridge
+
+    with pytest.raises(ValueError, match="udp link only"):
+        SoftwareBridge(
+            "127.0.0.3",
+            link="packet",
+            interface="lo",
+            host_messages=HostMessages(1, 2, "127.0.0.1"),
+        )

@@ -77,10 +77,18 @@ from roce_transceiver.hsb_stream import (
     VP_MASK,
     VP_STRIDE,
 )
-from roce_transceiver.peers.link import Addresses, parse_offsets
+from roce_transceiver.peers.link import ROCE_PORT, Addresses, Link, parse_offsets
+from roce_transceiver.peers.rc_responder import RcFaults, RcResponder
 from roce_transceiver.peers.sensor import Sensor, SentFrame
 
-__all__ = ["BRIDGE_UUID", "BridgeFaults", "Request", "SoftwareBridge", "StreamedFrame"]
+__all__ = [
+    "BRIDGE_UUID",
+    "BridgeFaults",
+    "HostMessages",
+    "Request",
+    "SoftwareBridge",
+    "StreamedFrame",
+]
 
 BRIDGE_UUID = "52545842-7269-6467-6500-000000000001"  # ours, in no board table: defaults apply
 FPGA_DATE = 0x84
@@ -111,6 +119,23 @@ class BridgeFaults:
     # False: its announced uptime runs on across a reset (no evidence of it, as with HSB's
     # emulator, whose uptime field is little-endian where hosts read it big-endian).
     reset_restarts_uptime: bool = True
+
+
+@dataclass(frozen=True)
+class HostMessages:
+    """The bridge's receive side for messages from the host, an RC responder as HSB 2.7's
+    FPGA is for host-to-bridge traffic (peers/rc_responder.py: in-order ACKs, duplicates
+    acknowledged again and not taken twice, a packet past a gap dropped, RNR NAKs when not
+    ready): RC SENDs to queue pair ``qpn`` on the bridge's address, UDP port 4791, from the
+    host at ``host_ip`` whose queue pair ``host_qpn`` gets the answers (a host transceiver's
+    ``qp.peer_qpn``, ``peer.ip`` and ``qp.qpn``); its first PSN ``first_psn`` (``qp.tx_psn``).
+    """
+
+    qpn: int
+    host_qpn: int
+    host_ip: str
+    first_psn: int = 0
+    faults: RcFaults = field(default_factory=RcFaults)
 
 
 class Request(NamedTuple):
@@ -165,11 +190,17 @@ class SoftwareBridge:
         seed: int = 1,
         on_frame: Callable[[StreamedFrame], None] | None = None,
         uptime: float = 0.0,
+        host_messages: HostMessages | None = None,
     ) -> None:
         if link not in ("udp", "packet"):
             raise ValueError(f"link {link!r}: 'udp' or 'packet'")
         if link == "packet" and not interface:
             raise ValueError("link 'packet' needs an interface")
+        if host_messages is not None and link != "udp":
+            raise ValueError("host_messages: the bridge takes them over its udp link only")
+        self.host_messages = host_messages
+        self.taken: list[bytes] = []  # the host's messages, each once, in order
+        self.rc: RcResponder | None = None  # their responder, once started
         self.ip, self.mac = ip, mac
         self.control_port = control_port
         self.data_planes = data_planes
@@ -224,6 +255,8 @@ class SoftwareBridge:
         self._control = control
         self._data = self._open_data()
         self._socks.append(self._data)
+        if self.host_messages is not None:
+            self._spawn(self._take_messages(), "messages")
         self._spawn(self._serve, "control")
         if self.announce_to:
             self._spawn(self._announce, "announce")
@@ -240,6 +273,35 @@ class SoftwareBridge:
         s.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_MTU_DISCOVER", 10), 2)  # DF
         s.bind((self.ip, DATA_SOURCE_PORT))
         return s
+
+    def _take_messages(self) -> Callable[[], None]:
+        """The host's messages' socket (bound now: a failure fails start()) and its loop."""
+        hm = self.host_messages
+        assert hm is not None
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.bind((self.ip, ROCE_PORT))
+        except OSError as e:
+            s.close()
+            raise OSError(e.errno, f"bridge {self.ip}:{ROCE_PORT}: {e.strerror}") from None
+        self._socks.append(s)
+        own = Addresses(
+            self.mac, self.ip, ROCE_PORT, hm.qpn, "00:00:00:00:00:00", hm.host_ip, hm.host_qpn, "RC"
+        )
+        link = Link(s, own, udp=True)
+        self.rc = rc = RcResponder(own, expected_psn=hm.first_psn, faults=hm.faults)
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                p = link.receive(0.05)  # the stop flag's period
+                if p is None or self._down():
+                    continue
+                got, answers = rc.receive(p)
+                self.taken.extend(got)
+                for a in answers:
+                    link.send(a)
+
+        return loop
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         def run() -> None:
