@@ -45,6 +45,23 @@ def udp_yaml(tmp_path: Path, **extra: object) -> Path:
     return path
 
 
+def namespace_yaml(veth: tuple[str, str, str], tmp_path: Path, qp: dict) -> Path:
+    """A transceiver on our end of the veth pair (packet mode), its peer in the namespace."""
+    ns, ours, theirs = veth
+    peer_mac = run_cmd("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{theirs}/address")
+    cfg = {
+        "executor": "cpu",
+        "nic": "socket",
+        "socket": {"mode": "packet", "interface": ours},
+        "local": {"mac": Path(f"/sys/class/net/{ours}/address").read_text().strip()},
+        "peer": {"mac": peer_mac.strip()},
+        "qp": qp,
+    }
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 def peer_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, "peer", "qpu", *args], capture_output=True, text=True, timeout=timeout, check=False
@@ -115,18 +132,8 @@ def test_peer_and_echo_errors_are_one_line(tmp_path: Path) -> None:
 def test_peer_qpu_in_a_namespace_over_packet_mode(
     veth_namespace: tuple[str, str, str], tmp_path: Path
 ) -> None:
-    ns, ours, theirs = veth_namespace
-    peer_mac = run_cmd("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{theirs}/address")
-    cfg = {
-        "executor": "cpu",
-        "nic": "socket",
-        "socket": {"mode": "packet", "interface": ours},
-        "local": {"mac": Path(f"/sys/class/net/{ours}/address").read_text().strip()},
-        "peer": {"mac": peer_mac.strip()},
-        "qp": {"transport": "UC"},
-    }
-    path = tmp_path / "t.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    ns, _, theirs = veth_namespace
+    path = namespace_yaml(veth_namespace, tmp_path, {"transport": "UC"})
     with Transceiver(str(path)):
         peer = ["peer", "qpu", "--config", str(path), "--interface", theirs, "--count", "200"]
         done = subprocess.run(
@@ -193,18 +200,8 @@ def test_peer_qpu_faults_need_a_retransmitting_transceiver(tmp_path: Path) -> No
 def test_peer_qpu_rc_responder_in_a_namespace_over_packet_mode(
     veth_namespace: tuple[str, str, str], tmp_path: Path
 ) -> None:
-    ns, ours, theirs = veth_namespace
-    peer_mac = run_cmd("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{theirs}/address")
-    cfg = {
-        "executor": "cpu",
-        "nic": "socket",
-        "socket": {"mode": "packet", "interface": ours},
-        "local": {"mac": Path(f"/sys/class/net/{ours}/address").read_text().strip()},
-        "peer": {"mac": peer_mac.strip()},
-        "qp": RELIABLE_QP,
-    }
-    path = tmp_path / "t.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    ns, _, theirs = veth_namespace
+    path = namespace_yaml(veth_namespace, tmp_path, RELIABLE_QP)
     n = 200
     with Transceiver(str(path)) as t:
         peer = ["peer", "qpu", "--config", str(path), "--interface", theirs, "--count", str(n)]
