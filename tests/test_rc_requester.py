@@ -246,22 +246,31 @@ def test_bench_roundtrip_reliable_rows(tmp_path):
     assert reliable["retransmit_over_uc"] > 0
 
 
+def _udp_on_lo(peer_ip: str, qp: dict[str, Any]) -> dict[str, Any]:
+    """A transceiver on the socket NIC over udp on lo, its peer at ``peer_ip``."""
+    return {
+        "executor": "cpu",
+        "nic": "socket",
+        "socket": {"mode": "udp"},
+        "local": {"ip": "127.0.0.1"},
+        "peer": {"ip": peer_ip},
+        "qp": {"transport": "RC", **qp},
+    }
+
+
 def test_host_sends_over_udp_on_lo_reach_a_lossy_responder_once_in_order():
     """The same over real sockets: the socket NIC on lo, the responder behind a peer's link."""
     from roce_transceiver.peers import open_link
     from roce_transceiver.transceiver import Transceiver
 
-    cfg = {
-        "executor": "cpu",
-        "nic": "socket",
-        "socket": {"mode": "udp"},
-        "local": {"ip": "127.0.0.1"},
-        "peer": {"ip": "127.0.0.2"},
-        "qp": {"transport": "RC", "retransmit": True, "window": 16, "ack_timeout_us": 20_000},
-    }
+    cfg = _udp_on_lo("127.0.0.2", {**RELIABLE, "ack_timeout_us": 20_000})
     count = 200
     with Transceiver(cfg) as t, open_link(t.config, "udp") as link:
-        rc = RcResponder(link.addresses, faults=RcFaults(loss=0.05, answer_loss=0.05, seed=11))
+        rc = RcResponder(
+            link.addresses,
+            expected_psn=t.config["qp"]["tx_psn"],
+            faults=RcFaults(loss=0.05, answer_loss=0.05, seed=11),
+        )
         delivered: list[bytes] = []
         sent = 0
         deadline = time.monotonic() + EXCHANGE_S
@@ -351,14 +360,7 @@ def test_host_messages_reach_the_software_bridge_once_in_order():
     from roce_transceiver.transceiver import Transceiver
 
     qp = {**RELIABLE, "qpn": 0x11, "peer_qpn": 0x300, "ack_timeout_us": 20_000}
-    cfg = {
-        "executor": "cpu",
-        "nic": "socket",
-        "socket": {"mode": "udp"},
-        "local": {"ip": "127.0.0.1"},
-        "peer": {"ip": "127.0.0.3"},
-        "qp": qp,
-    }
+    cfg = _udp_on_lo("127.0.0.3", qp)
     faults = RcFaults(loss=0.05, answer_loss=0.05, rnr_every=15, rnr_burst=2, seed=21)
     host = HostMessages(0x300, 0x11, "127.0.0.1", first_psn=qp["tx_psn"], faults=faults)
     count = 150
